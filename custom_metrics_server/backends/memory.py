@@ -1,0 +1,223 @@
+"""Values held in memory: the smallest backend, the test double, and the store the simulated
+cluster publishes into.
+
+A `Snapshot` is an immutable set of values taken at one time; `MemoryBackend.publish()` swaps
+it in atomically, so a request sees either the old or the new snapshot, never a mix. Within a
+snapshot each object keeps its total `Sample` (pre-built, so its rendered JSON is cached across
+requests) and its series, for requests with a `metricLabelSelector`.
+
+Cost: `fetch` is O(objects requested) dictionary lookups without a metric selector, plus
+O(series per object) selector checks with one; `list_metrics` returns a prebuilt frozenset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from types import TracebackType
+from typing import Self
+
+from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.domain import (
+    BackendRequest,
+    ExternalBackendRequest,
+    ExternalSample,
+    Readiness,
+    MetricInfo,
+    ObjectKey,
+    Sample,
+)
+
+Number = Decimal | int | float
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectValues:
+    """One object's value of one metric: the total and the series it sums."""
+
+    total: Sample
+    series: tuple[tuple[Mapping[str, str], Number], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalSeries:
+    """One external series; `namespace` None means visible from every namespace."""
+
+    namespace: str | None
+    sample: ExternalSample
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every value of a backend at one moment."""
+
+    custom: Mapping[MetricInfo, Mapping[ObjectKey, ObjectValues]] = field(default_factory=dict)
+    external: Mapping[str, tuple[ExternalSeries, ...]] = field(default_factory=dict)
+    metrics: frozenset[MetricInfo] = field(init=False)
+    external_metrics: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metrics", frozenset(self.custom))
+        object.__setattr__(self, "external_metrics", frozenset(self.external))
+
+
+class SnapshotBuilder:
+    """Collects series for objects of a cluster, then builds an immutable `Snapshot`."""
+
+    def __init__(self, cluster: InMemoryCluster, *, timestamp: float) -> None:
+        self._cluster = cluster
+        self._timestamp = timestamp
+        self._custom: dict[MetricInfo, dict[ObjectKey, list[tuple[Mapping[str, str], Number]]]]
+        self._custom = {}
+        self._windows: dict[MetricInfo, int | None] = {}
+        self._external: dict[str, list[ExternalSeries]] = {}
+
+    def declare(self, resource: str, metric: str, *, window: int | None = None) -> MetricInfo:
+        """Announce a metric for a resource (listed in discovery even with no values yet)."""
+        mapping = self._cluster.mapping(resource)
+        if mapping is None:
+            raise ValueError(f"unknown resource {resource!r}")
+        info = MetricInfo(mapping.group_resource, mapping.namespaced, metric)
+        self._custom.setdefault(info, {})
+        self._windows[info] = window
+        return info
+
+    def add(
+        self,
+        info: MetricInfo,
+        key: ObjectKey,
+        value: Number,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """Add one series of `info` for the object `key` (namespace, name)."""
+        self._custom[info].setdefault(key, []).append((labels or {}, value))
+
+    def add_external(
+        self,
+        metric: str,
+        value: Number,
+        *,
+        labels: Mapping[str, str] | None = None,
+        namespace: str | None = None,
+        window: int | None = None,
+    ) -> None:
+        """Add one external series."""
+        sample = ExternalSample(
+            metric=metric,
+            labels=dict(labels or {}),
+            value=value,
+            timestamp=self._timestamp,
+            window=window,
+        )
+        self._external.setdefault(metric, []).append(ExternalSeries(namespace, sample))
+
+    def build(self) -> Snapshot:
+        """Freeze the collected series; O(series)."""
+        custom: dict[MetricInfo, dict[ObjectKey, ObjectValues]] = {}
+        for info, objects in self._custom.items():
+            values: dict[ObjectKey, ObjectValues] = {}
+            for key, series in objects.items():
+                record = self._cluster.inventory.get(info.group_resource, key)
+                if record is None:
+                    raise ValueError(f"no object {key} of {info.group_resource} in the cluster")
+                total = Sample(
+                    described=record.ref,
+                    metric=info.metric,
+                    value=_sum(value for _, value in series),
+                    timestamp=self._timestamp,
+                    window=self._windows[info],
+                    labels=series[0][0] if len(series) == 1 else {},
+                )
+                values[key] = ObjectValues(total=total, series=tuple(series))
+            custom[info] = values
+        external = {metric: tuple(series) for metric, series in self._external.items()}
+        return Snapshot(custom=custom, external=external)
+
+
+def _sum(values: Iterable[Number]) -> Number:
+    total: Number = 0
+    for value in values:
+        # Series of one metric share one number type; mixing Decimal and float is a caller bug.
+        total = total + value  # type: ignore[operator]
+    return total
+
+
+class MemoryBackend:
+    """Serves whatever snapshot was last published."""
+
+    def __init__(self, name: str = "memory", snapshot: Snapshot | None = None) -> None:
+        self.name = name
+        self._snapshot = snapshot or Snapshot()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The snapshot being served."""
+        return self._snapshot
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """Swap in a new snapshot atomically."""
+        self._snapshot = snapshot
+
+    def list_metrics(self) -> Collection[MetricInfo]:
+        """See `MetricsBackend.list_metrics`."""
+        return self._snapshot.metrics
+
+    def list_external_metrics(self) -> Collection[str]:
+        """See `MetricsBackend.list_external_metrics`."""
+        return self._snapshot.external_metrics
+
+    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
+        """See `MetricsBackend.fetch`."""
+        table = self._snapshot.custom.get(request.metric)
+        if not table:
+            return ()
+        selector = request.metric_selector
+        if selector.is_everything():
+            return [values.total for key in request.objects if (values := table.get(key))]
+        found = []
+        for key in request.objects:
+            values = table.get(key)
+            if values is None:
+                continue
+            matching = [
+                (labels, value) for labels, value in values.series if selector.matches(labels)
+            ]
+            if matching:
+                total = values.total
+                found.append(
+                    Sample(
+                        described=total.described,
+                        metric=total.metric,
+                        value=_sum(value for _, value in matching),
+                        timestamp=total.timestamp,
+                        window=total.window,
+                        labels=matching[0][0] if len(matching) == 1 else {},
+                    )
+                )
+        return found
+
+    async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
+        """See `MetricsBackend.fetch_external`: series of the namespace and global ones."""
+        selector = request.metric_selector
+        return [
+            series.sample
+            for series in self._snapshot.external.get(request.metric, ())
+            if series.namespace in (None, request.namespace)
+            and selector.matches(series.sample.labels)
+        ]
+
+    def ready(self) -> Readiness:
+        """Memory is always ready."""
+        return Readiness(ready=True)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None

@@ -1,0 +1,299 @@
+"""The embedded demo: a deterministic cluster whose application metrics move over time.
+
+`SimulatedCluster` generates, from a seed, namespaces, nodes, Deployments with their
+ReplicaSets, a StatefulSet, Services, Ingresses and Pods with realistic labels, and publishes a
+new value snapshot every `interval` seconds (the sample timestamps are those tick times, so
+freshness is real). Values follow a smooth daily-like wave per object plus deterministic
+jitter, so the same seed and time always give the same numbers.
+
+Metrics (every HPA source type has one):
+
+* Pods: `pods/http_requests_per_second` (series by `method`, window 60 s),
+  `pods/memory_working_set_bytes`.
+* Object: `deployments.apps`, `statefulsets.apps`, `replicasets.apps`, `services` and
+  `namespaces` `http_requests_per_second` (sums over their pods),
+  `ingresses.networking.k8s.io/requests_per_second`, `nodes/node_load1`,
+  `namespaces/queue_length` (the `/namespaces/{ns}/metrics/{metric}` form).
+* External: `queue_depth` (series by `queue`, per namespace) and the cluster-wide
+  `cluster_requests_per_second`.
+
+Cost: a tick is O(pods x series) and runs off the request path; requests read the published
+snapshot (see `memory.MemoryBackend`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+from custom_metrics_server.backends.memory import MemoryBackend, Snapshot, SnapshotBuilder
+from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
+from custom_metrics_server.inventory import ObjectRecord
+
+PODS = GroupResource("", "pods")
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the kube name-generator alphabet
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSettings:
+    """Size and pace of the simulated cluster."""
+
+    seed: int = 42
+    pods: int = 60
+    web_pods: int | None = None  # replicas of default/web; None: a fifth of the pods
+    interval: float = 15.0
+
+    def web_replicas(self) -> int:
+        """Replicas of the `default/web` Deployment (the HPA Pods example)."""
+        wanted = self.web_pods if self.web_pods is not None else max(2, self.pods // 5)
+        return max(0, min(wanted, self.pods))
+
+
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    namespace: str
+    kind: str  # Deployment or StatefulSet
+    name: str
+    replicas: int
+    labels: dict[str, str]
+
+
+def _hash(*parts: object) -> int:
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+def _unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from the parts."""
+    return _hash(*parts) / 2**32
+
+
+def _suffix(seed: int, *parts: object, length: int = 5) -> str:
+    value = _hash(seed, *parts)
+    chars = []
+    for _ in range(length):
+        value, index = divmod(value, len(_ALPHABET))
+        chars.append(_ALPHABET[index])
+        value = value or _hash(seed, *parts, len(chars))
+    return "".join(chars)
+
+
+class SimulatedCluster(MemoryBackend):
+    """The `--demo` world: `.cluster` is its cluster view, the instance its metrics backend."""
+
+    def __init__(self, settings: DemoSettings | None = None, *, clock: Callable[[], float] = time.time):
+        super().__init__(name="simulated")
+        self.settings = settings or DemoSettings()
+        self.cluster = InMemoryCluster()
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+        self._pods: list[ObjectRecord] = []
+        self._pod_node: dict[ObjectKey, str] = {}
+        self._workload_pods: dict[tuple[str, str, str], list[ObjectKey]] = {}
+        self._service_pods: dict[ObjectKey, list[ObjectKey]] = {}
+        self._build_world()
+        self.tick()
+
+    # World generation ---------------------------------------------------------------------
+
+    def _workloads(self) -> list[_Workload]:
+        s = self.settings
+        web = s.web_replicas()
+        rest = max(0, s.pods - web)
+        db = min(3, rest)
+        rest -= db
+        shares = {"api": 0.4, "frontend": 0.2, "cart": 0.2, "worker": 0.2}
+        counts = {name: int(rest * share) for name, share in shares.items()}
+        counts["api"] += rest - sum(counts.values())
+        return [
+            _Workload("default", "Deployment", "web", web, {"app": "web", "tier": "frontend"}),
+            _Workload("default", "Deployment", "api", counts["api"], {"app": "api", "tier": "backend"}),
+            _Workload("shop", "Deployment", "frontend", counts["frontend"], {"app": "frontend", "tier": "frontend"}),
+            _Workload("shop", "Deployment", "cart", counts["cart"], {"app": "cart", "tier": "backend"}),
+            _Workload("shop", "StatefulSet", "db", db, {"app": "db", "tier": "data"}),
+            _Workload("batch", "Deployment", "worker", counts["worker"], {"app": "worker", "tier": "batch"}),
+        ]
+
+    def _build_world(self) -> None:
+        seed = self.settings.seed
+        add = self.cluster.add
+        teams = {"default": "web", "shop": "commerce", "batch": "data", "kube-system": "platform"}
+        for namespace, team in teams.items():
+            add("namespaces", namespace, labels={"kubernetes.io/metadata.name": namespace, "team": team})
+        node_count = max(3, math.ceil(self.settings.pods / 100))
+        nodes = []
+        for index in range(node_count):
+            zone = "abc"[index % 3]
+            name = f"node-{zone}-{index}"
+            nodes.append(name)
+            add(
+                "nodes",
+                name,
+                labels={
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "topology.kubernetes.io/zone": f"zone-{zone}",
+                    "node.kubernetes.io/instance-type": "m5.xlarge" if index % 2 else "m5.2xlarge",
+                },
+            )
+        placed = 0
+        for workload in self._workloads():
+            if workload.replicas == 0:
+                continue
+            ns, name = workload.namespace, workload.name
+            owner_key = ("apps", workload.kind, f"{ns}/{name}")
+            resource = "deployments.apps" if workload.kind == "Deployment" else "statefulsets.apps"
+            add(resource, name, namespace=ns, labels=workload.labels)
+            pod_owner = (workload.kind, name)
+            pod_names: list[str]
+            if workload.kind == "Deployment":
+                template_hash = _suffix(seed, ns, name, "rs", length=10)
+                rs_name = f"{name}-{template_hash}"
+                rs_labels = {**workload.labels, "pod-template-hash": template_hash}
+                add("replicasets.apps", rs_name, namespace=ns, labels=rs_labels, owners=(("Deployment", name),))
+                pod_owner = ("ReplicaSet", rs_name)
+                pod_names = [f"{rs_name}-{_suffix(seed, ns, name, i)}" for i in range(workload.replicas)]
+                pod_labels = [rs_labels] * workload.replicas
+                self._workload_pods[("apps", "replicasets", f"{ns}/{rs_name}")] = []
+            else:
+                pod_names = [f"{name}-{i}" for i in range(workload.replicas)]
+                pod_labels = [
+                    {**workload.labels, "statefulset.kubernetes.io/pod-name": pod} for pod in pod_names
+                ]
+            members = self._workload_pods.setdefault(owner_key, [])
+            for pod_name, labels in zip(pod_names, pod_labels, strict=True):
+                record = add("pods", pod_name, namespace=ns, labels=labels, owners=(pod_owner,))
+                self._pods.append(record)
+                self._pod_node[record.key] = nodes[placed % len(nodes)]
+                placed += 1
+                members.append(record.key)
+                if pod_owner[0] == "ReplicaSet":
+                    self._workload_pods[("apps", "replicasets", f"{ns}/{pod_owner[1]}")].append(record.key)
+            if workload.kind == "Deployment" and workload.name in {"web", "api", "frontend", "cart"}:
+                add("services", name, namespace=ns, labels={"app": name})
+                self._service_pods[(ns, name)] = members
+        add("ingresses.networking.k8s.io", "web", namespace="default", labels={"app": "web"})
+        add("ingresses.networking.k8s.io", "shop", namespace="shop", labels={"app": "frontend"})
+
+    # Values ---------------------------------------------------------------------------------
+
+    def _wave(self, key: object, tick: int, base: float) -> float:
+        """base x a slow wave with a per-object phase, plus deterministic jitter (3 decimals)."""
+        seed = self.settings.seed
+        phase = _unit(seed, key, "phase") * 2 * math.pi
+        wave = 1 + 0.35 * math.sin(2 * math.pi * tick / 240 + phase)
+        jitter = 1 + 0.1 * (_unit(seed, key, tick) - 0.5)
+        return round(base * wave * jitter, 3)
+
+    def build_snapshot(self, now: float) -> Snapshot:
+        """All values at the tick containing `now`; a pure function of seed and time."""
+        interval = self.settings.interval
+        tick = int(now // interval)
+        timestamp = tick * interval
+        seed = self.settings.seed
+        builder = SnapshotBuilder(self.cluster, timestamp=timestamp)
+        rps = builder.declare("pods", "http_requests_per_second", window=60)
+        memory = builder.declare("pods", "memory_working_set_bytes")
+        per_pod: dict[ObjectKey, float] = {}
+        for record in self._pods:
+            key = record.key
+            base = 5 + 45 * _unit(seed, key, "base")
+            total = self._wave(key, tick, base)
+            get = round(total * (0.7 + 0.2 * _unit(seed, key, "get")), 3)
+            builder.add(rps, key, get, {"method": "GET"})
+            builder.add(rps, key, round(total - get, 3), {"method": "POST"})
+            per_pod[key] = total
+            mib = 64 + int(448 * _unit(seed, key, "mem"))
+            builder.add(memory, key, mib * 1024 * 1024 + _hash(seed, key, tick) % 4096 * 1024)
+
+        def add_sum(resource: str, members: dict[ObjectKey, list[ObjectKey]]) -> MetricInfo:
+            info = builder.declare(resource, "http_requests_per_second", window=60)
+            for key, pods in members.items():
+                builder.add(info, key, round(sum(per_pod[p] for p in pods), 3))
+            return info
+
+        by_kind: dict[str, dict[ObjectKey, list[ObjectKey]]] = {}
+        for (_, kind, ref), pods in self._workload_pods.items():
+            namespace, name = ref.split("/", 1)
+            by_kind.setdefault(kind, {})[(namespace, name)] = pods
+        add_sum("deployments.apps", by_kind.get("Deployment", {}))
+        add_sum("statefulsets.apps", by_kind.get("StatefulSet", {}))
+        add_sum("replicasets.apps", by_kind.get("replicasets", {}))
+        add_sum("services", self._service_pods)
+        by_namespace: dict[ObjectKey, list[ObjectKey]] = {}
+        for key in per_pod:
+            by_namespace.setdefault(("", key[0]), []).append(key)
+        for namespace in self.cluster.inventory.records(GroupResource("", "namespaces")):
+            by_namespace.setdefault(namespace.key, [])
+        add_sum("namespaces", by_namespace)
+
+        queue_length = builder.declare("namespaces", "queue_length")
+        for namespace in self.cluster.inventory.records(GroupResource("", "namespaces")):
+            builder.add(queue_length, namespace.key, int(self._wave(namespace.key, tick, 120)))
+        ingress = builder.declare("ingresses.networking.k8s.io", "requests_per_second", window=60)
+        for record in self.cluster.inventory.records(GroupResource("networking.k8s.io", "ingresses")):
+            backend = record.labels.get("app", "")
+            pods = self._service_pods.get((record.namespace, backend), [])
+            builder.add(ingress, record.key, round(sum(per_pod[p] for p in pods), 3))
+        load = builder.declare("nodes", "node_load1", window=60)
+        node_pods: dict[str, int] = {}
+        for node in self._pod_node.values():
+            node_pods[node] = node_pods.get(node, 0) + 1
+        for record in self.cluster.inventory.records(GroupResource("", "nodes")):
+            busy = node_pods.get(record.name, 0) / 30
+            builder.add(load, record.key, self._wave(record.key, tick, 0.5 + busy))
+
+        queues = {"default": ("emails", "jobs"), "shop": ("orders", "payments"), "batch": ("reports",)}
+        for namespace, names in queues.items():
+            for queue in names:
+                depth = int(self._wave((namespace, queue), tick, 40 + 80 * _unit(seed, queue)))
+                builder.add_external(
+                    "queue_depth", depth, labels={"queue": queue}, namespace=namespace
+                )
+        builder.add_external(
+            "cluster_requests_per_second", round(sum(per_pod.values()), 3), window=60
+        )
+        return builder.build()
+
+    def tick(self) -> None:
+        """Publish the snapshot for the current time, then freeze it out of the GC's way."""
+        self.publish(self.build_snapshot(self._clock()))
+        gc.collect()
+        gc.freeze()
+
+    # Lifecycle ---------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        interval = self.settings.interval
+        while True:
+            now = self._clock()
+            await asyncio.sleep(interval - now % interval + 0.001)
+            self.tick()
+
+    async def __aenter__(self) -> Self:
+        self._task = asyncio.create_task(self._run(), name="simulated-cluster-ticks")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def ready(self) -> Readiness:
+        """Ready once the first snapshot exists (built in the constructor)."""
+        return Readiness(ready=True)

@@ -1,0 +1,199 @@
+"""Command line: `custom-metrics-server serve ...` with Kubernetes-style flags.
+
+Parses flags, sets up logging and TLS, builds the app and runs uvicorn (httptools, uvloop,
+no access log, no proxy headers: see docs/performance.md). No request logic lives here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import re
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import yaml
+
+from custom_metrics_server import __version__
+from custom_metrics_server.app import AppSettings, create_app
+from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
+from custom_metrics_server.observability import configure_logging
+from custom_metrics_server.tls import ServingCertificate, ensure_serving_certificate, server_context
+
+logger = logging.getLogger("custom_metrics_server")
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> float:
+    """Go-style duration (`1m30s`, `500ms`) or plain seconds, as seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if not _DURATION.match(text):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 1m30s)")
+    return sum(
+        float(amount) * _UNITS[unit] for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flag set; names follow the Kubernetes aggregated API servers."""
+    parser = argparse.ArgumentParser(prog="custom-metrics-server", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s v{__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the API server")
+    serving = serve.add_argument_group("secure serving")
+    serving.add_argument("--secure-port", type=int, default=6443, help="HTTPS port (0: any free port)")
+    serving.add_argument("--bind-address", default=None, help="address to listen on (default 0.0.0.0; 127.0.0.1 with --demo)")
+    serving.add_argument("--cert-dir", type=Path, default=Path("apiserver.local.config/certificates"), help="where the self-signed certificate is kept when no certificate is given")
+    serving.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM, chain allowed)")
+    serving.add_argument("--tls-private-key-file", type=Path, help="key of --tls-cert-file")
+    serving.add_argument("--backend-timeout", type=parse_duration, default=10.0, help="deadline of one backend call (default 10s)")
+    demo = serve.add_argument_group("demo (embedded simulated cluster)")
+    demo.add_argument("--demo", action="store_true", help="serve the embedded simulated cluster on loopback, without delegated auth")
+    demo.add_argument("--demo-pods", type=int, default=60, help="pods in the simulated cluster")
+    demo.add_argument("--demo-web-pods", type=int, default=None, help="replicas of default/web (default: a fifth of the pods)")
+    demo.add_argument("--demo-seed", type=int, default=42, help="seed of the generated cluster")
+    demo.add_argument("--demo-interval", type=parse_duration, default=15.0, help="how often values move (default 15s)")
+    demo.add_argument("--write-kubeconfig", type=Path, default=None, help="where to write a kubeconfig for the demo (default <cert-dir>/kubeconfig)")
+    serve.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)")
+    return parser
+
+
+def _loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes) -> None:
+    """A kubeconfig naming this server and trusting its CA; the token is ignored in demo mode."""
+    import base64
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "custom-metrics-server-demo",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        # kubectl prompts for a password when a user has no credential at all.
+        "users": [{"name": "demo", "user": {"token": "demo-mode-has-no-authentication"}}],
+        "contexts": [
+            {"name": "demo", "context": {"cluster": "custom-metrics-server-demo", "user": "demo"}}
+        ],
+        "current-context": "demo",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, plus a banner once the socket is bound (the real port is known only then)."""
+
+    def __init__(self, config: uvicorn.Config, on_bound: Any) -> None:
+        super().__init__(config)
+        self._on_bound = on_bound
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            port = self.servers[0].sockets[0].getsockname()[1]
+            self._on_bound(port)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the server until SIGINT/SIGTERM."""
+    configure_logging(args.verbosity)
+    if not args.demo:
+        logger.error(
+            "no backend configured: only --demo exists in this release "
+            "(the Kubernetes and Prometheus backends are planned, see docs/status.md)"
+        )
+        return 2
+    bind = args.bind_address or "127.0.0.1"
+    if not _loopback(bind):
+        logger.error("--demo serves without authentication and binds loopback only, not %s", bind)
+        return 2
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        logger.error("--tls-cert-file and --tls-private-key-file go together")
+        return 2
+    if args.tls_cert_file:
+        from custom_metrics_server.tls import trust_anchor
+
+        cert = ServingCertificate(args.tls_cert_file, args.tls_private_key_file, trust_anchor(args.tls_cert_file))
+    else:
+        cert = ensure_serving_certificate(args.cert_dir, ["localhost", "127.0.0.1", "::1"])
+    demo = SimulatedCluster(
+        DemoSettings(seed=args.demo_seed, pods=args.demo_pods, web_pods=args.demo_web_pods, interval=args.demo_interval)
+    )
+    settings = AppSettings(backend_timeout=args.backend_timeout)
+    app = create_app(cluster=demo.cluster, backends=[demo], settings=settings)
+    logger.warning(
+        "--demo: delegated authentication and authorization are OFF; every caller on %s is allowed",
+        bind,
+    )
+    kubeconfig = args.write_kubeconfig or args.cert_dir / "kubeconfig"
+
+    def on_bound(port: int) -> None:
+        host = f"[{bind}]" if ":" in bind else bind
+        url = f"https://{host}:{port}"
+        app.api.server_address = f"{bind}:{port}"
+        write_kubeconfig(kubeconfig, server=url, ca_pem=cert.ca_pem)
+        pods = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/http_requests_per_second?labelSelector=app%3Dweb"
+        external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth"
+        print(
+            f"custom-metrics-server v{__version__} serving the simulated cluster "
+            f"({args.demo_pods} pods) on {url}\n"
+            f"kubeconfig written to {kubeconfig}\n"
+            "Try:\n"
+            f"  kubectl --kubeconfig {kubeconfig} get --raw '{pods}'\n"
+            f"  kubectl --kubeconfig {kubeconfig} get --raw '{external}'\n",
+            flush=True,
+        )
+
+    config = uvicorn.Config(
+        app,
+        host=bind,
+        port=args.secure_port,
+        ssl_certfile=str(cert.cert_file),
+        ssl_keyfile=str(cert.key_file),
+        ssl_context_factory=lambda _config, _default: server_context(cert.cert_file, cert.key_file),
+        http="httptools",
+        loop="uvloop",
+        lifespan="on",
+        proxy_headers=False,
+        server_header=False,
+        access_log=False,
+        log_config=None,
+    )
+    _Server(config, on_bound).run()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `custom-metrics-server` console script."""
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":
+    sys.exit(main())

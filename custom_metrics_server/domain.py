@@ -1,0 +1,205 @@
+"""Value types shared by every layer: what a request asks for and what a backend answers.
+
+PURE: no I/O, no web framework. Everything here is immutable (frozen dataclasses with
+slots) except the per-sample render cache, which the wire layer owns and fills lazily.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Final, NewType
+
+if TYPE_CHECKING:
+    from custom_metrics_server.selectors import Selector
+
+NamespaceName = NewType("NamespaceName", str)
+ObjectName = NewType("ObjectName", str)
+MetricName = NewType("MetricName", str)
+
+#: The wildcard object name of the Custom Metrics API (`AllObjects` upstream).
+ALL_OBJECTS: Final = "*"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GroupResource:
+    """A resource qualified by its API group, as written in request paths (`deployments.apps`)."""
+
+    group: str
+    resource: str
+
+    @classmethod
+    def parse(cls, text: str) -> GroupResource:
+        """Split at the first dot, as apimachinery's `ParseGroupResource` does."""
+        resource, _, group = text.partition(".")
+        return cls(group=group, resource=resource)
+
+    def __str__(self) -> str:
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceMapping:
+    """What the REST mapper knows of one resource: its kind, preferred version and scope."""
+
+    group_resource: GroupResource
+    version: str
+    kind: str
+    namespaced: bool
+    singular: str = ""
+
+    @property
+    def api_version(self) -> str:
+        """`apiVersion` of the objects, in the correct Kubernetes form (`v1`, `apps/v1`)."""
+        group = self.group_resource.group
+        return f"{group}/{self.version}" if group else self.version
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The `describedObject` of a metric value (a core/v1 ObjectReference subset)."""
+
+    kind: str
+    namespace: str
+    name: str
+    api_version: str
+
+
+#: Identity of an object inside one resource: (namespace or "" for cluster scope, name).
+ObjectKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricInfo:
+    """One metric a backend can serve for one resource (`CustomMetricInfo` upstream)."""
+
+    group_resource: GroupResource
+    namespaced: bool
+    metric: str
+
+
+class ItemShape(enum.Enum):
+    """The JSON shape of a MetricValueList item; v1alpha1 shares v1beta1's shape."""
+
+    V1BETA1 = "v1beta1"
+    V1BETA2 = "v1beta2"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One value of one metric for one object, at the time it was observed.
+
+    `cache` holds rendered JSON fragments keyed by item shape; it is filled by the wire
+    layer the first time the sample is rendered, so a sample that lives across many
+    requests is encoded once. It is excluded from equality and hashing.
+    """
+
+    described: ObjectRef
+    metric: str
+    value: Decimal | int | float
+    timestamp: float
+    window: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cache: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalSample:
+    """One series of an external metric: its labels, value and observation time."""
+
+    metric: str
+    labels: Mapping[str, str]
+    value: Decimal | int | float
+    timestamp: float
+    window: int | None = None
+    cache: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthzAttributes:
+    """The resource attributes a SubjectAccessReview for this request carries (pre-rewrite)."""
+
+    verb: str
+    group: str
+    version: str
+    resource: str
+    subresource: str
+    name: str
+    namespace: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricRequest:
+    """A parsed custom-metrics value request (forms R1, R2 and R3 of the contract).
+
+    `resource` is the raw `{resource}` path segment; `namespace` is None for the
+    cluster-scoped URL forms. Namespace metrics (R3) arrive here already rewritten to
+    resource `namespaces`, name = the namespace, as the Go handler does.
+    """
+
+    group: str
+    version: str
+    resource: str
+    namespace: str | None
+    name: str
+    metric: str
+    label_selector: Selector
+    metric_selector: Selector
+    authz: AuthzAttributes
+
+    @property
+    def wildcard(self) -> bool:
+        """Whether the request names every object (`*`) rather than one."""
+        return self.name == ALL_OBJECTS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExternalMetricRequest:
+    """A parsed external-metrics request: `/namespaces/{ns}/{metric}?labelSelector=`."""
+
+    namespace: str
+    metric: str
+    metric_selector: Selector
+    authz: AuthzAttributes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendRequest:
+    """What a backend is asked for: one metric of concrete objects (never the wildcard)."""
+
+    metric: MetricInfo
+    mapping: ResourceMapping
+    objects: tuple[ObjectKey, ...]
+    metric_selector: Selector
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExternalBackendRequest:
+    """What a backend is asked for an external metric."""
+
+    metric: str
+    namespace: str
+    metric_selector: Selector
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether a component has synced; `reason` says what it waits for when not."""
+
+    ready: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    """An authenticated (or anonymous) caller."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+ANONYMOUS: Final = UserInfo(name="system:anonymous", groups=("system:unauthenticated",))

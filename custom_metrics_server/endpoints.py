@@ -1,0 +1,196 @@
+"""The `/apis` hot path: a bare ASGI handler for discovery and metric values.
+
+No framework routing, dependency injection or per-item models here (they cost 2-5x on this
+path, see docs/performance.md): the pure grammar parses the decoded path, the query layer
+answers, the wire layer joins pre-rendered fragments, and the response goes out as one body
+with an explicit `content-length`. Every failure is a Kubernetes `Status`; a bug is logged
+with a request id and answered with a masked 500, never a traceback.
+
+Per request: O(len(path)) parsing, the query layer's cost, and O(items) to join the body.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from custom_metrics_server import discovery, wire
+from custom_metrics_server.domain import ExternalMetricRequest, ItemShape, MetricRequest
+from custom_metrics_server.errors import (
+    NotAcceptable,
+    NotFound,
+    StatusError,
+    internal_error,
+    method_not_allowed,
+)
+from custom_metrics_server.grammar import (
+    EXTERNAL_GROUP,
+    GroupDiscovery,
+    ParsedRequest,
+    QueryParams,
+    RootDiscovery,
+    VersionDiscovery,
+    parse,
+    parse_query,
+)
+from custom_metrics_server.negotiation import Representation, negotiate, pretty_user_agent
+from custom_metrics_server.observability import ServerMetrics
+from custom_metrics_server.query import QueryEngine
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+
+logger = logging.getLogger(__name__)
+
+_SHAPES: Final = {"v1beta2": ItemShape.V1BETA2, "v1beta1": ItemShape.V1BETA1, "v1alpha1": ItemShape.V1BETA1}
+_JSON_HEADERS: Final = (
+    (b"content-type", b"application/json"),
+    (b"cache-control", b"no-cache, private"),
+    (b"x-content-type-options", b"nosniff"),
+)
+_NOT_FOUND_TEXT: Final = b"404 page not found\n"
+_TEXT_HEADERS: Final = (
+    (b"content-type", b"text/plain; charset=utf-8"),
+    (b"x-content-type-options", b"nosniff"),
+)
+
+
+async def send_body(
+    send: Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = _JSON_HEADERS
+) -> None:
+    """One complete response with an explicit length."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_not_found_text(send: Send) -> None:
+    """Go's `http.NotFound`, for paths outside every served group."""
+    await send_body(send, 404, _NOT_FOUND_TEXT, _TEXT_HEADERS)
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return ""
+
+
+class ApiEndpoints:
+    """Serves everything below `/apis`."""
+
+    def __init__(
+        self, *, engine: QueryEngine, metrics: ServerMetrics, server_address: str
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.server_address = server_address
+
+    async def __call__(self, scope: Scope, send: Send) -> None:
+        """Answer one HTTP request whose path is under `/apis`."""
+        started = time.perf_counter()
+        query = parse_query(scope["query_string"])
+        group = version = resource = ""
+        code = 500
+        try:
+            try:
+                parsed = parse(scope["path"], query)
+            except NotFound:
+                raise
+            except StatusError:
+                if scope["method"] != "GET":
+                    raise method_not_allowed() from None
+                raise
+            if parsed is None:
+                code = 404
+                await send_not_found_text(send)
+                return
+            if scope["method"] != "GET":
+                raise method_not_allowed()
+            group, version, resource = _labels(parsed, self.engine)
+            representation = self._representation(scope, query, parsed)
+            body = await self._answer(parsed)
+            if representation.pretty:
+                body = wire.prettify(body)
+            code = 200
+            await send_body(send, 200, body)
+        except StatusError as error:
+            code = error.code
+            await self._send_status(send, error)
+        except Exception:
+            request_id = uuid.uuid4().hex
+            logger.exception("request %s %s failed (request id %s)", scope["method"], scope["path"], request_id)
+            code = 500
+            await self._send_status(send, internal_error(), request_id=request_id)
+        finally:
+            self.metrics.observe_request(
+                group, version, resource, "get", code, time.perf_counter() - started
+            )
+
+    async def _send_status(self, send: Send, error: StatusError, *, request_id: str = "") -> None:
+        headers = _JSON_HEADERS + tuple(
+            (name.lower().encode(), value.encode()) for name, value in error.headers.items()
+        )
+        if request_id:
+            headers += ((b"audit-id", request_id.encode()),)
+        await send_body(send, error.code, wire.status(error), headers)
+
+    def _representation(self, scope: Scope, query: QueryParams, parsed: ParsedRequest) -> Representation:
+        chosen = negotiate(_header(scope, b"accept"), discovery_root=isinstance(parsed, RootDiscovery))
+        if isinstance(chosen, NotAcceptable):
+            raise chosen
+        pretty = query.pretty
+        if pretty is None:
+            pretty = chosen.pretty or pretty_user_agent(_header(scope, b"user-agent"))
+        return chosen if chosen.pretty == pretty else Representation(chosen.media_type, pretty)
+
+    async def _answer(self, parsed: ParsedRequest) -> bytes:
+        if isinstance(parsed, MetricRequest):
+            samples = await self.engine.custom(parsed)
+            if samples:
+                oldest = min(sample.timestamp for sample in samples)
+                self.metrics.observe_freshness(parsed.group, time.time() - oldest)
+            return wire.metric_value_list(
+                samples,
+                api_version=f"{parsed.group}/{parsed.version}",
+                shape=_SHAPES[parsed.version],
+                metric_selector=parsed.metric_selector,
+            )
+        if isinstance(parsed, ExternalMetricRequest):
+            external = await self.engine.external(parsed)
+            return wire.external_metric_value_list(external)
+        if isinstance(parsed, VersionDiscovery):
+            if parsed.group == EXTERNAL_GROUP:
+                return wire.dumps(discovery.external_resource_list(self.engine.external_metrics()))
+            return wire.dumps(
+                discovery.custom_resource_list(
+                    parsed.group, parsed.version, self.engine.custom_metrics()
+                )
+            )
+        if isinstance(parsed, GroupDiscovery):
+            return wire.dumps(discovery.api_group(parsed.group))
+        return wire.dumps(discovery.api_group_list(self.server_address))
+
+
+def _labels(parsed: ParsedRequest, engine: QueryEngine) -> tuple[str, str, str]:
+    """Self-metric labels; unknown resources collapse to `other` (bounded cardinality)."""
+    if isinstance(parsed, MetricRequest):
+        mapping = engine.cluster.mapping(parsed.resource)
+        resource = str(mapping.group_resource) if mapping else "other"
+        return parsed.group, parsed.version, resource
+    if isinstance(parsed, ExternalMetricRequest):
+        return EXTERNAL_GROUP, "v1beta1", "external"
+    if isinstance(parsed, VersionDiscovery):
+        return parsed.group, parsed.version, ""
+    if isinstance(parsed, GroupDiscovery):
+        return parsed.group, "", ""
+    return "", "", ""

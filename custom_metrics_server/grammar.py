@@ -1,0 +1,328 @@
+"""The URL grammar of the served API groups: a decoded path and a query string in, a typed
+request (or a `StatusError`) out.
+
+PURE: no I/O, no web framework. Follows the Go generic apiserver's `RequestInfo` splitting and
+custom-metrics-apiserver's route table (contract sections 1.2-1.6, 9): path templates are matched
+by segment count, the namespace-metrics form is rewritten to resource `namespaces`, and a
+trailing slash is ignored. Percent-decoding happens before this module (the ASGI server gives
+the decoded path), so `%2A` is `*` and `%2F` makes an extra segment.
+
+Cost: O(len(path) + len(query)) per request; selectors are parsed through a cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import parse_qsl
+
+from custom_metrics_server.domain import (
+    ALL_OBJECTS,
+    AuthzAttributes,
+    ExternalMetricRequest,
+    MetricRequest,
+)
+from custom_metrics_server.errors import (
+    BadRequest,
+    invalid_request_path,
+    route_not_found,
+    watch_not_supported,
+)
+from custom_metrics_server.selectors import (
+    EVERYTHING,
+    Selector,
+    SelectorError,
+    parse_field_selector,
+    parse_selector_cached,
+)
+
+CUSTOM_GROUP: Final = "custom.metrics.k8s.io"
+LEGACY_GROUP: Final = "custom-metrics"
+EXTERNAL_GROUP: Final = "external.metrics.k8s.io"
+
+#: Served groups and their versions, preferred version first.
+GROUP_VERSIONS: Final[dict[str, tuple[str, ...]]] = {
+    CUSTOM_GROUP: ("v1beta2", "v1beta1"),
+    LEGACY_GROUP: ("v1alpha1",),
+    EXTERNAL_GROUP: ("v1beta1",),
+}
+
+# Namespace subresources that RequestInfo does not treat as a resource of their own.
+_NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
+_TRUE_VALUES: Final = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+
+
+@dataclass(frozen=True, slots=True)
+class RootDiscovery:
+    """`GET /apis`."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDiscovery:
+    """`GET /apis/{group}`."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class VersionDiscovery:
+    """`GET /apis/{group}/{version}`."""
+
+    group: str
+    version: str
+
+
+ParsedRequest = (
+    RootDiscovery | GroupDiscovery | VersionDiscovery | MetricRequest | ExternalMetricRequest
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryParams:
+    """The query parameters this server interprets (first value wins, as upstream)."""
+
+    label_selector: str = ""
+    metric_label_selector: str = ""
+    field_selector: str = ""
+    pretty: bool | None = None  # None: not given, the Accept header and User-Agent decide
+    watch: bool = False
+
+
+_EMPTY_QUERY: Final = QueryParams()
+
+
+def parse_query(query: bytes | str) -> QueryParams:
+    """Decode the query string; unknown parameters are ignored, `+` is a space."""
+    if not query:
+        return _EMPTY_QUERY
+    text = query.decode("utf-8", "replace") if isinstance(query, bytes) else query
+    found: dict[str, str] = {}
+    for key, value in parse_qsl(text, keep_blank_values=True, errors="replace"):
+        found.setdefault(key, value)
+    return QueryParams(
+        label_selector=found.get("labelSelector", ""),
+        metric_label_selector=found.get("metricLabelSelector", ""),
+        field_selector=found.get("fieldSelector", ""),
+        pretty=found["pretty"] in _TRUE_VALUES if found.get("pretty") else None,
+        watch=found.get("watch", "") in _TRUE_VALUES,
+    )
+
+
+def is_api_path(path: str) -> bool:
+    """Whether the path belongs to `/apis` (the part of the URL space this grammar owns)."""
+    return path == "/apis" or path.startswith("/apis/")
+
+
+def split_api_path(path: str) -> list[str] | None:
+    """Segments below `/apis`, with one trailing slash ignored; None if not an `/apis` path."""
+    if not is_api_path(path):
+        return None
+    segments = path[len("/apis/") :].split("/") if len(path) > len("/apis") else []
+    if segments and segments[-1] == "":
+        segments.pop()
+    return segments
+
+
+def served_prefix(segments: list[str]) -> bool:
+    """Whether the path lies under a served `/apis/{group}/{version}` (404s become Status)."""
+    return len(segments) >= 2 and segments[1] in GROUP_VERSIONS.get(segments[0], ())
+
+
+def parse(path: str, query: QueryParams) -> ParsedRequest | None:
+    """Parse a decoded request path; None when the path is outside every served group."""
+    segments = split_api_path(path)
+    if segments is None:
+        return None
+    if not segments:
+        return RootDiscovery()
+    group = segments[0]
+    versions = GROUP_VERSIONS.get(group)
+    if versions is None:
+        return None
+    if len(segments) == 1:
+        return GroupDiscovery(group)
+    version = segments[1]
+    if version not in versions:
+        return None
+    parts = segments[2:]
+    if not parts:
+        return VersionDiscovery(group, version)
+    if "" in parts:
+        # `//` inside a served prefix: go-restful matches no route (never normalised away).
+        raise route_not_found()
+    if group == EXTERNAL_GROUP:
+        return _parse_external(version, parts, query)
+    return _parse_custom(group, version, parts, query)
+
+
+def _parse_custom(
+    group: str, version: str, parts: list[str], query: QueryParams
+) -> MetricRequest:
+    """Routes R1-R3 of the contract, with RequestInfo's namespace handling."""
+    count = len(parts)
+    if parts[0] == "namespaces" and count >= 2:
+        namespace = parts[1]
+        rest = parts[2:]
+        if len(rest) == 1:
+            # Matches R1 as `namespaces/{name}/{metric}`; RequestInfo then strips the namespace
+            # unless the third segment is a namespace subresource.
+            if rest[0] in _NAMESPACE_SUBRESOURCES:
+                return _custom(group, version, None, "namespaces", namespace, rest[0], query)
+            raise invalid_request_path()
+        if len(rest) == 2 and rest[0] == "metrics":
+            return _namespace_metric(group, version, namespace, rest[1], query)
+        if len(rest) == 3:
+            if rest[0] == "metrics":
+                # `namespaces/ns/metrics/m/extra`: the extra segment is ignored upstream.
+                return _namespace_metric(group, version, namespace, rest[1], query)
+            return _custom(group, version, namespace, rest[0], rest[1], rest[2], query)
+        raise route_not_found()
+    if count == 3:
+        return _custom(group, version, None, parts[0], parts[1], parts[2], query)
+    raise route_not_found()
+
+
+def _namespace_metric(
+    group: str, version: str, namespace: str, metric: str, query: QueryParams
+) -> MetricRequest:
+    """R3: authorized as resource `metrics` named after the metric, served as a namespace."""
+    _check_metric_name(metric)
+    _check_object_name(namespace, what="namespace")
+    label_selector, metric_selector = _selectors(query, name=metric)
+    authz = AuthzAttributes(
+        verb="get",
+        group=group,
+        version=version,
+        resource="metrics",
+        subresource="",
+        name=metric,
+        namespace=namespace,
+    )
+    return MetricRequest(
+        group=group,
+        version=version,
+        resource="namespaces",
+        namespace=None,
+        name=namespace,
+        metric=metric,
+        label_selector=label_selector,
+        metric_selector=metric_selector,
+        authz=authz,
+    )
+
+
+def _custom(
+    group: str,
+    version: str,
+    namespace: str | None,
+    resource: str,
+    name: str,
+    metric: str,
+    query: QueryParams,
+) -> MetricRequest:
+    """R1 (namespace None) and R2."""
+    _check_metric_name(metric)
+    if namespace is not None:
+        _check_object_name(namespace, what="namespace")
+    if name != ALL_OBJECTS:
+        _check_object_name(name, what="object")
+    _check_object_name(resource, what="resource")
+    label_selector, metric_selector = _selectors(query, name=name)
+    authz = AuthzAttributes(
+        verb="get",
+        group=group,
+        version=version,
+        resource=resource,
+        subresource=metric,
+        name=name,
+        namespace=namespace or "",
+    )
+    return MetricRequest(
+        group=group,
+        version=version,
+        resource=resource,
+        namespace=namespace,
+        name=name,
+        metric=metric,
+        label_selector=label_selector,
+        metric_selector=metric_selector,
+        authz=authz,
+    )
+
+
+def _parse_external(version: str, parts: list[str], query: QueryParams) -> ExternalMetricRequest:
+    """X1: exactly `namespaces/{namespace}/{metric}`; the label selector selects series."""
+    if len(parts) != 3 or parts[0] != "namespaces":
+        raise route_not_found()
+    namespace, metric = parts[1], parts[2]
+    _check_object_name(namespace, what="namespace")
+    _check_metric_name(metric)
+    if query.watch:
+        raise watch_not_supported()
+    metric_selector = _label_selector(query.label_selector)
+    _check_field_selector(query.field_selector, name=None)
+    authz = AuthzAttributes(
+        verb="list",
+        group=EXTERNAL_GROUP,
+        version=version,
+        resource=metric,
+        subresource="",
+        name="",
+        namespace=namespace,
+    )
+    return ExternalMetricRequest(
+        namespace=namespace, metric=metric, metric_selector=metric_selector, authz=authz
+    )
+
+
+def _selectors(query: QueryParams, *, name: str) -> tuple[Selector, Selector]:
+    """Parse labelSelector, fieldSelector and metricLabelSelector; any error is a 400."""
+    label_selector = _label_selector(query.label_selector)
+    _check_field_selector(query.field_selector, name=name)
+    metric_selector = _label_selector(query.metric_label_selector)
+    return label_selector, metric_selector
+
+
+def _label_selector(text: str) -> Selector:
+    if not text:
+        return EVERYTHING
+    try:
+        return parse_selector_cached(text)
+    except SelectorError as err:
+        raise BadRequest(str(err)) from err
+
+
+def _check_field_selector(text: str, *, name: str | None) -> None:
+    """Upstream accepts only metadata.name/namespace, and on named routes only the path name."""
+    if not text:
+        return
+    try:
+        selector = parse_field_selector(text)
+    except SelectorError as err:
+        raise BadRequest(str(err)) from err
+    if name is not None and selector.requires_exact("metadata.name") != name:
+        raise BadRequest("fieldSelector metadata.name doesn't match requested name")
+
+
+def _check_metric_name(metric: str) -> None:
+    """Metric names are path segments: never `.`/`..`, never `%`, `/` or `?` inside."""
+    problem = _path_segment_problem(metric) or ("may not contain '?'" if "?" in metric else "")
+    if problem:
+        raise BadRequest(f'invalid metric name "{metric}": {problem}')
+
+
+def _check_object_name(name: str, *, what: str) -> None:
+    problem = _path_segment_problem(name)
+    if problem:
+        raise BadRequest(f'invalid {what} name "{name}": {problem}')
+
+
+def _path_segment_problem(segment: str) -> str:
+    """apimachinery `IsValidPathSegmentName`, as a message ("" when valid)."""
+    if segment in {".", ".."}:
+        return f"may not be '{segment}'"
+    if "/" in segment:
+        return "may not contain '/'"
+    if "%" in segment:
+        return "may not contain '%'"
+    return ""

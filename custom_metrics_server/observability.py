@@ -1,0 +1,107 @@
+"""The server's own Prometheus metrics and logging set-up.
+
+One `ServerMetrics` per app, each with its own registry (tests build many apps in one process).
+Label children are cached in dicts so the per-request cost is two dictionary lookups, one
+counter increment and one histogram observation. The `resource` label only takes resources
+the cluster knows (else `other`): request paths are attacker-controlled and must not mint
+label values.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+EXPOSITION_CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS: Final = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
+)
+_FRESHNESS_BUCKETS: Final = (1, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class ServerMetrics:
+    """Request, backend and freshness metrics of one server."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "apiserver_request_total",
+            "Requests by API group, version, resource, verb and HTTP code.",
+            ["group", "version", "resource", "verb", "code"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "apiserver_request_duration_seconds",
+            "Request latency by API group, version, resource and verb.",
+            ["group", "version", "resource", "verb"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._backend = Histogram(
+            "custom_metrics_server_backend_fetch_duration_seconds",
+            "Time spent in a backend's fetch, by backend and outcome.",
+            ["backend", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._freshness = Histogram(
+            "metrics_apiserver_metric_freshness_seconds",
+            "Age of the oldest value in each metric response, by API group.",
+            ["group"],
+            buckets=_FRESHNESS_BUCKETS,
+            registry=self.registry,
+        )
+        self._request_children: dict[tuple[str, ...], Any] = {}
+        self._latency_children: dict[tuple[str, ...], Any] = {}
+        self._backend_children: dict[tuple[str, str], Any] = {}
+        self._freshness_children: dict[str, Any] = {}
+
+    def observe_request(
+        self, group: str, version: str, resource: str, verb: str, code: int, seconds: float
+    ) -> None:
+        """Count one request and record its latency."""
+        key = (group, version, resource, verb, str(code))
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self._requests.labels(*key)
+        child.inc()
+        latency_key = key[:4]
+        latency = self._latency_children.get(latency_key)
+        if latency is None:
+            latency = self._latency_children[latency_key] = self._latency.labels(*latency_key)
+        latency.observe(seconds)
+
+    def observe_backend(self, backend: str, outcome: str, seconds: float) -> None:
+        """Record one backend fetch."""
+        key = (backend, outcome)
+        child = self._backend_children.get(key)
+        if child is None:
+            child = self._backend_children[key] = self._backend.labels(*key)
+        child.observe(seconds)
+
+    def observe_freshness(self, group: str, age_seconds: float) -> None:
+        """Record the age of the oldest value sent in one response."""
+        child = self._freshness_children.get(group)
+        if child is None:
+            child = self._freshness_children[group] = self._freshness.labels(group)
+        child.observe(max(0.0, age_seconds))
+
+    def exposition(self) -> bytes:
+        """The Prometheus text exposition of this registry."""
+        return generate_latest(self.registry)
+
+
+def configure_logging(verbosity: int) -> None:
+    """klog-like verbosity: 0-2 info, 3+ debug (per-request detail); one line per record."""
+    level = logging.INFO if verbosity < 3 else logging.DEBUG
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=level,
+        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
+        force=True,
+    )

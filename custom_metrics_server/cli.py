@@ -12,6 +12,7 @@ import logging
 import re
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ import yaml
 
 from custom_metrics_server import __version__
 from custom_metrics_server.app import AppSettings, create_app
+from custom_metrics_server.backends.memory import MemoryBackend, load_fixture
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
+from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.observability import configure_logging
 from custom_metrics_server.tls import ServingCertificate, ensure_serving_certificate, server_context
 
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument("--backend-timeout", type=parse_duration, default=10.0, help="deadline of one backend call (default 10s)")
     demo = serve.add_argument_group("demo (embedded simulated cluster)")
     demo.add_argument("--demo", action="store_true", help="serve the embedded simulated cluster on loopback, without delegated auth")
+    demo.add_argument("--demo-file", type=Path, default=None, help="serve the objects and values of this YAML fixture instead of the simulated cluster (see docs/demo.md)")
     demo.add_argument("--demo-pods", type=int, default=60, help="pods in the simulated cluster")
     demo.add_argument("--demo-web-pods", type=int, default=None, help="replicas of default/web (default: a fifth of the pods)")
     demo.add_argument("--demo-seed", type=int, default=42, help="seed of the generated cluster")
@@ -140,11 +144,24 @@ def serve(args: argparse.Namespace) -> int:
         cert = ServingCertificate(args.tls_cert_file, args.tls_private_key_file, trust_anchor(args.tls_cert_file))
     else:
         cert = ensure_serving_certificate(args.cert_dir, ["localhost", "127.0.0.1", "::1"])
-    demo = SimulatedCluster(
-        DemoSettings(seed=args.demo_seed, pods=args.demo_pods, web_pods=args.demo_web_pods, interval=args.demo_interval)
-    )
+    cluster: InMemoryCluster
+    backend: MemoryBackend
+    if args.demo_file:
+        try:
+            document = yaml.safe_load(args.demo_file.read_text())
+            cluster, backend = load_fixture(document or {}, now=time.time())
+        except (OSError, yaml.YAMLError, ValueError) as err:
+            logger.error("cannot load --demo-file %s: %s", args.demo_file, err)
+            return 2
+        what = f"the fixture {args.demo_file}"
+    else:
+        backend = SimulatedCluster(
+            DemoSettings(seed=args.demo_seed, pods=args.demo_pods, web_pods=args.demo_web_pods, interval=args.demo_interval)
+        )
+        cluster = backend.cluster
+        what = f"the simulated cluster ({args.demo_pods} pods)"
     settings = AppSettings(backend_timeout=args.backend_timeout)
-    app = create_app(cluster=demo.cluster, backends=[demo], settings=settings)
+    app = create_app(cluster=cluster, backends=[backend], settings=settings)
     logger.warning(
         "--demo: delegated authentication and authorization are OFF; every caller on %s is allowed",
         bind,
@@ -159,8 +176,7 @@ def serve(args: argparse.Namespace) -> int:
         pods = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/http_requests_per_second?labelSelector=app%3Dweb"
         external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth"
         print(
-            f"custom-metrics-server v{__version__} serving the simulated cluster "
-            f"({args.demo_pods} pods) on {url}\n"
+            f"custom-metrics-server v{__version__} serving {what} on {url}\n"
             f"kubeconfig written to {kubeconfig}\n"
             "Try:\n"
             f"  kubectl --kubeconfig {kubeconfig} get --raw '{pods}'\n"

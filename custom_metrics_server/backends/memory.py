@@ -12,13 +12,15 @@ O(series per object) selector checks with one; `list_metrics` returns a prebuilt
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.quantity import Quantity
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -221,3 +223,66 @@ class MemoryBackend:
         tb: TracebackType | None,
     ) -> None:
         return None
+
+
+def load_fixture(document: Mapping[str, Any], *, now: float) -> tuple[InMemoryCluster, MemoryBackend]:
+    """A cluster and a backend from a fixture document (the `--demo-file` YAML).
+
+    Shape: `objects: [{resource, name, namespace?, labels?}]`, `metrics: [{resource, metric,
+    window?}]` (declared even without values), `values: [{resource, metric, name,
+    namespace?, value, labels?}]`, `external: [{metric, value, labels?, namespace?, window?}]`,
+    and an optional `timestamp` (RFC 3339) for every value, else `now`. Errors name the entry.
+    """
+    timestamp = now
+    if document.get("timestamp"):
+        parsed = dt.datetime.fromisoformat(str(document["timestamp"]).replace("Z", "+00:00"))
+        timestamp = parsed.timestamp()
+    cluster = InMemoryCluster()
+    builder = SnapshotBuilder(cluster, timestamp=timestamp)
+    where = "the document"
+    try:
+        for index, entry in enumerate(document.get("objects") or ()):
+            where = f"objects[{index}]"
+            cluster.add(
+                entry["resource"],
+                entry["name"],
+                namespace=entry.get("namespace", ""),
+                labels=entry.get("labels") or {},
+            )
+        infos: dict[tuple[str, str], MetricInfo] = {}
+
+        def declare(resource: str, metric: str, window: int | None = None) -> MetricInfo:
+            key = (resource, metric)
+            if key not in infos:
+                infos[key] = builder.declare(resource, metric, window=window)
+            return infos[key]
+
+        for index, entry in enumerate(document.get("metrics") or ()):
+            where = f"metrics[{index}]"
+            declare(entry["resource"], entry["metric"], entry.get("window"))
+        for index, entry in enumerate(document.get("values") or ()):
+            where = f"values[{index}]"
+            info = declare(entry["resource"], entry["metric"], entry.get("window"))
+            key = (entry.get("namespace", ""), entry["name"])
+            builder.add(info, key, _number(entry["value"]), entry.get("labels") or {})
+        for index, entry in enumerate(document.get("external") or ()):
+            where = f"external[{index}]"
+            builder.add_external(
+                entry["metric"],
+                _number(entry["value"]),
+                labels=entry.get("labels") or {},
+                namespace=entry.get("namespace"),
+                window=entry.get("window"),
+            )
+        snapshot = builder.build()
+    except (KeyError, TypeError, ValueError, ArithmeticError) as err:
+        raise ValueError(f"invalid fixture at {where}: {err!r}") from err
+    return cluster, MemoryBackend(name="memory", snapshot=snapshot)
+
+
+def _number(value: object) -> Number:
+    if isinstance(value, bool):
+        raise ValueError(f"not a number: {value!r}")
+    if isinstance(value, int | float | Decimal):
+        return value
+    return Quantity.parse(str(value)).value

@@ -80,9 +80,7 @@ def version_info() -> dict[str, str]:
     }
 
 
-def _build_shell(
-    engine: QueryEngine, metrics: ServerMetrics, settings: AppSettings
-) -> FastAPI:
+def _build_shell(engine: QueryEngine, metrics: ServerMetrics, settings: AppSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
@@ -142,14 +140,18 @@ def _build_shell(
                 verbose="verbose" in params,
                 exclude=frozenset(params.getlist("exclude")),
             )
-            return PlainTextResponse(body, status_code=status, headers={"x-content-type-options": "nosniff"})
+            return PlainTextResponse(
+                body, status_code=status, headers={"x-content-type-options": "nosniff"}
+            )
 
         async def single(check: str) -> Response:
             status, body = health.render(endpoint, checks(endpoint), verbose=False, only=check)
             return PlainTextResponse(body, status_code=status)
 
         shell.add_api_route(f"/{endpoint}", whole, methods=["GET"], include_in_schema=False)
-        shell.add_api_route(f"/{endpoint}/{{check}}", single, methods=["GET"], include_in_schema=False)
+        shell.add_api_route(
+            f"/{endpoint}/{{check}}", single, methods=["GET"], include_in_schema=False
+        )
 
     for endpoint in ("healthz", "livez", "readyz"):
         health_route(endpoint)

@@ -7,6 +7,7 @@ no access log, no proxy headers: see docs/performance.md). No request logic live
 from __future__ import annotations
 
 import argparse
+import base64
 import ipaddress
 import logging
 import re
@@ -26,7 +27,12 @@ from custom_metrics_server.backends.memory import MemoryBackend, load_fixture
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.observability import configure_logging
-from custom_metrics_server.tls import ServingCertificate, ensure_serving_certificate, server_context
+from custom_metrics_server.tls import (
+    ServingCertificate,
+    ensure_serving_certificate,
+    server_context,
+    trust_anchor,
+)
 
 logger = logging.getLogger("custom_metrics_server")
 
@@ -43,7 +49,8 @@ def parse_duration(text: str) -> float:
     if not _DURATION.match(text):
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 1m30s)")
     return sum(
-        float(amount) * _UNITS[unit] for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
+        float(amount) * _UNITS[unit]
+        for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
     )
 
 
@@ -54,21 +61,65 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the API server")
     serving = serve.add_argument_group("secure serving")
-    serving.add_argument("--secure-port", type=int, default=6443, help="HTTPS port (0: any free port)")
-    serving.add_argument("--bind-address", default=None, help="address to listen on (default 0.0.0.0; 127.0.0.1 with --demo)")
-    serving.add_argument("--cert-dir", type=Path, default=Path("apiserver.local.config/certificates"), help="where the self-signed certificate is kept when no certificate is given")
-    serving.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM, chain allowed)")
+    serving.add_argument(
+        "--secure-port", type=int, default=6443, help="HTTPS port (0: any free port)"
+    )
+    serving.add_argument(
+        "--bind-address",
+        default=None,
+        help="address to listen on (default 0.0.0.0; 127.0.0.1 with --demo)",
+    )
+    serving.add_argument(
+        "--cert-dir",
+        type=Path,
+        default=Path("apiserver.local.config/certificates"),
+        help="where the self-signed certificate is kept when no certificate is given",
+    )
+    serving.add_argument(
+        "--tls-cert-file", type=Path, help="serving certificate (PEM, chain allowed)"
+    )
     serving.add_argument("--tls-private-key-file", type=Path, help="key of --tls-cert-file")
-    serving.add_argument("--backend-timeout", type=parse_duration, default=10.0, help="deadline of one backend call (default 10s)")
+    serving.add_argument(
+        "--backend-timeout",
+        type=parse_duration,
+        default=10.0,
+        help="deadline of one backend call (default 10s)",
+    )
     demo = serve.add_argument_group("demo (embedded simulated cluster)")
-    demo.add_argument("--demo", action="store_true", help="serve the embedded simulated cluster on loopback, without delegated auth")
-    demo.add_argument("--demo-file", type=Path, default=None, help="serve the objects and values of this YAML fixture instead of the simulated cluster (see docs/demo.md)")
+    demo.add_argument(
+        "--demo",
+        action="store_true",
+        help="serve the embedded simulated cluster on loopback, without delegated auth",
+    )
+    demo.add_argument(
+        "--demo-file",
+        type=Path,
+        default=None,
+        help="serve this YAML fixture instead of the simulated cluster (see docs/demo.md)",
+    )
     demo.add_argument("--demo-pods", type=int, default=60, help="pods in the simulated cluster")
-    demo.add_argument("--demo-web-pods", type=int, default=None, help="replicas of default/web (default: a fifth of the pods)")
+    demo.add_argument(
+        "--demo-web-pods",
+        type=int,
+        default=None,
+        help="replicas of default/web (default: a fifth of the pods)",
+    )
     demo.add_argument("--demo-seed", type=int, default=42, help="seed of the generated cluster")
-    demo.add_argument("--demo-interval", type=parse_duration, default=15.0, help="how often values move (default 15s)")
-    demo.add_argument("--write-kubeconfig", type=Path, default=None, help="where to write a kubeconfig for the demo (default <cert-dir>/kubeconfig)")
-    serve.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)")
+    demo.add_argument(
+        "--demo-interval",
+        type=parse_duration,
+        default=15.0,
+        help="how often values move (default 15s)",
+    )
+    demo.add_argument(
+        "--write-kubeconfig",
+        type=Path,
+        default=None,
+        help="where to write a kubeconfig for the demo (default <cert-dir>/kubeconfig)",
+    )
+    serve.add_argument(
+        "-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)"
+    )
     return parser
 
 
@@ -83,8 +134,6 @@ def _loopback(address: str) -> bool:
 
 def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes) -> None:
     """A kubeconfig naming this server and trusting its CA; the token is ignored in demo mode."""
-    import base64
-
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -139,9 +188,9 @@ def serve(args: argparse.Namespace) -> int:
         logger.error("--tls-cert-file and --tls-private-key-file go together")
         return 2
     if args.tls_cert_file:
-        from custom_metrics_server.tls import trust_anchor
-
-        cert = ServingCertificate(args.tls_cert_file, args.tls_private_key_file, trust_anchor(args.tls_cert_file))
+        cert = ServingCertificate(
+            args.tls_cert_file, args.tls_private_key_file, trust_anchor(args.tls_cert_file)
+        )
     else:
         cert = ensure_serving_certificate(args.cert_dir, ["localhost", "127.0.0.1", "::1"])
     cluster: InMemoryCluster
@@ -156,7 +205,12 @@ def serve(args: argparse.Namespace) -> int:
         what = f"the fixture {args.demo_file}"
     else:
         backend = SimulatedCluster(
-            DemoSettings(seed=args.demo_seed, pods=args.demo_pods, web_pods=args.demo_web_pods, interval=args.demo_interval)
+            DemoSettings(
+                seed=args.demo_seed,
+                pods=args.demo_pods,
+                web_pods=args.demo_web_pods,
+                interval=args.demo_interval,
+            )
         )
         cluster = backend.cluster
         what = f"the simulated cluster ({args.demo_pods} pods)"
@@ -173,7 +227,10 @@ def serve(args: argparse.Namespace) -> int:
         url = f"https://{host}:{port}"
         app.api.server_address = f"{bind}:{port}"
         write_kubeconfig(kubeconfig, server=url, ca_pem=cert.ca_pem)
-        pods = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/http_requests_per_second?labelSelector=app%3Dweb"
+        pods = (
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/"
+            "http_requests_per_second?labelSelector=app%3Dweb"
+        )
         external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth"
         print(
             f"custom-metrics-server v{__version__} serving {what} on {url}\n"

@@ -59,9 +59,7 @@ def _resource_entry(name: str, *, namespaced: bool, kind: str) -> dict[str, Any]
     }
 
 
-def custom_resource_list(
-    group: str, version: str, metrics: Iterable[MetricInfo]
-) -> dict[str, Any]:
+def custom_resource_list(group: str, version: str, metrics: Iterable[MetricInfo]) -> dict[str, Any]:
     """`APIResourceList` of custom metrics: `<group-resource>/<metric>` entries, sorted."""
     unique = sorted({(str(info.group_resource), info.metric, info.namespaced) for info in metrics})
     resources = [

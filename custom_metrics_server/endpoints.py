@@ -46,7 +46,11 @@ Send = Callable[[Message], Awaitable[None]]
 
 logger = logging.getLogger(__name__)
 
-_SHAPES: Final = {"v1beta2": ItemShape.V1BETA2, "v1beta1": ItemShape.V1BETA1, "v1alpha1": ItemShape.V1BETA1}
+_SHAPES: Final = {
+    "v1beta2": ItemShape.V1BETA2,
+    "v1beta1": ItemShape.V1BETA1,
+    "v1alpha1": ItemShape.V1BETA1,
+}
 _JSON_HEADERS: Final = (
     (b"content-type", b"application/json"),
     (b"cache-control", b"no-cache, private"),
@@ -88,9 +92,7 @@ def _header(scope: Scope, name: bytes) -> str:
 class ApiEndpoints:
     """Serves everything below `/apis`."""
 
-    def __init__(
-        self, *, engine: QueryEngine, metrics: ServerMetrics, server_address: str
-    ) -> None:
+    def __init__(self, *, engine: QueryEngine, metrics: ServerMetrics, server_address: str) -> None:
         self.engine = engine
         self.metrics = metrics
         self.server_address = server_address
@@ -128,12 +130,19 @@ class ApiEndpoints:
             await self._send_status(send, error)
         except Exception:
             request_id = uuid.uuid4().hex
-            logger.exception("request %s %s failed (request id %s)", scope["method"], scope["path"], request_id)
+            logger.exception(
+                "request %s %s failed (request id %s)", scope["method"], scope["path"], request_id
+            )
             code = 500
             await self._send_status(send, internal_error(), request_id=request_id)
         finally:
             self.metrics.observe_request(
-                group, version, resource, "get", code, time.perf_counter() - started
+                group=group,
+                version=version,
+                resource=resource,
+                verb="get",
+                code=code,
+                seconds=time.perf_counter() - started,
             )
 
     async def _send_status(self, send: Send, error: StatusError, *, request_id: str = "") -> None:
@@ -144,8 +153,12 @@ class ApiEndpoints:
             headers += ((b"audit-id", request_id.encode()),)
         await send_body(send, error.code, wire.status(error), headers)
 
-    def _representation(self, scope: Scope, query: QueryParams, parsed: ParsedRequest) -> Representation:
-        chosen = negotiate(_header(scope, b"accept"), discovery_root=isinstance(parsed, RootDiscovery))
+    def _representation(
+        self, scope: Scope, query: QueryParams, parsed: ParsedRequest
+    ) -> Representation:
+        chosen = negotiate(
+            _header(scope, b"accept"), discovery_root=isinstance(parsed, RootDiscovery)
+        )
         if isinstance(chosen, NotAcceptable):
             raise chosen
         pretty = query.pretty

@@ -151,9 +151,7 @@ def watch_not_supported() -> MethodNotAllowed:
 
 def not_acceptable(available: tuple[str, ...]) -> NotAcceptable:
     """No Accept clause allows a representation we serve."""
-    return NotAcceptable(
-        "only the following media types are accepted: " + ", ".join(available)
-    )
+    return NotAcceptable("only the following media types are accepted: " + ", ".join(available))
 
 
 def request_timeout() -> BackendTimeout:

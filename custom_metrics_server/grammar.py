@@ -155,9 +155,7 @@ def parse(path: str, query: QueryParams) -> ParsedRequest | None:
     return _parse_custom(group, version, parts, query)
 
 
-def _parse_custom(
-    group: str, version: str, parts: list[str], query: QueryParams
-) -> MetricRequest:
+def _parse_custom(group: str, version: str, parts: list[str], query: QueryParams) -> MetricRequest:
     """Routes R1-R3 of the contract, with RequestInfo's namespace handling."""
     count = len(parts)
     if parts[0] == "namespaces" and count >= 2:
@@ -167,7 +165,15 @@ def _parse_custom(
             # Matches R1 as `namespaces/{name}/{metric}`; RequestInfo then strips the namespace
             # unless the third segment is a namespace subresource.
             if rest[0] in _NAMESPACE_SUBRESOURCES:
-                return _custom(group, version, None, "namespaces", namespace, rest[0], query)
+                return _custom(
+                    group,
+                    version,
+                    query,
+                    namespace=None,
+                    resource="namespaces",
+                    name=namespace,
+                    metric=rest[0],
+                )
             raise invalid_request_path()
         if len(rest) == 2 and rest[0] == "metrics":
             return _namespace_metric(group, version, namespace, rest[1], query)
@@ -175,10 +181,26 @@ def _parse_custom(
             if rest[0] == "metrics":
                 # `namespaces/ns/metrics/m/extra`: the extra segment is ignored upstream.
                 return _namespace_metric(group, version, namespace, rest[1], query)
-            return _custom(group, version, namespace, rest[0], rest[1], rest[2], query)
+            return _custom(
+                group,
+                version,
+                query,
+                namespace=namespace,
+                resource=rest[0],
+                name=rest[1],
+                metric=rest[2],
+            )
         raise route_not_found()
     if count == 3:
-        return _custom(group, version, None, parts[0], parts[1], parts[2], query)
+        return _custom(
+            group,
+            version,
+            query,
+            namespace=None,
+            resource=parts[0],
+            name=parts[1],
+            metric=parts[2],
+        )
     raise route_not_found()
 
 
@@ -214,11 +236,12 @@ def _namespace_metric(
 def _custom(
     group: str,
     version: str,
+    query: QueryParams,
+    *,
     namespace: str | None,
     resource: str,
     name: str,
     metric: str,
-    query: QueryParams,
 ) -> MetricRequest:
     """R1 (namespace None) and R2."""
     _check_metric_name(metric)

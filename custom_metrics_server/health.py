@@ -41,7 +41,6 @@ def render(
         else:
             reason = check.reason if verbose and check.reason else "reason withheld"
             lines.append(f"[-]{name} failed: {reason}")
-    for name in sorted(exclude & checks.keys()):
-        lines.append(f"[+]{name} excluded: ok")
+    lines.extend(f"[+]{name} excluded: ok" for name in sorted(exclude & checks.keys()))
     lines.append(f"{endpoint} check {'passed' if healthy else 'failed'}")
     return (200 if healthy else 500), "\n".join(lines) + "\n"

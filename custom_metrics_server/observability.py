@@ -19,7 +19,22 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 EXPOSITION_CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
 _LATENCY_BUCKETS: Final = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
 )
 _FRESHNESS_BUCKETS: Final = (1, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -62,7 +77,7 @@ class ServerMetrics:
         self._freshness_children: dict[str, Any] = {}
 
     def observe_request(
-        self, group: str, version: str, resource: str, verb: str, code: int, seconds: float
+        self, *, group: str, version: str, resource: str, verb: str, code: int, seconds: float
     ) -> None:
         """Count one request and record its latency."""
         key = (group, version, resource, verb, str(code))

@@ -137,14 +137,24 @@ def group_version_paths(group: str, version: str) -> dict[str, Any]:
         schemas.MetricValueListV1beta2 if version == "v1beta2" else schemas.MetricValueListV1beta1
     )
     forms = [
-        (f"{base}/{{resource}}/{{name}}/{{metric}}", "MetricValue",
-         "a metric of cluster-scoped objects (or of namespaced objects across namespaces)",
-         ["resource", "name", "metric"]),
-        (f"{base}/namespaces/{{namespace}}/{{resource}}/{{name}}/{{metric}}",
-         "NamespacedMetricValue", "a metric of objects in a namespace",
-         ["namespace", "resource", "name", "metric"]),
-        (f"{base}/namespaces/{{namespace}}/metrics/{{metric}}", "MetricValueForNamespace",
-         "a metric of a namespace itself", ["namespace", "metric"]),
+        (
+            f"{base}/{{resource}}/{{name}}/{{metric}}",
+            "MetricValue",
+            "a metric of cluster-scoped objects (or of namespaced objects across namespaces)",
+            ["resource", "name", "metric"],
+        ),
+        (
+            f"{base}/namespaces/{{namespace}}/{{resource}}/{{name}}/{{metric}}",
+            "NamespacedMetricValue",
+            "a metric of objects in a namespace",
+            ["namespace", "resource", "name", "metric"],
+        ),
+        (
+            f"{base}/namespaces/{{namespace}}/metrics/{{metric}}",
+            "MetricValueForNamespace",
+            "a metric of a namespace itself",
+            ["namespace", "metric"],
+        ),
     ]
     for path, name, summary, params in forms:
         paths[path] = {

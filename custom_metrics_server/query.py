@@ -74,8 +74,8 @@ class QueryEngine:
     async def custom(self, request: MetricRequest) -> Sequence[Sample]:
         """Samples answering a custom-metrics request, in object order."""
         name = None if request.wildcard else request.name
-        selector_text = "" if request.metric_selector.is_everything() else str(
-            request.metric_selector
+        selector_text = (
+            "" if request.metric_selector.is_everything() else str(request.metric_selector)
         )
         mapping = self.cluster.mapping(request.resource)
         if mapping is None:

@@ -116,11 +116,15 @@ def metric_value_list(
     metric_selector: Selector,
 ) -> bytes:
     """A `MetricValueList` body. O(len(samples)); cached fragments when no selector is echoed."""
-    head = b'{"kind":"MetricValueList","apiVersion":"' + api_version.encode() + b'","metadata":{},"items":['
+    head = (
+        b'{"kind":"MetricValueList","apiVersion":"'
+        + api_version.encode()
+        + b'","metadata":{},"items":['
+    )
     render = _ITEM_RENDERERS[shape]
     selector = label_selector_json(metric_selector)
     if selector is None:
-        fragments = []
+        fragments: list[bytes] = []
         append = fragments.append
         for sample in samples:
             fragment = sample.cache.get(shape)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-import select
+import queue
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -69,17 +70,18 @@ def start_server(workdir: Path, *args: str, timeout: float = 30) -> RunningServe
             command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=workdir
         )
     assert process.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = process.stdout
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
     deadline = time.monotonic() + timeout
     banner = ""
     while not banner.endswith("\n\n"):  # the banner ends with a blank line
-        remaining = deadline - time.monotonic()
-        ready, _, _ = select.select([process.stdout], [], [], max(0.0, remaining))
-        line = process.stdout.readline() if ready else ""
-        if not line:
+        try:
+            banner += lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
             process.kill()
             log = (workdir / "server.log").read_text()
-            raise RuntimeError(f"server did not start: {banner!r}\n{log}")
-        banner += line
+            raise RuntimeError(f"server did not start: {banner!r}\n{log}") from None
     url = banner.split(" on ", 1)[1].split()[0]
     server = RunningServer(url, cert_dir / "kubeconfig", cert_dir, process, banner)
     with server.client() as client:

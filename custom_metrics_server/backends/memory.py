@@ -20,16 +20,16 @@ from types import TracebackType
 from typing import Any, Self
 
 from custom_metrics_server.cluster import InMemoryCluster
-from custom_metrics_server.quantity import Quantity
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
     ExternalSample,
-    Readiness,
     MetricInfo,
     ObjectKey,
+    Readiness,
     Sample,
 )
+from custom_metrics_server.quantity import Quantity
 
 Number = Decimal | int | float
 
@@ -225,7 +225,9 @@ class MemoryBackend:
         return None
 
 
-def load_fixture(document: Mapping[str, Any], *, now: float) -> tuple[InMemoryCluster, MemoryBackend]:
+def load_fixture(
+    document: Mapping[str, Any], *, now: float
+) -> tuple[InMemoryCluster, MemoryBackend]:
     """A cluster and a backend from a fixture document (the `--demo-file` YAML).
 
     Shape: `objects: [{resource, name, namespace?, labels?}]`, `metrics: [{resource, metric,

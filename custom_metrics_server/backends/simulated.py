@@ -89,7 +89,9 @@ def _suffix(seed: int, *parts: object, length: int = 5) -> str:
 class SimulatedCluster(MemoryBackend):
     """The `--demo` world: `.cluster` is its cluster view, the instance its metrics backend."""
 
-    def __init__(self, settings: DemoSettings | None = None, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, settings: DemoSettings | None = None, *, clock: Callable[[], float] = time.time
+    ):
         super().__init__(name="simulated")
         self.settings = settings or DemoSettings()
         self.cluster = InMemoryCluster()
@@ -97,7 +99,8 @@ class SimulatedCluster(MemoryBackend):
         self._task: asyncio.Task[None] | None = None
         self._pods: list[ObjectRecord] = []
         self._pod_node: dict[ObjectKey, str] = {}
-        self._workload_pods: dict[tuple[str, str, str], list[ObjectKey]] = {}
+        # Pods of each workload object, by the workload's resource (`deployments.apps`, ...).
+        self._workload_pods: dict[str, dict[ObjectKey, list[ObjectKey]]] = {}
         self._service_pods: dict[ObjectKey, list[ObjectKey]] = {}
         self._build_world()
         self.tick()
@@ -115,11 +118,27 @@ class SimulatedCluster(MemoryBackend):
         counts["api"] += rest - sum(counts.values())
         return [
             _Workload("default", "Deployment", "web", web, {"app": "web", "tier": "frontend"}),
-            _Workload("default", "Deployment", "api", counts["api"], {"app": "api", "tier": "backend"}),
-            _Workload("shop", "Deployment", "frontend", counts["frontend"], {"app": "frontend", "tier": "frontend"}),
-            _Workload("shop", "Deployment", "cart", counts["cart"], {"app": "cart", "tier": "backend"}),
+            _Workload(
+                "default", "Deployment", "api", counts["api"], {"app": "api", "tier": "backend"}
+            ),
+            _Workload(
+                "shop",
+                "Deployment",
+                "frontend",
+                counts["frontend"],
+                {"app": "frontend", "tier": "frontend"},
+            ),
+            _Workload(
+                "shop", "Deployment", "cart", counts["cart"], {"app": "cart", "tier": "backend"}
+            ),
             _Workload("shop", "StatefulSet", "db", db, {"app": "db", "tier": "data"}),
-            _Workload("batch", "Deployment", "worker", counts["worker"], {"app": "worker", "tier": "batch"}),
+            _Workload(
+                "batch",
+                "Deployment",
+                "worker",
+                counts["worker"],
+                {"app": "worker", "tier": "batch"},
+            ),
         ]
 
     def _build_world(self) -> None:
@@ -127,7 +146,11 @@ class SimulatedCluster(MemoryBackend):
         add = self.cluster.add
         teams = {"default": "web", "shop": "commerce", "batch": "data", "kube-system": "platform"}
         for namespace, team in teams.items():
-            add("namespaces", namespace, labels={"kubernetes.io/metadata.name": namespace, "team": team})
+            add(
+                "namespaces",
+                namespace,
+                labels={"kubernetes.io/metadata.name": namespace, "team": team},
+            )
         node_count = max(3, math.ceil(self.settings.pods / 100))
         nodes = []
         for index in range(node_count):
@@ -149,7 +172,6 @@ class SimulatedCluster(MemoryBackend):
             if workload.replicas == 0:
                 continue
             ns, name = workload.namespace, workload.name
-            owner_key = ("apps", workload.kind, f"{ns}/{name}")
             resource = "deployments.apps" if workload.kind == "Deployment" else "statefulsets.apps"
             add(resource, name, namespace=ns, labels=workload.labels)
             pod_owner = (workload.kind, name)
@@ -158,17 +180,27 @@ class SimulatedCluster(MemoryBackend):
                 template_hash = _suffix(seed, ns, name, "rs", length=10)
                 rs_name = f"{name}-{template_hash}"
                 rs_labels = {**workload.labels, "pod-template-hash": template_hash}
-                add("replicasets.apps", rs_name, namespace=ns, labels=rs_labels, owners=(("Deployment", name),))
+                add(
+                    "replicasets.apps",
+                    rs_name,
+                    namespace=ns,
+                    labels=rs_labels,
+                    owners=(("Deployment", name),),
+                )
                 pod_owner = ("ReplicaSet", rs_name)
-                pod_names = [f"{rs_name}-{_suffix(seed, ns, name, i)}" for i in range(workload.replicas)]
+                pod_names = [
+                    f"{rs_name}-{_suffix(seed, ns, name, i)}" for i in range(workload.replicas)
+                ]
                 pod_labels = [rs_labels] * workload.replicas
-                self._workload_pods[("apps", "replicasets", f"{ns}/{rs_name}")] = []
+                replicaset_pods = self._workload_pods.setdefault("replicasets.apps", {})
+                replicaset_pods[(ns, rs_name)] = []
             else:
                 pod_names = [f"{name}-{i}" for i in range(workload.replicas)]
                 pod_labels = [
-                    {**workload.labels, "statefulset.kubernetes.io/pod-name": pod} for pod in pod_names
+                    {**workload.labels, "statefulset.kubernetes.io/pod-name": pod}
+                    for pod in pod_names
                 ]
-            members = self._workload_pods.setdefault(owner_key, [])
+            members = self._workload_pods.setdefault(resource, {}).setdefault((ns, name), [])
             for pod_name, labels in zip(pod_names, pod_labels, strict=True):
                 record = add("pods", pod_name, namespace=ns, labels=labels, owners=(pod_owner,))
                 self._pods.append(record)
@@ -176,8 +208,8 @@ class SimulatedCluster(MemoryBackend):
                 placed += 1
                 members.append(record.key)
                 if pod_owner[0] == "ReplicaSet":
-                    self._workload_pods[("apps", "replicasets", f"{ns}/{pod_owner[1]}")].append(record.key)
-            if workload.kind == "Deployment" and workload.name in {"web", "api", "frontend", "cart"}:
+                    replicaset_pods[(ns, pod_owner[1])].append(record.key)
+            if workload.kind == "Deployment" and workload.name != "worker":
                 add("services", name, namespace=ns, labels={"app": name})
                 self._service_pods[(ns, name)] = members
         add("ingresses.networking.k8s.io", "web", namespace="default", labels={"app": "web"})
@@ -220,26 +252,24 @@ class SimulatedCluster(MemoryBackend):
                 builder.add(info, key, round(sum(per_pod[p] for p in pods), 3))
             return info
 
-        by_kind: dict[str, dict[ObjectKey, list[ObjectKey]]] = {}
-        for (_, kind, ref), pods in self._workload_pods.items():
-            namespace, name = ref.split("/", 1)
-            by_kind.setdefault(kind, {})[(namespace, name)] = pods
-        add_sum("deployments.apps", by_kind.get("Deployment", {}))
-        add_sum("statefulsets.apps", by_kind.get("StatefulSet", {}))
-        add_sum("replicasets.apps", by_kind.get("replicasets", {}))
+        for resource, members in self._workload_pods.items():
+            add_sum(resource, members)
         add_sum("services", self._service_pods)
         by_namespace: dict[ObjectKey, list[ObjectKey]] = {}
         for key in per_pod:
             by_namespace.setdefault(("", key[0]), []).append(key)
-        for namespace in self.cluster.inventory.records(GroupResource("", "namespaces")):
-            by_namespace.setdefault(namespace.key, [])
+        namespaces = list(self.cluster.inventory.records(GroupResource("", "namespaces")))
+        for record in namespaces:
+            by_namespace.setdefault(record.key, [])
         add_sum("namespaces", by_namespace)
 
         queue_length = builder.declare("namespaces", "queue_length")
-        for namespace in self.cluster.inventory.records(GroupResource("", "namespaces")):
-            builder.add(queue_length, namespace.key, int(self._wave(namespace.key, tick, 120)))
+        for record in namespaces:
+            builder.add(queue_length, record.key, int(self._wave(record.key, tick, 120)))
         ingress = builder.declare("ingresses.networking.k8s.io", "requests_per_second", window=60)
-        for record in self.cluster.inventory.records(GroupResource("networking.k8s.io", "ingresses")):
+        for record in self.cluster.inventory.records(
+            GroupResource("networking.k8s.io", "ingresses")
+        ):
             backend = record.labels.get("app", "")
             pods = self._service_pods.get((record.namespace, backend), [])
             builder.add(ingress, record.key, round(sum(per_pod[p] for p in pods), 3))
@@ -251,7 +281,11 @@ class SimulatedCluster(MemoryBackend):
             busy = node_pods.get(record.name, 0) / 30
             builder.add(load, record.key, self._wave(record.key, tick, 0.5 + busy))
 
-        queues = {"default": ("emails", "jobs"), "shop": ("orders", "payments"), "batch": ("reports",)}
+        queues = {
+            "default": ("emails", "jobs"),
+            "shop": ("orders", "payments"),
+            "batch": ("reports",),
+        }
         for namespace, names in queues.items():
             for queue in names:
                 depth = int(self._wave((namespace, queue), tick, 40 + 80 * _unit(seed, queue)))

@@ -18,7 +18,10 @@ class Reply:
 
 
 def scope_for(
-    method: str, raw_path: bytes, query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
+    method: str,
+    raw_path: bytes,
+    query: bytes = b"",
+    headers: list[tuple[bytes, bytes]] | None = None,
 ) -> dict[str, Any]:
     """An HTTP scope as uvicorn's httptools protocol builds it (percent-decoded path)."""
     path = raw_path.decode("ascii", "replace")

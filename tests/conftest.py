@@ -61,8 +61,16 @@ def start_server(workdir: Path, *args: str, timeout: float = 30) -> RunningServe
     """Start the real server on a free port and wait until it is ready."""
     cert_dir = workdir / "certs"
     command = [
-        sys.executable, "-m", "custom_metrics_server", "serve", "--demo",
-        "--secure-port", "0", "--cert-dir", str(cert_dir), *args,
+        sys.executable,
+        "-m",
+        "custom_metrics_server",
+        "serve",
+        "--demo",
+        "--secure-port",
+        "0",
+        "--cert-dir",
+        str(cert_dir),
+        *args,
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(workdir / "server.log", "w") as log:

@@ -17,36 +17,94 @@ from tests.conftest import contract_app
 
 APP = contract_app()
 PREFIXES = [
-    "/apis", "/apis/custom.metrics.k8s.io", "/apis/custom.metrics.k8s.io/v1beta2",
-    "/apis/custom.metrics.k8s.io/v1beta1", "/apis/custom-metrics/v1alpha1",
-    "/apis/external.metrics.k8s.io/v1beta1", "/healthz", "/readyz", "/openapi", "/", "",
+    "/apis",
+    "/apis/custom.metrics.k8s.io",
+    "/apis/custom.metrics.k8s.io/v1beta2",
+    "/apis/custom.metrics.k8s.io/v1beta1",
+    "/apis/custom-metrics/v1alpha1",
+    "/apis/external.metrics.k8s.io/v1beta1",
+    "/healthz",
+    "/readyz",
+    "/openapi",
+    "/",
+    "",
 ]
-WORDS = ["namespaces", "ns", "metrics", "pods", "nodes", "*", "%2A", "some-metric", "foo",
-         "deployments.apps", "status", "..", ".", "", "%2F", "%2e%2e", "%25", "%3F", "\u00e9",
-         "%ff", "%00", "a b", "m?x", "default"]
+WORDS = [
+    "namespaces",
+    "ns",
+    "metrics",
+    "pods",
+    "nodes",
+    "*",
+    "%2A",
+    "some-metric",
+    "foo",
+    "deployments.apps",
+    "status",
+    "..",
+    ".",
+    "",
+    "%2F",
+    "%2e%2e",
+    "%25",
+    "%3F",
+    "\u00e9",
+    "%ff",
+    "%00",
+    "a b",
+    "m?x",
+    "default",
+]
 segment = st.one_of(st.sampled_from(WORDS), st.text(max_size=12).map(lambda s: quote(s, safe="*%")))
 paths = st.builds(
-    lambda prefix, segments, slash: prefix + "".join("/" + s for s in segments) + ("/" if slash else ""),
-    st.sampled_from(PREFIXES), st.lists(segment, max_size=7), st.booleans(),
+    lambda prefix, segments, slash: (
+        prefix + "".join("/" + s for s in segments) + ("/" if slash else "")
+    ),
+    st.sampled_from(PREFIXES),
+    st.lists(segment, max_size=7),
+    st.booleans(),
 )
 selector_text = st.one_of(
-    st.sampled_from(["foo=bar", "=bar", "a in (b,c)", "!x", "x>1", "x<y", "a,b,", "a==b", "(", "a notin ()"]),
+    st.sampled_from(
+        ["foo=bar", "=bar", "a in (b,c)", "!x", "x>1", "x<y", "a,b,", "a==b", "(", "a notin ()"]
+    ),
     st.text(max_size=20),
 )
 queries = st.lists(
     st.tuples(
-        st.sampled_from(["labelSelector", "metricLabelSelector", "fieldSelector", "watch", "pretty", "x", "limit"]),
+        st.sampled_from(
+            [
+                "labelSelector",
+                "metricLabelSelector",
+                "fieldSelector",
+                "watch",
+                "pretty",
+                "x",
+                "limit",
+            ]
+        ),
         selector_text,
     ),
     max_size=4,
 ).map(lambda pairs: "&".join(f"{quote(k)}={quote(v)}" for k, v in pairs).encode())
 accepts = st.one_of(
     st.none(),
-    st.sampled_from(["application/json", "*/*", "application/vnd.kubernetes.protobuf, */*", "text/html",
-                     "application/json;as=Table;v=v1;g=meta.k8s.io", "application/json;q=0", "application/*;q=0.5"]),
+    st.sampled_from(
+        [
+            "application/json",
+            "*/*",
+            "application/vnd.kubernetes.protobuf, */*",
+            "text/html",
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+            "application/json;q=0",
+            "application/*;q=0.5",
+        ]
+    ),
     st.text(max_size=30).filter(lambda s: s.isascii() and "\n" not in s and "\r" not in s),
 )
-methods = st.sampled_from(["GET", "GET", "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"])
+methods = st.sampled_from(
+    ["GET", "GET", "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"]
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +131,9 @@ def check(reply: Reply) -> None:
     reply.body.decode("utf-8")
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(method=methods, path=paths, query=queries, accept=accepts)
 def test_any_request_gets_a_well_formed_answer(
     loop: asyncio.AbstractEventLoop, method: str, path: str, query: bytes, accept: str | None

@@ -14,7 +14,11 @@ from tests.conftest import RunningServer
 
 pytestmark = pytest.mark.integration
 
-CUSTOM_VERSIONS = ["custom.metrics.k8s.io/v1beta2", "custom.metrics.k8s.io/v1beta1", "custom-metrics/v1alpha1"]
+CUSTOM_VERSIONS = [
+    "custom.metrics.k8s.io/v1beta2",
+    "custom.metrics.k8s.io/v1beta1",
+    "custom-metrics/v1alpha1",
+]
 E = "/apis/external.metrics.k8s.io/v1beta1"
 NOT_FOUND = "the server could not find the requested resource"
 
@@ -47,7 +51,11 @@ def items_of(response: httpx.Response, prefix: str) -> list[dict[str, Any]]:
     assert body["kind"] == "MetricValueList"
     assert body["apiVersion"] == prefix.removeprefix("/apis/")
     assert body["metadata"] == {}
-    model = schemas.MetricValueListV1beta2 if prefix.endswith("v1beta2") else schemas.MetricValueListV1beta1
+    model = (
+        schemas.MetricValueListV1beta2
+        if prefix.endswith("v1beta2")
+        else schemas.MetricValueListV1beta1
+    )
     model.model_validate(body)
     return list(body["items"])
 
@@ -56,14 +64,20 @@ def metric_name(item: dict[str, Any]) -> str:
     return str(item["metric"]["name"] if "metric" in item else item["metricName"])
 
 
-def test_c1_long_prefix_path_is_not_found(client: httpx.Client, contract_server: RunningServer) -> None:
+def test_c1_long_prefix_path_is_not_found(
+    client: httpx.Client, contract_server: RunningServer
+) -> None:
     response = client.get(contract_server.url + "//apis/")
     assert response.status_code == 404
     assert client.get("/apis/").status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/blah", "/nodes/foo", "/namespaces/ns/pods/bar"], ids=["one", "two", "four"])
-def test_c2_paths_with_the_wrong_segment_count_are_status_404(client: httpx.Client, prefix: str, path: str) -> None:
+@pytest.mark.parametrize(
+    "path", ["/blah", "/nodes/foo", "/namespaces/ns/pods/bar"], ids=["one", "two", "four"]
+)
+def test_c2_paths_with_the_wrong_segment_count_are_status_404(
+    client: httpx.Client, prefix: str, path: str
+) -> None:
     response = client.get(prefix + path)
     assert response.status_code == 404
     body = status_of(response)
@@ -75,7 +89,10 @@ def test_c2_paths_with_the_wrong_segment_count_are_status_404(client: httpx.Clie
 def test_c3_root_wildcard_lists_every_node(client: httpx.Client, prefix: str) -> None:
     items = items_of(client.get(prefix + "/nodes/*/some-metric"), prefix)
     assert [i["describedObject"]["name"] for i in items] == ["foo", "node-1", "node-2", "node-3"]
-    assert all(i["describedObject"]["kind"] == "Node" and "namespace" not in i["describedObject"] for i in items)
+    assert all(
+        i["describedObject"]["kind"] == "Node" and "namespace" not in i["describedObject"]
+        for i in items
+    )
     assert {metric_name(i) for i in items} == {"some-metric"}
 
 
@@ -87,7 +104,9 @@ def test_c4_namespaced_wildcard_lists_the_namespace_pods(client: httpx.Client, p
 
 def test_c5_namespace_metric_is_the_namespace_object(client: httpx.Client, prefix: str) -> None:
     items = items_of(client.get(prefix + "/namespaces/ns/metrics/some-metric"), prefix)
-    assert [i["describedObject"] for i in items] == [{"kind": "Namespace", "name": "ns", "apiVersion": "v1"}]
+    assert [i["describedObject"] for i in items] == [
+        {"kind": "Namespace", "name": "ns", "apiVersion": "v1"}
+    ]
     assert items[0]["value"] == "1500m"
 
 
@@ -98,18 +117,34 @@ def test_c5_namespace_metric_is_the_namespace_object(client: httpx.Client, prefi
         pytest.param("/namespaces/ns/pods/*/some-metric?labelSelector=foo%3Dbar", 8, id="c7-pods"),
         pytest.param("/nodes/foo/some-metric", 1, id="c8-node"),
         pytest.param("/namespaces/ns/pods/foo/some-metric", 1, id="c9-pod"),
-        pytest.param("/namespaces/ns/pods/foo/some-metric?labelSelector=foo%3Dnope", 1, id="c9-selector-ignored"),
-        pytest.param("/namespaces/ns/pods/*/some-metric?labelSelector=foo+in+%28bar%29,app", 8, id="set-based"),
-        pytest.param("/namespaces/ns/pods/*/some-metric?labelSelector=foo!%3Dbar", 8, id="not-equals"),
-        pytest.param("/namespaces/ns/pods/*/some-metric?labelSelector=!foo", 0, id="does-not-exist"),
+        pytest.param(
+            "/namespaces/ns/pods/foo/some-metric?labelSelector=foo%3Dnope",
+            1,
+            id="c9-selector-ignored",
+        ),
+        pytest.param(
+            "/namespaces/ns/pods/*/some-metric?labelSelector=foo+in+%28bar%29,app",
+            8,
+            id="set-based",
+        ),
+        pytest.param(
+            "/namespaces/ns/pods/*/some-metric?labelSelector=foo!%3Dbar", 8, id="not-equals"
+        ),
+        pytest.param(
+            "/namespaces/ns/pods/*/some-metric?labelSelector=!foo", 0, id="does-not-exist"
+        ),
     ],
 )
-def test_c6_to_c9_selectors_and_single_objects(client: httpx.Client, prefix: str, path: str, count: int) -> None:
+def test_c6_to_c9_selectors_and_single_objects(
+    client: httpx.Client, prefix: str, path: str, count: int
+) -> None:
     items = items_of(client.get(prefix + path), prefix)
     assert len(items) == count
 
 
-def test_c10_encoded_wildcard_and_trailing_slash_equal_the_plain_form(client: httpx.Client, prefix: str) -> None:
+def test_c10_encoded_wildcard_and_trailing_slash_equal_the_plain_form(
+    client: httpx.Client, prefix: str
+) -> None:
     plain = client.get(prefix + "/namespaces/ns/pods/*/some-metric")
     encoded = client.get(prefix + "/namespaces/ns/pods/%2A/some-metric")
     slashed = client.get(prefix + "/namespaces/ns/pods/*/some-metric/")
@@ -117,8 +152,12 @@ def test_c10_encoded_wildcard_and_trailing_slash_equal_the_plain_form(client: ht
     assert len(items_of(plain, prefix)) == 16
 
 
-@pytest.mark.parametrize("path", ["/namespaces/ns/foo", "/namespaces/ns/metrics"], ids=["c11", "c12"])
-def test_c11_c12_too_few_parts_is_invalid_request_path(client: httpx.Client, prefix: str, path: str) -> None:
+@pytest.mark.parametrize(
+    "path", ["/namespaces/ns/foo", "/namespaces/ns/metrics"], ids=["c11", "c12"]
+)
+def test_c11_c12_too_few_parts_is_invalid_request_path(
+    client: httpx.Client, prefix: str, path: str
+) -> None:
     response = client.get(prefix + path)
     assert response.status_code == 400
     body = status_of(response)
@@ -128,23 +167,43 @@ def test_c11_c12_too_few_parts_is_invalid_request_path(client: httpx.Client, pre
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        pytest.param("labelSelector=%3Dbar", "found '=', expected: !, identifier, or 'end of string'", id="c13"),
-        pytest.param("fieldSelector=spec.x%3D1", '"spec.x" is not a known field selector: only "metadata.name", "metadata.namespace"', id="c15"),
-        pytest.param("metricLabelSelector=%3Dbar", "found '=', expected: !, identifier, or 'end of string'", id="c16"),
+        pytest.param(
+            "labelSelector=%3Dbar",
+            "found '=', expected: !, identifier, or 'end of string'",
+            id="c13",
+        ),
+        pytest.param(
+            "fieldSelector=spec.x%3D1",
+            '"spec.x" is not a known field selector: only "metadata.name", "metadata.namespace"',
+            id="c15",
+        ),
+        pytest.param(
+            "metricLabelSelector=%3Dbar",
+            "found '=', expected: !, identifier, or 'end of string'",
+            id="c16",
+        ),
     ],
 )
-def test_c13_c15_c16_bad_selectors_are_bad_requests(client: httpx.Client, prefix: str, query: str, message: str) -> None:
+def test_c13_c15_c16_bad_selectors_are_bad_requests(
+    client: httpx.Client, prefix: str, query: str, message: str
+) -> None:
     response = client.get(prefix + "/namespaces/ns/pods/*/m?" + query)
     assert response.status_code == 400
     body = status_of(response)
     assert (body["reason"], body["message"]) == ("BadRequest", message)
 
 
-def test_c14_field_selector_naming_another_object_is_rejected(client: httpx.Client, prefix: str) -> None:
+def test_c14_field_selector_naming_another_object_is_rejected(
+    client: httpx.Client, prefix: str
+) -> None:
     response = client.get(prefix + "/namespaces/ns/pods/foo/m?fieldSelector=metadata.name%3Dbar")
     assert response.status_code == 400
-    assert status_of(response)["message"] == "fieldSelector metadata.name doesn't match requested name"
-    matching = client.get(prefix + "/namespaces/ns/pods/*/some-metric?fieldSelector=metadata.name%3D%2A")
+    assert (
+        status_of(response)["message"] == "fieldSelector metadata.name doesn't match requested name"
+    )
+    matching = client.get(
+        prefix + "/namespaces/ns/pods/*/some-metric?fieldSelector=metadata.name%3D%2A"
+    )
     assert len(items_of(matching, prefix)) == 16
 
 
@@ -158,28 +217,47 @@ def test_c17_other_methods_are_not_allowed(client: httpx.Client, prefix: str, me
         assert body["message"] == "the server does not allow this method on the requested resource"
 
 
-def test_c18_group_qualified_resource_maps_to_kind_and_api_version(client: httpx.Client, prefix: str) -> None:
+def test_c18_group_qualified_resource_maps_to_kind_and_api_version(
+    client: httpx.Client, prefix: str
+) -> None:
     items = items_of(client.get(prefix + "/namespaces/ns/deployments.apps/web/m"), prefix)
-    assert items[0]["describedObject"] == {"kind": "Deployment", "namespace": "ns", "name": "web", "apiVersion": "apps/v1"}
+    assert items[0]["describedObject"] == {
+        "kind": "Deployment",
+        "namespace": "ns",
+        "name": "web",
+        "apiVersion": "apps/v1",
+    }
     assert items[0]["value"] == "2500m"
 
 
-def test_c19_c20_missing_values_use_the_upstream_wordings(client: httpx.Client, prefix: str) -> None:
+def test_c19_c20_missing_values_use_the_upstream_wordings(
+    client: httpx.Client, prefix: str
+) -> None:
     response = client.get(prefix + "/namespaces/default/services/kubernetes/test-metric")
     assert response.status_code == 404
     body = status_of(response)
-    assert body["message"] == "the server could not find the metric test-metric for services kubernetes"
+    assert (
+        body["message"]
+        == "the server could not find the metric test-metric for services kubernetes"
+    )
     assert "details" not in body
-    response = client.get(prefix + "/namespaces/default/services/kubernetes/test-metric?metricLabelSelector=foo%3Dbar")
+    response = client.get(
+        prefix + "/namespaces/default/services/kubernetes/test-metric?metricLabelSelector=foo%3Dbar"
+    )
     assert status_of(response)["message"] == (
         "the server could not find the metric test-metric for services kubernetes with selector foo=bar"
     )
-    response = client.get(prefix + "/namespaces/ns/pods/foo/some-metric?metricLabelSelector=verb%3DPOST")
+    response = client.get(
+        prefix + "/namespaces/ns/pods/foo/some-metric?metricLabelSelector=verb%3DPOST"
+    )
     assert status_of(response)["message"] == (
         "the server could not find the metric some-metric for pods foo with selector verb=POST"
     )
     response = client.get(prefix + "/namespaces/ns/widgets/*/some-metric")
-    assert status_of(response)["message"] == "the server could not find the metric some-metric for widgets"
+    assert (
+        status_of(response)["message"]
+        == "the server could not find the metric some-metric for widgets"
+    )
 
 
 EXPECTED_V1BETA2 = (
@@ -201,17 +279,23 @@ def test_c21_each_version_has_its_own_item_shape_byte_for_byte(client: httpx.Cli
     assert client.get("/apis/custom.metrics.k8s.io/v1beta2" + path).content == EXPECTED_V1BETA2
     assert client.get("/apis/custom.metrics.k8s.io/v1beta1" + path).content == EXPECTED_V1BETA1
     legacy = client.get("/apis/custom-metrics/v1alpha1" + path).content
-    assert legacy == EXPECTED_V1BETA1.replace(b"custom.metrics.k8s.io/v1beta1", b"custom-metrics/v1alpha1")
+    assert legacy == EXPECTED_V1BETA1.replace(
+        b"custom.metrics.k8s.io/v1beta1", b"custom-metrics/v1alpha1"
+    )
 
 
 def test_metric_selector_is_echoed_in_items(client: httpx.Client) -> None:
-    response = client.get("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods/foo/some-metric?metricLabelSelector=verb%3DGET")
+    response = client.get(
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods/foo/some-metric?metricLabelSelector=verb%3DGET"
+    )
     item = items_of(response, "/apis/custom.metrics.k8s.io/v1beta2")[0]
     assert item["metric"] == {"name": "some-metric", "selector": {"matchLabels": {"verb": "GET"}}}
 
 
 @pytest.mark.parametrize("suffix", ["", "/"], ids=["plain", "slash"])
-def test_c22_version_discovery_lists_metrics(client: httpx.Client, prefix: str, suffix: str) -> None:
+def test_c22_version_discovery_lists_metrics(
+    client: httpx.Client, prefix: str, suffix: str
+) -> None:
     response = client.get(prefix + suffix)
     assert response.status_code == 200
     body = response.json()
@@ -221,8 +305,11 @@ def test_c22_version_discovery_lists_metrics(client: httpx.Client, prefix: str, 
     assert body["groupVersion"] == prefix.removeprefix("/apis/")
     entries = {r["name"]: r for r in body["resources"]}
     assert entries["pods/some-metric"] == {
-        "name": "pods/some-metric", "singularName": "", "namespaced": True,
-        "kind": "MetricValueList", "verbs": ["get"],
+        "name": "pods/some-metric",
+        "singularName": "",
+        "namespaced": True,
+        "kind": "MetricValueList",
+        "verbs": ["get"],
     }
     assert entries["nodes/some-metric"]["namespaced"] is False
     assert entries["namespaces/some-metric"]["namespaced"] is False
@@ -238,8 +325,17 @@ def test_c23_hpa_protobuf_accept_gets_json(client: httpx.Client, prefix: str) ->
     assert response.headers["content-type"] == "application/json"
 
 
-@pytest.mark.parametrize("accept", ["application/xml", "application/vnd.kubernetes.protobuf", "application/json;as=Table;g=meta.k8s.io;v=v1"])
-def test_c24_unacceptable_media_types_are_406(client: httpx.Client, prefix: str, accept: str) -> None:
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/xml",
+        "application/vnd.kubernetes.protobuf",
+        "application/json;as=Table;g=meta.k8s.io;v=v1",
+    ],
+)
+def test_c24_unacceptable_media_types_are_406(
+    client: httpx.Client, prefix: str, accept: str
+) -> None:
     response = client.get(prefix + "/namespaces/ns/pods/*/some-metric", headers={"Accept": accept})
     assert response.status_code == 406
     body = status_of(response)
@@ -247,7 +343,9 @@ def test_c24_unacceptable_media_types_are_406(client: httpx.Client, prefix: str,
     assert body["message"] == "only the following media types are accepted: application/json"
 
 
-@pytest.mark.parametrize("path", ["/nonexistent-metric", "/namespaces/foo", "/namespaces/foo/group/metric"])
+@pytest.mark.parametrize(
+    "path", ["/nonexistent-metric", "/namespaces/foo", "/namespaces/foo/group/metric"]
+)
 def test_x1_external_paths_outside_the_grammar_are_404(client: httpx.Client, path: str) -> None:
     response = client.get(E + path)
     assert response.status_code == 404
@@ -259,19 +357,33 @@ def external_items(response: httpx.Response) -> list[dict[str, Any]]:
     body = response.json()
     schemas.ExternalMetricValueList.model_validate(body)
     assert (body["kind"], body["apiVersion"], body["metadata"]) == (
-        "ExternalMetricValueList", "external.metrics.k8s.io/v1beta1", {},
+        "ExternalMetricValueList",
+        "external.metrics.k8s.io/v1beta1",
+        {},
     )
     return list(body["items"])
 
 
 def test_x2_external_metric_lists_every_series(client: httpx.Client) -> None:
     items = external_items(client.get(E + "/namespaces/default/my-external-metric"))
-    assert [(i["metricLabels"], i["value"]) for i in items] == [({"foo": "bar"}, "42"), ({"foo": "baz"}, "43")]
+    assert [(i["metricLabels"], i["value"]) for i in items] == [
+        ({"foo": "bar"}, "42"),
+        ({"foo": "baz"}, "43"),
+    ]
 
 
 def test_x3_label_selector_selects_external_series(client: httpx.Client) -> None:
-    items = external_items(client.get(E + "/namespaces/default/my-external-metric?labelSelector=foo%3Dbar"))
-    assert items == [{"metricName": "my-external-metric", "metricLabels": {"foo": "bar"}, "timestamp": "2026-01-02T03:04:05Z", "value": "42"}]
+    items = external_items(
+        client.get(E + "/namespaces/default/my-external-metric?labelSelector=foo%3Dbar")
+    )
+    assert items == [
+        {
+            "metricName": "my-external-metric",
+            "metricLabels": {"foo": "bar"},
+            "timestamp": "2026-01-02T03:04:05Z",
+            "value": "42",
+        }
+    ]
 
 
 def test_x4_unknown_external_metric_is_an_empty_list(client: httpx.Client) -> None:
@@ -282,7 +394,9 @@ def test_x5_watch_on_external_metrics_is_not_supported(client: httpx.Client) -> 
     response = client.get(E + "/namespaces/default/my-external-metric?watch=true")
     assert response.status_code == 405
     body = status_of(response)
-    assert body["message"] == 'watch is not supported on resources of kind "*.external.metrics.k8s.io"'
+    assert (
+        body["message"] == 'watch is not supported on resources of kind "*.external.metrics.k8s.io"'
+    )
     assert body["details"] == {"group": "external.metrics.k8s.io", "kind": "*"}
 
 
@@ -290,20 +404,36 @@ def test_x6_external_discovery_lists_metrics(client: httpx.Client) -> None:
     body = client.get(E).json()
     assert body["groupVersion"] == "external.metrics.k8s.io/v1beta1"
     assert body["resources"] == [
-        {"name": name, "singularName": "", "namespaced": True, "kind": "ExternalMetricValueList", "verbs": ["get"]}
+        {
+            "name": name,
+            "singularName": "",
+            "namespaced": True,
+            "kind": "ExternalMetricValueList",
+            "verbs": ["get"],
+        }
         for name in ["my-external-metric", "other-external-metric"]
     ]
 
 
 def test_root_and_group_discovery(client: httpx.Client) -> None:
-    root = client.get("/apis", headers={"Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"})
+    root = client.get(
+        "/apis",
+        headers={"Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"},
+    )
     assert root.status_code == 200
     assert root.headers["content-type"] == "application/json"
     body = root.json()
     schemas.APIGroupList.model_validate(body)
-    assert [g["name"] for g in body["groups"]] == ["custom.metrics.k8s.io", "custom-metrics", "external.metrics.k8s.io"]
+    assert [g["name"] for g in body["groups"]] == [
+        "custom.metrics.k8s.io",
+        "custom-metrics",
+        "external.metrics.k8s.io",
+    ]
     group = client.get("/apis/custom.metrics.k8s.io").json()
-    assert group["preferredVersion"] == {"groupVersion": "custom.metrics.k8s.io/v1beta2", "version": "v1beta2"}
+    assert group["preferredVersion"] == {
+        "groupVersion": "custom.metrics.k8s.io/v1beta2",
+        "version": "v1beta2",
+    }
     assert [v["version"] for v in group["versions"]] == ["v1beta2", "v1beta1"]
 
 

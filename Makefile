@@ -1,0 +1,54 @@
+# Everything a developer or CI runs. `make demo` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,lint]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install  ## run the server on the embedded simulated cluster (https://127.0.0.1:6443)
+	$(BIN)/custom-metrics-server serve --demo $(ARGS)
+
+test: install verify  ## every check and the whole test suite
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: install
+	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: install
+	$(BIN)/mypy
+
+imports: install
+	$(BIN)/lint-imports
+
+verify-openapi: install
+	$(BIN)/python -m custom_metrics_server.openapi --check openapi
+
+update-openapi: install
+	$(BIN)/python -m custom_metrics_server.openapi --write openapi
+
+verify: lint typecheck imports verify-openapi
+
+bench: install  ## the request-path benchmarks (needs wrk); writes benchmarks/results/
+	$(BIN)/python benchmarks/request_path.py $(ARGS)
+
+bench-smoke: install
+	$(BIN)/python benchmarks/request_path.py --smoke
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

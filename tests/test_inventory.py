@@ -1,0 +1,90 @@
+"""The object index: selector lookups agree with a plain scan, and change invalidates memos."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.selectors import EVERYTHING, Selector, parse_selector
+
+PODS = GroupResource("", "pods")
+
+
+def cluster_with(*pods: tuple[str, str, dict[str, str]]) -> InMemoryCluster:
+    cluster = InMemoryCluster()
+    for namespace, name, labels in pods:
+        cluster.add("pods", name, namespace=namespace, labels=labels)
+    return cluster
+
+
+def test_select_uses_namespace_and_selector_and_sorts() -> None:
+    cluster = cluster_with(
+        ("a", "z", {"app": "web"}),
+        ("a", "b", {"app": "web"}),
+        ("b", "c", {"app": "web"}),
+        ("a", "d", {"app": "db"}),
+    )
+    assert cluster.list_objects(PODS, "a", parse_selector("app=web")) == [("a", "b"), ("a", "z")]
+    assert cluster.list_objects(PODS, None, parse_selector("app=web")) == [
+        ("a", "b"),
+        ("a", "z"),
+        ("b", "c"),
+    ]
+    assert cluster.list_objects(PODS, None, parse_selector("app in (db,web),app!=web")) == [
+        ("a", "d")
+    ]
+    assert cluster.list_objects(PODS, "a", EVERYTHING) == [("a", "b"), ("a", "d"), ("a", "z")]
+    assert cluster.list_objects(GroupResource("apps", "deployments"), None, EVERYTHING) == []
+
+
+def test_changes_invalidate_memoised_answers() -> None:
+    cluster = cluster_with(("a", "one", {"app": "web"}))
+    selector = parse_selector("app=web")
+    assert cluster.list_objects(PODS, "a", selector) == [("a", "one")]
+    cluster.add("pods", "two", namespace="a", labels={"app": "web"})
+    assert cluster.list_objects(PODS, "a", selector) == [("a", "one"), ("a", "two")]
+    cluster.add("pods", "one", namespace="a", labels={"app": "db"})  # relabel
+    assert cluster.list_objects(PODS, "a", selector) == [("a", "two")]
+    cluster.inventory.delete(PODS, ("a", "two"))
+    assert cluster.list_objects(PODS, "a", selector) == []
+    assert len(cluster.inventory) == 1
+
+
+label_sets = st.dictionaries(
+    st.sampled_from(["app", "tier", "env"]), st.sampled_from(["web", "db", "x"]), max_size=3
+)
+selectors = st.sampled_from(
+    [
+        "",
+        "app=web",
+        "app!=web",
+        "app in (web,db)",
+        "app notin (web)",
+        "tier",
+        "!tier",
+        "app=web,tier=db",
+        "env==x,app in (db)",
+    ]
+).map(lambda text: parse_selector(text) if text else EVERYTHING)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b"]), label_sets), max_size=25),
+    selectors,
+    st.sampled_from([None, "a", "b"]),
+)
+def test_indexed_select_equals_a_full_scan(
+    pods: list[tuple[str, dict[str, str]]], selector: Selector, namespace: str | None
+) -> None:
+    cluster = InMemoryCluster()
+    for index, (ns, labels) in enumerate(pods):
+        cluster.add("pods", f"p{index}", namespace=ns, labels=labels)
+    expected = sorted(
+        (ns, f"p{index}")
+        for index, (ns, labels) in enumerate(pods)
+        if (namespace is None or ns == namespace) and selector.matches(labels)
+    )
+    assert cluster.list_objects(PODS, namespace, selector) == expected

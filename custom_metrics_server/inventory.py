@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Final
 
 from custom_metrics_server.domain import GroupResource, ObjectKey, ObjectRef
@@ -77,6 +78,10 @@ class Inventory:
     def get(self, group_resource: GroupResource, key: ObjectKey) -> ObjectRecord | None:
         """One object by key. O(1)."""
         return self._objects.get(group_resource, {}).get(key)
+
+    def table(self, group_resource: GroupResource) -> Mapping[ObjectKey, ObjectRecord]:
+        """Every object of a resource by key (a read-only view for bulk lookups)."""
+        return MappingProxyType(self._objects.get(group_resource, {}))
 
     def records(self, group_resource: GroupResource) -> Iterator[ObjectRecord]:
         """Every object of a resource, in insertion order."""

@@ -92,8 +92,13 @@ class SnapshotBuilder:
         value: Number,
         labels: Mapping[str, str] | None = None,
     ) -> None:
-        """Add one series of `info` for the object `key` (namespace, name)."""
-        self._custom[info].setdefault(key, []).append((labels or {}, value))
+        """Add one series of `info` for the object `key` (namespace, name). O(1)."""
+        table = self._custom[info]
+        series = table.get(key)
+        if series is None:
+            table[key] = [(labels or {}, value)]
+        else:
+            series.append((labels or {}, value))
 
     def add_external(
         self,
@@ -117,21 +122,21 @@ class SnapshotBuilder:
     def build(self) -> Snapshot:
         """Freeze the collected series; O(series)."""
         custom: dict[MetricInfo, dict[ObjectKey, ObjectValues]] = {}
+        timestamp = self._timestamp
         for info, objects in self._custom.items():
+            records = self._cluster.inventory.table(info.group_resource)
+            metric, window = info.metric, self._windows[info]
             values: dict[ObjectKey, ObjectValues] = {}
             for key, series in objects.items():
-                record = self._cluster.inventory.get(info.group_resource, key)
+                record = records.get(key)
                 if record is None:
                     raise ValueError(f"no object {key} of {info.group_resource} in the cluster")
-                total = Sample(
-                    described=record.ref,
-                    metric=info.metric,
-                    value=_sum(value for _, value in series),
-                    timestamp=self._timestamp,
-                    window=self._windows[info],
-                    labels=series[0][0] if len(series) == 1 else {},
-                )
-                values[key] = ObjectValues(total=total, series=tuple(series))
+                if len(series) == 1:
+                    labels, total = series[0]
+                else:
+                    labels, total = {}, _sum(value for _, value in series)
+                sample = Sample(record.ref, metric, total, timestamp, window, labels)
+                values[key] = ObjectValues(total=sample, series=tuple(series))
             custom[info] = values
         external = {metric: tuple(series) for metric, series in self._external.items()}
         return Snapshot(custom=custom, external=external)

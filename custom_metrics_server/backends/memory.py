@@ -13,11 +13,11 @@ O(series per object) selector checks with one; `list_metrics` returns a prebuilt
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar, cast
 
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import (
@@ -32,6 +32,7 @@ from custom_metrics_server.domain import (
 from custom_metrics_server.quantity import Quantity
 
 Number = Decimal | int | float
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,11 @@ class SnapshotBuilder:
 
     def build(self) -> Snapshot:
         """Freeze the collected series; O(series)."""
+        return drain(self.build_steps())
+
+    def build_steps(self, *, chunk: int = 1024) -> Generator[None, None, Snapshot]:
+        """`build()` as a generator that pauses every `chunk` objects, so a caller on an
+        event loop can let requests run between slices of a large build."""
         custom: dict[MetricInfo, dict[ObjectKey, ObjectValues]] = {}
         timestamp = self._timestamp
         for info, objects in self._custom.items():
@@ -137,9 +143,20 @@ class SnapshotBuilder:
                     labels, total = {}, _sum(value for _, value in series)
                 sample = Sample(record.ref, metric, total, timestamp, window, labels)
                 values[key] = ObjectValues(total=sample, series=tuple(series))
+                if len(values) % chunk == 0:
+                    yield
             custom[info] = values
         external = {metric: tuple(series) for metric, series in self._external.items()}
         return Snapshot(custom=custom, external=external)
+
+
+def drain(steps: Generator[None, None, T]) -> T:
+    """Run a step generator to the end and return its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return cast("T", done.value)
 
 
 def _sum(values: Iterable[Number]) -> Number:

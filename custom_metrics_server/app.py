@@ -13,7 +13,7 @@ import contextlib
 import logging
 import platform
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,8 @@ class AppSettings:
     backend_timeout: float = 10.0
     title: str = "custom-metrics-server"
     extra_checks: dict[str, Readiness] = field(default_factory=dict)
+    #: Renders the KEP-1748 `/metrics/resources` exposition; None: the endpoint is a 404.
+    resource_exposition: Callable[[], bytes] | None = None
 
 
 def _status_response(error: StatusError) -> Response:
@@ -163,6 +165,12 @@ def _build_shell(engine: QueryEngine, metrics: ServerMetrics, settings: AppSetti
     @shell.get("/metrics", include_in_schema=False)
     async def self_metrics() -> Response:
         return Response(metrics.exposition(), media_type=EXPOSITION_CONTENT_TYPE)
+
+    @shell.get("/metrics/resources", include_in_schema=False)
+    async def resource_metrics() -> Response:
+        if settings.resource_exposition is None:
+            return PlainTextResponse("404 page not found\n", status_code=404)
+        return Response(settings.resource_exposition(), media_type=EXPOSITION_CONTENT_TYPE)
 
     spec_v2 = orjson.dumps(openapi.build_v2(title=settings.title))
     spec_v3 = {gv: orjson.dumps(doc) for gv, doc in openapi.build_v3(title=settings.title).items()}

@@ -220,7 +220,7 @@ def serve(args: argparse.Namespace) -> int:
         "--demo: delegated authentication and authorization are OFF; every caller on %s is allowed",
         bind,
     )
-    kubeconfig = args.write_kubeconfig or args.cert_dir / "kubeconfig"
+    kubeconfig = (args.write_kubeconfig or args.cert_dir / "kubeconfig").resolve()
 
     def on_bound(port: int) -> None:
         host = f"[{bind}]" if ":" in bind else bind

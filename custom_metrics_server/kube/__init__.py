@@ -1,0 +1,1 @@
+"""Talking to kube-apiserver: connection settings, a thin async client, watches."""

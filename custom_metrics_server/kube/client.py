@@ -1,0 +1,130 @@
+"""A thin async client for kube-apiserver over httpx: JSON GET/POST, text GET (node proxy),
+and line-delimited watch streams. Failures become `KubeApiError` with the Status fields,
+the original exception chained; no `kubernetes` client models anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Generator, Mapping
+from typing import Any
+
+import httpx
+import orjson
+
+from custom_metrics_server import __version__
+from custom_metrics_server.kube.config import Connection
+
+USER_AGENT = f"custom-metrics-server/v{__version__}"
+
+
+class KubeApiError(Exception):
+    """kube-apiserver answered with an error, or could not be reached (`code` 0)."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(f"{code} {reason}: {message}" if code else message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+class GoneError(KubeApiError):
+    """410 Gone: the resourceVersion is too old; the caller must relist."""
+
+
+class _Bearer(httpx.Auth):
+    """Sets the current bearer token on every request (token files rotate)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self._connection.bearer_token()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
+def error_from_response(status: int, body: bytes) -> KubeApiError:
+    """The error a non-2xx answer stands for, using its `Status` body when there is one."""
+    reason, message = "", body.decode("utf-8", "replace").strip()[:500]
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        document = None
+    if isinstance(document, dict) and document.get("kind") == "Status":
+        reason = str(document.get("reason", ""))
+        message = str(document.get("message", message))
+    cls = GoneError if status == 410 else KubeApiError
+    return cls(status, reason, message or httpx.codes.get_reason_phrase(status))
+
+
+class KubeClient:
+    """One connection pool to kube-apiserver."""
+
+    def __init__(self, connection: Connection, *, timeout: float = 10.0) -> None:
+        self.connection = connection
+        self._http = httpx.AsyncClient(
+            base_url=connection.host,
+            verify=connection.ssl_context(),
+            timeout=timeout,
+            auth=_Bearer(connection),
+            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+            follow_redirects=False,
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+        try:
+            response = await self._http.send(request, stream=stream)
+        except httpx.HTTPError as err:
+            raise KubeApiError(0, "", f"{request.method} {request.url.path}: {err!r}") from err
+        if response.status_code >= 300:
+            body = await response.aread()
+            await response.aclose()
+            raise error_from_response(response.status_code, body)
+        return response
+
+    async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        """GET a JSON document."""
+        response = await self._send(self._http.build_request("GET", path, params=params))
+        return orjson.loads(response.content)
+
+    async def post_json(self, path: str, body: Any) -> Any:
+        """POST a JSON document (TokenReview, SubjectAccessReview) and decode the answer."""
+        request = self._http.build_request(
+            "POST", path, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
+        )
+        response = await self._send(request)
+        return orjson.loads(response.content)
+
+    async def get_bytes(
+        self, path: str, params: Mapping[str, str] | None = None, *, deadline: float | None = None
+    ) -> bytes:
+        """GET a raw body (kubelet text expositions through the node proxy) within `deadline` s."""
+        request = self._http.build_request(
+            "GET", path, params=params, headers={"Accept": "text/plain"}, timeout=deadline
+        )
+        return (await self._send(request)).content
+
+    async def watch(
+        self, path: str, params: Mapping[str, str], *, read_timeout: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The events of a watch, one decoded JSON object per line, until the server ends it."""
+        request = self._http.build_request(
+            "GET",
+            path,
+            params=params,
+            timeout=httpx.Timeout(10.0, read=read_timeout),
+        )
+        response = await self._send(request, stream=True)
+        try:
+            async for line in response.aiter_lines():
+                if line:
+                    yield orjson.loads(line)
+        except httpx.HTTPError as err:
+            raise KubeApiError(0, "", f"watch {path} broke: {err!r}") from err
+        finally:
+            await response.aclose()

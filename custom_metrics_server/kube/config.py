@@ -1,0 +1,100 @@
+"""Where kube-apiserver is and how to authenticate to it, loaded with the `kubernetes`
+package's own loaders (kubeconfig or in-cluster service account) and reduced to plain values.
+
+Only the loaders are used: the request path never touches `kubernetes` client models.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes.client import Configuration
+from kubernetes.config import incluster_config, kube_config
+from kubernetes.config.config_exception import ConfigException
+
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+class KubeConfigError(Exception):
+    """No usable connection settings."""
+
+
+@dataclass
+class Connection:
+    """Everything needed to open HTTPS connections to kube-apiserver."""
+
+    host: str
+    ca_file: str | None = None
+    verify: bool = True
+    cert_file: str | None = None
+    key_file: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+    tls_server_name: str | None = None
+    _token_cache: tuple[float, str] | None = field(default=None, repr=False)
+
+    def bearer_token(self) -> str | None:
+        """The current bearer token; a token file is re-read every minute (bound tokens rotate)."""
+        if self.token_file:
+            now = time.monotonic()
+            if self._token_cache is None or now - self._token_cache[0] > 60:
+                self._token_cache = (now, Path(self.token_file).read_text().strip())
+            return self._token_cache[1]
+        return self.token
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Client TLS context: the cluster CA (or the system store) and the client certificate."""
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.cert_file and self.key_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+def load_connection(kubeconfig: str | None = None, *, context: str | None = None) -> Connection:
+    """From `kubeconfig` (or `$KUBECONFIG`, or `~/.kube/config`), else in-cluster."""
+    configuration = Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    in_cluster = path is None and "KUBERNETES_SERVICE_HOST" in os.environ
+    try:
+        if in_cluster:
+            incluster_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            # Inline data (certificate-authority-data, ...) is written to temporary files by the
+            # loader; keep them in a private directory.
+            temp_dir = tempfile.mkdtemp(prefix="cms-kubeconfig-")
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+                temp_file_path=temp_dir,
+            )
+    except (ConfigException, OSError, TypeError, ValueError) as err:
+        where = "the in-cluster service account" if in_cluster else (path or "~/.kube/config")
+        raise KubeConfigError(
+            f"cannot load Kubernetes connection settings from {where}: {err}"
+        ) from err
+    token = None
+    authorization = configuration.api_key.get("authorization") or configuration.api_key.get(
+        "BearerToken"
+    )
+    if authorization:
+        token = authorization.removeprefix("Bearer ").strip()
+    return Connection(
+        host=configuration.host.rstrip("/"),
+        ca_file=configuration.ssl_ca_cert,
+        verify=bool(configuration.verify_ssl),
+        cert_file=configuration.cert_file,
+        key_file=configuration.key_file,
+        token=None if in_cluster else token,
+        token_file=str(SERVICE_ACCOUNT_TOKEN) if in_cluster else None,
+        tls_server_name=configuration.tls_server_name,
+    )

@@ -23,7 +23,9 @@ import yaml
 
 from custom_metrics_server import __version__
 from custom_metrics_server.app import AppSettings, create_app
-from custom_metrics_server.backends.memory import MemoryBackend, load_fixture
+from custom_metrics_server.backends.base import MetricsBackend
+from custom_metrics_server.backends.memory import load_fixture
+from custom_metrics_server.backends.resource_metrics import ResourceMetricsBackend
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.observability import configure_logging
@@ -194,17 +196,18 @@ def serve(args: argparse.Namespace) -> int:
     else:
         cert = ensure_serving_certificate(args.cert_dir, ["localhost", "127.0.0.1", "::1"])
     cluster: InMemoryCluster
-    backend: MemoryBackend
+    backends: list[MetricsBackend]
     if args.demo_file:
         try:
             document = yaml.safe_load(args.demo_file.read_text())
-            cluster, backend = load_fixture(document or {}, now=time.time())
+            cluster, fixture = load_fixture(document or {}, now=time.time())
         except (OSError, yaml.YAMLError, ValueError) as err:
             logger.error("cannot load --demo-file %s: %s", args.demo_file, err)
             return 2
+        backends = [fixture]
         what = f"the fixture {args.demo_file}"
     else:
-        backend = SimulatedCluster(
+        simulated = SimulatedCluster(
             DemoSettings(
                 seed=args.demo_seed,
                 pods=args.demo_pods,
@@ -212,10 +215,11 @@ def serve(args: argparse.Namespace) -> int:
                 interval=args.demo_interval,
             )
         )
-        cluster = backend.cluster
+        cluster = simulated.cluster
+        backends = [simulated, ResourceMetricsBackend(simulated.cluster)]
         what = f"the simulated cluster ({args.demo_pods} pods)"
     settings = AppSettings(backend_timeout=args.backend_timeout)
-    app = create_app(cluster=cluster, backends=[backend], settings=settings)
+    app = create_app(cluster=cluster, backends=backends, settings=settings)
     logger.warning(
         "--demo: delegated authentication and authorization are OFF; every caller on %s is allowed",
         bind,

@@ -43,8 +43,10 @@ def test_same_seed_and_time_give_the_same_cluster_and_values() -> None:
 
 def test_pod_count_and_web_replicas_follow_the_settings() -> None:
     sim = demo(pods=200, web_pods=50)
-    pods = list(sim.cluster.inventory.records(GroupResource("", "pods")))
-    assert len(pods) == 200
+    lifecycles = [pod.lifecycle for pod in sim.cluster.pods.values()]
+    assert lifecycles.count("Runnable") == 200
+    assert lifecycles.count("Schedulable") == 2  # the Job no node can take
+    assert lifecycles.count("Completed") == 2  # the finished Job
     assert (
         len(
             sim.cluster.list_objects(
@@ -59,7 +61,7 @@ def test_pod_count_and_web_replicas_follow_the_settings() -> None:
                 GroupResource("", "nodes"), None, parse_selector("kubernetes.io/os=linux")
             )
         )
-        == 3
+        == 17  # twelve pods a node
     )
 
 

@@ -29,24 +29,24 @@ import gc
 import math
 import random
 import time
-import zlib
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self, cast
 
+from custom_metrics_server.backends import demo_world
+from custom_metrics_server.backends.demo_world import crc as _hash
+from custom_metrics_server.backends.demo_world import unit as _unit
 from custom_metrics_server.backends.memory import (
     MemoryBackend,
     Snapshot,
     SnapshotBuilder,
     drain,
 )
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster_state import WATCHED, ClusterState
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
-from custom_metrics_server.inventory import ObjectRecord
 
 PODS = GroupResource("", "pods")
-_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the kube name-generator alphabet
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,24 +62,6 @@ class DemoSettings:
         """Replicas of the `default/web` Deployment (the HPA Pods example)."""
         wanted = self.web_pods if self.web_pods is not None else max(2, self.pods // 5)
         return max(0, min(wanted, self.pods))
-
-
-@dataclass(frozen=True, slots=True)
-class _Workload:
-    namespace: str
-    kind: str  # Deployment or StatefulSet
-    name: str
-    replicas: int
-    labels: dict[str, str]
-
-
-def _hash(*parts: object) -> int:
-    return zlib.crc32("/".join(map(str, parts)).encode())
-
-
-def _unit(*parts: object) -> float:
-    """A deterministic number in [0, 1) from the parts."""
-    return _hash(*parts) / 2**32
 
 
 _UNFREEZE_EVERY = 3600.0
@@ -111,16 +93,6 @@ def _wave(base: float, phase: float, tick: int, jitter: float) -> float:
     return round(base * wave * (1 + 0.1 * (jitter - 0.5)), 3)
 
 
-def _suffix(seed: int, *parts: object, length: int = 5) -> str:
-    value = _hash(seed, *parts)
-    chars = []
-    for _ in range(length):
-        value, index = divmod(value, len(_ALPHABET))
-        chars.append(_ALPHABET[index])
-        value = value or _hash(seed, *parts, len(chars))
-    return "".join(chars)
-
-
 class SimulatedCluster(MemoryBackend):
     """The `--demo` world: `.cluster` is its cluster view, the instance its metrics backend."""
 
@@ -129,137 +101,60 @@ class SimulatedCluster(MemoryBackend):
     ):
         super().__init__(name="simulated")
         self.settings = settings or DemoSettings()
-        self.cluster = InMemoryCluster()
+        self.cluster = ClusterState()
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
-        self._pods: list[ObjectRecord] = []
-        self._pod_node: dict[ObjectKey, str] = {}
-        # Pods of each workload object, by the workload's resource (`deployments.apps`, ...).
-        self._workload_pods: dict[str, dict[ObjectKey, list[ObjectKey]]] = {}
-        self._service_pods: dict[ObjectKey, list[ObjectKey]] = {}
-        self._build_world()
+        self.world = demo_world.generate(
+            seed=self.settings.seed, pods=self.settings.pods, web_pods=self.settings.web_replicas()
+        )
+        self._load_world()
+        seed = self.settings.seed
         self._pod_params = [
             (
-                record.key,
-                5 + 45 * _unit(self.settings.seed, record.key, "base"),
-                _unit(self.settings.seed, record.key, "phase") * 2 * math.pi,
-                0.7 + 0.2 * _unit(self.settings.seed, record.key, "get"),
-                (64 + int(448 * _unit(self.settings.seed, record.key, "mem"))) * 2**20,
+                key,
+                5 + 45 * _unit(seed, key, "base"),
+                _unit(seed, key, "phase") * 2 * math.pi,
+                0.7 + 0.2 * _unit(seed, key, "get"),
+                (64 + int(448 * _unit(seed, key, "mem"))) * 2**20,
             )
-            for record in self._pods
+            for key in self._running
         ]
         self.tick()
         settle_heap()  # the world itself is static from here on
 
-    # World generation ---------------------------------------------------------------------
-
-    def _workloads(self) -> list[_Workload]:
-        s = self.settings
-        web = s.web_replicas()
-        rest = max(0, s.pods - web)
-        db = min(3, rest)
-        rest -= db
-        shares = {"api": 0.4, "frontend": 0.2, "cart": 0.2, "worker": 0.2}
-        counts = {name: int(rest * share) for name, share in shares.items()}
-        counts["api"] += rest - sum(counts.values())
-        return [
-            _Workload("default", "Deployment", "web", web, {"app": "web", "tier": "frontend"}),
-            _Workload(
-                "default", "Deployment", "api", counts["api"], {"app": "api", "tier": "backend"}
-            ),
-            _Workload(
-                "shop",
-                "Deployment",
-                "frontend",
-                counts["frontend"],
-                {"app": "frontend", "tier": "frontend"},
-            ),
-            _Workload(
-                "shop", "Deployment", "cart", counts["cart"], {"app": "cart", "tier": "backend"}
-            ),
-            _Workload("shop", "StatefulSet", "db", db, {"app": "db", "tier": "data"}),
-            _Workload(
-                "batch",
-                "Deployment",
-                "worker",
-                counts["worker"],
-                {"app": "worker", "tier": "batch"},
-            ),
-        ]
-
-    def _build_world(self) -> None:
-        seed = self.settings.seed
-        add = self.cluster.add
-        teams = {"default": "web", "shop": "commerce", "batch": "data", "kube-system": "platform"}
-        for namespace, team in teams.items():
-            add(
-                "namespaces",
-                namespace,
-                labels={"kubernetes.io/metadata.name": namespace, "team": team},
-            )
-        node_count = max(3, math.ceil(self.settings.pods / 100))
-        nodes = []
-        for index in range(node_count):
-            zone = "abc"[index % 3]
-            name = f"node-{zone}-{index}"
-            nodes.append(name)
-            add(
-                "nodes",
-                name,
-                labels={
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    "topology.kubernetes.io/zone": f"zone-{zone}",
-                    "node.kubernetes.io/instance-type": "m5.xlarge" if index % 2 else "m5.2xlarge",
-                },
-            )
-        placed = 0
-        for workload in self._workloads():
-            if workload.replicas == 0:
-                continue
-            ns, name = workload.namespace, workload.name
-            resource = "deployments.apps" if workload.kind == "Deployment" else "statefulsets.apps"
-            add(resource, name, namespace=ns, labels=workload.labels)
-            pod_owner = (workload.kind, name)
-            pod_names: list[str]
-            if workload.kind == "Deployment":
-                template_hash = _suffix(seed, ns, name, "rs", length=10)
-                rs_name = f"{name}-{template_hash}"
-                rs_labels = {**workload.labels, "pod-template-hash": template_hash}
-                add(
-                    "replicasets.apps",
-                    rs_name,
-                    namespace=ns,
-                    labels=rs_labels,
-                    owners=(("Deployment", name),),
+    def _load_world(self) -> None:
+        """Feed the generated JSON through the same sinks the Kubernetes watches use."""
+        for resource in WATCHED:
+            sink = self.cluster.sink(resource)
+            sink.list_started()
+            for obj in self.world.objects.get(resource, ()):
+                sink.listed(obj)
+            sink.list_finished()
+        state = self.cluster
+        self._running = sorted(k for k, pod in state.pods.items() if pod.lifecycle == "Runnable")
+        running = set(self._running)
+        self._node_of = {key: state.pods[key].node for key in self._running}
+        # Pods of each workload, by the workload's resource, for the application metrics.
+        self._workload_pods: dict[str, dict[ObjectKey, list[ObjectKey]]] = {}
+        for workload in ("deployments.apps", "replicasets.apps", "statefulsets.apps"):
+            mapping = state.mapping(workload)
+            assert mapping is not None
+            members = self._workload_pods.setdefault(workload, {})
+            for record in state.inventory.records(mapping.group_resource):
+                owned = state.pods_owned_by(record.namespace, mapping.kind, record.name)
+                members[record.key] = sorted(
+                    (p.namespace, p.name) for p in owned if (p.namespace, p.name) in running
                 )
-                pod_owner = ("ReplicaSet", rs_name)
-                pod_names = [
-                    f"{rs_name}-{_suffix(seed, ns, name, i)}" for i in range(workload.replicas)
-                ]
-                pod_labels = [rs_labels] * workload.replicas
-                replicaset_pods = self._workload_pods.setdefault("replicasets.apps", {})
-                replicaset_pods[(ns, rs_name)] = []
-            else:
-                pod_names = [f"{name}-{i}" for i in range(workload.replicas)]
-                pod_labels = [
-                    {**workload.labels, "statefulset.kubernetes.io/pod-name": pod}
-                    for pod in pod_names
-                ]
-            members = self._workload_pods.setdefault(resource, {}).setdefault((ns, name), [])
-            for pod_name, labels in zip(pod_names, pod_labels, strict=True):
-                record = add("pods", pod_name, namespace=ns, labels=labels, owners=(pod_owner,))
-                self._pods.append(record)
-                self._pod_node[record.key] = nodes[placed % len(nodes)]
-                placed += 1
-                members.append(record.key)
-                if pod_owner[0] == "ReplicaSet":
-                    replicaset_pods[(ns, pod_owner[1])].append(record.key)
-            if workload.kind == "Deployment" and workload.name != "worker":
-                add("services", name, namespace=ns, labels={"app": name})
-                self._service_pods[(ns, name)] = members
-        add("ingresses.networking.k8s.io", "web", namespace="default", labels={"app": "web"})
-        add("ingresses.networking.k8s.io", "shop", namespace="shop", labels={"app": "frontend"})
+        # Services and Ingresses are not watched kinds: added as plain objects.
+        self._service_pods: dict[ObjectKey, list[ObjectKey]] = {}
+        for (namespace, name), pods in self._workload_pods["deployments.apps"].items():
+            if name != "worker":
+                state.add("services", name, namespace=namespace, labels={"app": name})
+                self._service_pods[(namespace, name)] = pods
+        state.add("ingresses.networking.k8s.io", "web", namespace="default", labels={"app": "web"})
+        state.add(
+            "ingresses.networking.k8s.io", "shop", namespace="shop", labels={"app": "frontend"}
+        )
 
     # Values ---------------------------------------------------------------------------------
 
@@ -341,7 +236,7 @@ class SimulatedCluster(MemoryBackend):
             builder.add(ingress, record.key, round(sum(per_pod[p] for p in pods), 3))
         load = builder.declare("nodes", "node_load1", window=60)
         node_pods: dict[str, int] = {}
-        for node in self._pod_node.values():
+        for node in self._node_of.values():
             node_pods[node] = node_pods.get(node, 0) + 1
         for record in self.cluster.inventory.records(GroupResource("", "nodes")):
             busy = node_pods.get(record.name, 0) / 30

@@ -1,0 +1,430 @@
+"""The objects of the demo cluster, as the Kubernetes JSON an API server would return.
+
+PURE and deterministic: `generate(settings)` gives the same namespaces, nodes, workloads and
+pods for the same seed and size. The pods are chosen to exercise the resource model: a
+restartable sidecar (`web`), an init container larger than the app (`api`), pod overhead
+(`cart`), a high-priority StatefulSet (`db`), an extended resource (`worker`, `nvidia.com/gpu`),
+pods too large for any node (pending forever) and completed Job pods.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS
+from custom_metrics_server.domain import GroupResource
+
+ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # the kube name-generator alphabet
+PODS_PER_NODE: Final = 12
+
+Json = dict[str, Any]
+
+
+def crc(*parts: object) -> int:
+    """A stable 32-bit hash of the parts."""
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+def unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from the parts."""
+    return crc(*parts) / 2**32
+
+
+def suffix(seed: int, *parts: object, length: int = 5) -> str:
+    """A kube-style random name suffix, deterministic in its parts."""
+    value = crc(seed, *parts)
+    chars = []
+    for _ in range(length):
+        value, index = divmod(value, len(ALPHABET))
+        chars.append(ALPHABET[index])
+        value = value or crc(seed, *parts, len(chars))
+    return "".join(chars)
+
+
+def _resources(requests: dict[str, str], limits: dict[str, str] | None = None) -> Json:
+    found: Json = {"requests": requests}
+    if limits:
+        found["limits"] = limits
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A Deployment or StatefulSet of the demo and its pod template."""
+
+    namespace: str
+    kind: str
+    name: str
+    replicas: int
+    labels: dict[str, str]
+    containers: tuple[Json, ...]
+    init_containers: tuple[Json, ...] = ()
+    overhead: dict[str, str] | None = None
+    priority: int | None = None
+
+
+def workloads(pods: int, web_pods: int) -> list[Workload]:
+    """The workloads and their replica counts for a cluster of `pods` pods."""
+    web = max(0, min(web_pods, pods))
+    rest = max(0, pods - web)
+    db = min(3, rest)
+    rest -= db
+    shares = {"api": 0.4, "frontend": 0.2, "cart": 0.2, "worker": 0.2}
+    counts = {name: int(rest * share) for name, share in shares.items()}
+    counts["api"] += rest - sum(counts.values())
+    app = "registry.example/demo/"
+    return [
+        Workload(
+            "default",
+            "Deployment",
+            "web",
+            web,
+            {"app": "web", "tier": "frontend"},
+            (
+                {
+                    "name": "web",
+                    "image": app + "web:1.4",
+                    "resources": _resources(
+                        {"cpu": "250m", "memory": "256Mi"}, {"cpu": "500m", "memory": "512Mi"}
+                    ),
+                },
+            ),
+            (
+                {
+                    "name": "proxy",
+                    "image": app + "proxy:2.0",
+                    "restartPolicy": "Always",
+                    "resources": _resources({"cpu": "100m", "memory": "64Mi"}),
+                },
+            ),
+        ),
+        Workload(
+            "default",
+            "Deployment",
+            "api",
+            counts["api"],
+            {"app": "api", "tier": "backend"},
+            (
+                {
+                    "name": "api",
+                    "image": app + "api:3.1",
+                    "resources": _resources({"cpu": "500m", "memory": "512Mi"}, {"memory": "1Gi"}),
+                },
+            ),
+            (
+                {
+                    "name": "migrate",
+                    "image": app + "api:3.1",
+                    "resources": _resources({"cpu": "1", "memory": "256Mi"}),
+                },
+            ),
+        ),
+        Workload(
+            "shop",
+            "Deployment",
+            "frontend",
+            counts["frontend"],
+            {"app": "frontend", "tier": "frontend"},
+            (
+                {
+                    "name": "frontend",
+                    "image": app + "frontend:7",
+                    "resources": _resources(
+                        {"cpu": "200m", "memory": "128Mi"}, {"cpu": "400m", "memory": "256Mi"}
+                    ),
+                },
+            ),
+        ),
+        Workload(
+            "shop",
+            "Deployment",
+            "cart",
+            counts["cart"],
+            {"app": "cart", "tier": "backend"},
+            (
+                {
+                    "name": "cart",
+                    "image": app + "cart:2",
+                    "resources": _resources(
+                        {"cpu": "300m", "memory": "256Mi"}, {"cpu": "600m", "memory": "256Mi"}
+                    ),
+                },
+            ),
+            overhead={"cpu": "50m", "memory": "32Mi"},
+        ),
+        Workload(
+            "shop",
+            "StatefulSet",
+            "db",
+            db,
+            {"app": "db", "tier": "data"},
+            (
+                {
+                    "name": "postgres",
+                    "image": "postgres:17",
+                    "resources": _resources(
+                        {"cpu": "1", "memory": "2Gi"}, {"cpu": "1", "memory": "2Gi"}
+                    ),
+                },
+            ),
+            priority=100000,
+        ),
+        Workload(
+            "batch",
+            "Deployment",
+            "worker",
+            counts["worker"],
+            {"app": "worker", "tier": "batch"},
+            (
+                {
+                    "name": "worker",
+                    "image": app + "worker:5",
+                    "resources": _resources(
+                        {"cpu": "200m", "memory": "512Mi", "nvidia.com/gpu": "1"},
+                        {"nvidia.com/gpu": "1"},
+                    ),
+                },
+            ),
+        ),
+    ]
+
+
+@dataclass
+class World:
+    """Every object of the demo by resource, plus where each pod runs."""
+
+    objects: dict[GroupResource, list[Json]] = field(default_factory=dict)
+    node_of: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def add(self, resource: GroupResource, obj: Json) -> None:
+        """Record one object."""
+        self.objects.setdefault(resource, []).append(obj)
+
+
+def _uid(namespace: str, name: str) -> str:
+    return f"{crc(namespace, name, 'uid'):08x}-0000-4000-8000-{crc(name):012x}"
+
+
+def _meta(
+    name: str,
+    namespace: str = "",
+    labels: dict[str, str] | None = None,
+    owner: tuple[str, str, str] | None = None,
+) -> Json:
+    meta: Json = {"name": name, "labels": dict(labels or {})}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["uid"] = _uid(namespace, name)
+    if owner:
+        api_version, kind, owner_name = owner
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": api_version,
+                "kind": kind,
+                "name": owner_name,
+                "uid": _uid(namespace, owner_name),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return meta
+
+
+def _pod(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    workload: Workload,
+    *,
+    node: str,
+    owner: tuple[str, str, str],
+    phase: str = "Running",
+) -> Json:
+    spec: Json = {
+        "containers": [dict(c) for c in workload.containers],
+        "schedulerName": "default-scheduler",
+    }
+    if workload.init_containers:
+        spec["initContainers"] = [dict(c) for c in workload.init_containers]
+    if workload.overhead:
+        spec["overhead"] = dict(workload.overhead)
+        spec["runtimeClassName"] = "kata"
+    if workload.priority is not None:
+        spec["priority"] = workload.priority
+        spec["priorityClassName"] = "critical-data"
+    status: Json = {"phase": phase}
+    if node:
+        spec["nodeName"] = node
+        state = (
+            {"running": {}}
+            if phase == "Running"
+            else {"terminated": {"exitCode": 0, "reason": "Completed"}}
+        )
+        status["containerStatuses"] = [
+            {"name": c["name"], "ready": phase == "Running", "state": state}
+            for c in workload.containers
+        ]
+    else:
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        ]
+    return {"metadata": _meta(name, namespace, labels, owner), "spec": spec, "status": status}
+
+
+def generate(*, seed: int, pods: int, web_pods: int) -> World:
+    """The whole demo cluster as Kubernetes JSON."""
+    world = World()
+    teams = {"default": "web", "shop": "commerce", "batch": "data", "kube-system": "platform"}
+    for namespace, team in teams.items():
+        world.add(
+            NAMESPACES,
+            {
+                "metadata": _meta(
+                    namespace, labels={"kubernetes.io/metadata.name": namespace, "team": team}
+                ),
+                "status": {"phase": "Active"},
+            },
+        )
+    node_count = max(3, math.ceil(pods / PODS_PER_NODE))
+    nodes = []
+    for index in range(node_count):
+        zone = "abc"[index % 3]
+        name = f"node-{zone}-{index}"
+        nodes.append(name)
+        large = index % 2 == 0
+        world.add(
+            NODES,
+            {
+                "metadata": _meta(
+                    name,
+                    labels={
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "topology.kubernetes.io/zone": f"zone-{zone}",
+                        "node.kubernetes.io/instance-type": "m5.2xlarge" if large else "m5.xlarge",
+                    },
+                ),
+                "status": {
+                    "allocatable": {
+                        "cpu": "7910m" if large else "3920m",
+                        "memory": "31Gi" if large else "15Gi",
+                        "pods": "110",
+                        "ephemeral-storage": "95Gi",
+                        "nvidia.com/gpu": "4" if index % 3 == 2 else "0",
+                    },
+                    "addresses": [
+                        {"type": "InternalIP", "address": f"10.0.{index // 250}.{index % 250 + 2}"},
+                        {"type": "Hostname", "address": name},
+                    ],
+                },
+            },
+        )
+    placed = 0
+    deployments = GroupResource("apps", "deployments")
+    for workload in workloads(pods, web_pods):
+        if workload.replicas == 0:
+            continue
+        ns, name = workload.namespace, workload.name
+        if workload.kind == "Deployment":
+            world.add(
+                deployments,
+                {
+                    "metadata": _meta(name, ns, workload.labels),
+                    "spec": {"replicas": workload.replicas},
+                },
+            )
+            template_hash = suffix(seed, ns, name, "rs", length=10)
+            rs_name = f"{name}-{template_hash}"
+            labels = {**workload.labels, "pod-template-hash": template_hash}
+            world.add(
+                GroupResource("apps", "replicasets"),
+                {
+                    "metadata": _meta(rs_name, ns, labels, ("apps/v1", "Deployment", name)),
+                    "spec": {"replicas": workload.replicas},
+                },
+            )
+            owner = ("apps/v1", "ReplicaSet", rs_name)
+            pod_names = [
+                (f"{rs_name}-{suffix(seed, ns, name, i)}", labels) for i in range(workload.replicas)
+            ]
+        else:
+            world.add(
+                GroupResource("apps", "statefulsets"),
+                {
+                    "metadata": _meta(name, ns, workload.labels),
+                    "spec": {"replicas": workload.replicas},
+                },
+            )
+            owner = ("apps/v1", "StatefulSet", name)
+            pod_names = [
+                (
+                    f"{name}-{i}",
+                    {**workload.labels, "statefulset.kubernetes.io/pod-name": f"{name}-{i}"},
+                )
+                for i in range(workload.replicas)
+            ]
+        for pod_name, labels in pod_names:
+            node = nodes[placed % len(nodes)]
+            placed += 1
+            world.node_of[(ns, pod_name)] = node
+            world.add(PODS, _pod(pod_name, ns, labels, workload, node=node, owner=owner))
+    # Pods no node can take (KEP-1748 question 5), and a finished Job (Completed consumes nothing).
+    huge = Workload(
+        "batch",
+        "Job",
+        "reindex",
+        2,
+        {"app": "reindex"},
+        (
+            {
+                "name": "reindex",
+                "image": "registry.example/demo/reindex:1",
+                "resources": _resources({"cpu": "64", "memory": "256Gi"}),
+            },
+        ),
+    )
+    nightly = Workload(
+        "batch",
+        "Job",
+        "nightly",
+        2,
+        {"app": "nightly"},
+        (
+            {
+                "name": "nightly",
+                "image": "registry.example/demo/nightly:1",
+                "resources": _resources({"cpu": "500m", "memory": "1Gi"}),
+            },
+        ),
+    )
+    jobs = GroupResource("batch", "jobs")
+    for job, node_for, phase in (
+        (huge, lambda i: "", "Pending"),
+        (nightly, lambda i: nodes[i % len(nodes)], "Succeeded"),
+    ):
+        world.add(
+            jobs,
+            {
+                "metadata": _meta(job.name, job.namespace, job.labels),
+                "spec": {"parallelism": job.replicas},
+            },
+        )
+        for index in range(job.replicas):
+            pod_name = f"{job.name}-{suffix(seed, job.name, index)}"
+            labels = {**job.labels, "job-name": job.name}
+            world.add(
+                PODS,
+                _pod(
+                    pod_name,
+                    job.namespace,
+                    labels,
+                    job,
+                    node=node_for(index),
+                    owner=("batch/v1", "Job", job.name),
+                    phase=phase,
+                ),
+            )
+    return world

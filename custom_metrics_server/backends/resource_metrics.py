@@ -1,0 +1,300 @@
+"""KEP-1748 resource metrics over a `ClusterState` and a source of usage.
+
+Serves, for pods, namespaces, nodes and workloads (`deployments.apps`, `statefulsets.apps`,
+`replicasets.apps`, `daemonsets.apps`, `jobs.batch`):
+
+* `kube_pod_resource_request` / `kube_pod_resource_limit` (aliases `..._requests`,
+  `..._limits`): what the scheduler counts, per resource. A pod's series carry the
+  kube-scheduler label set (`resource`, `unit`, `node`, `scheduler`, `priority`); an object
+  holding pods sums them per resource (namespace: Schedulable + Runnable pods; node: Runnable
+  pods bound to it; workload: its non-completed pods through ownerReferences).
+* `kube_running_pod_resource_usage`: cpu cores and memory working-set bytes from the kubelet
+  (labels `resource`, `unit`, `node`), summed the same way over pods that have usage.
+* `kube_pod_resource_utilization`: usage / request per resource (unit `ratio`); for an object,
+  summed usage over summed requests of its pods that have both.
+* nodes: `kube_node_resource_allocatable` and `kube_node_resource_available` (allocatable
+  minus the requests of Runnable pods on the node).
+
+`metricLabelSelector` picks series (`resource=cpu`); the series left are summed. An answer
+that would add different units (cpu cores and memory bytes) is a 400 naming the choices.
+Absence is not an error: a Completed pod or a pod without usage yet has no value.
+
+Cost of `fetch`: O(objects x pods held x resources); no allocation beyond the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from types import TracebackType
+from typing import Final, Protocol, Self
+
+from custom_metrics_server.cluster_state import NODES, PODS, WATCHED, ClusterState, PodRecord
+from custom_metrics_server.domain import (
+    BackendRequest,
+    ExternalBackendRequest,
+    ExternalSample,
+    GroupResource,
+    MetricInfo,
+    ObjectKey,
+    ObjectRef,
+    Readiness,
+    Sample,
+)
+from custom_metrics_server.errors import BadRequest
+from custom_metrics_server.resource_model import resource_unit
+
+REQUEST: Final = "kube_pod_resource_request"
+LIMIT: Final = "kube_pod_resource_limit"
+USAGE: Final = "kube_running_pod_resource_usage"
+UTILIZATION: Final = "kube_pod_resource_utilization"
+ALLOCATABLE: Final = "kube_node_resource_allocatable"
+AVAILABLE: Final = "kube_node_resource_available"
+ALIASES: Final = {"kube_pod_resource_requests": REQUEST, "kube_pod_resource_limits": LIMIT}
+POD_METRICS: Final = (REQUEST, LIMIT, USAGE, UTILIZATION, *ALIASES)
+NODE_METRICS: Final = (ALLOCATABLE, AVAILABLE)
+
+Number = Decimal | float
+Series = tuple[Mapping[str, str], Number]
+
+
+class PodUsage(Protocol):
+    """What a usage source knows of one pod."""
+
+    @property
+    def cpu(self) -> float: ...  # cores
+
+    @property
+    def memory(self) -> float: ...  # working-set bytes
+
+    @property
+    def timestamp(self) -> float: ...
+
+    @property
+    def window(self) -> float: ...
+
+
+class UsageSource(Protocol):
+    """Current usage per pod (the kubelet scraper's store, or the simulated one)."""
+
+    def pod_usage(self, namespace: str, pod: str) -> PodUsage | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Usage:
+    cpu: float
+    memory: float
+    timestamp: float
+    window: float
+
+
+def _labels(resource: str, **extra: str) -> dict[str, str]:
+    return {"resource": resource, "unit": resource_unit(resource), **extra}
+
+
+class ResourceMetricsBackend:
+    """Requests, limits, usage and capacity per object, from compact cluster records."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        usage: UsageSource | None = None,
+        *,
+        name: str = "kubernetes",
+        clock: Callable[[], float] = time.time,
+        usage_ready: Callable[[], Readiness] | None = None,
+    ) -> None:
+        self.name = name
+        self.state = state
+        self.usage = usage
+        self._clock = clock
+        self._usage_ready = usage_ready
+        resources = [m for m in state.mapper.mappings if m.group_resource in WATCHED]
+        infos = {
+            MetricInfo(m.group_resource, m.namespaced, metric)
+            for m in resources
+            for metric in POD_METRICS
+        }
+        node = next(m for m in resources if m.group_resource == NODES)
+        infos |= {MetricInfo(NODES, node.namespaced, metric) for metric in NODE_METRICS}
+        self._metrics = frozenset(infos)
+
+    def list_metrics(self) -> Collection[MetricInfo]:
+        """See `MetricsBackend.list_metrics`."""
+        return self._metrics
+
+    def list_external_metrics(self) -> Collection[str]:
+        """This backend serves no external metrics."""
+        return ()
+
+    async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
+        """This backend serves no external metrics."""
+        return ()
+
+    def ready(self) -> Readiness:
+        """Ready once every watched resource is listed (usage may still be warming up)."""
+        return self.state.ready()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
+        """See `MetricsBackend.fetch`; 400 when the answer would mix units."""
+        metric = ALIASES.get(request.metric.metric, request.metric.metric)
+        gr = request.metric.group_resource
+        selector = request.metric_selector
+        now = float(int(self._clock()))
+        found: list[Sample] = []
+        for key in request.objects:
+            record = self.state.inventory.get(gr, key)
+            if record is None:
+                continue
+            series, timestamp, window = self._series(metric, gr, key)
+            if not series:
+                continue
+            chosen = (
+                series
+                if selector.is_everything()
+                else [s for s in series if selector.matches(s[0])]
+            )
+            if not chosen:
+                continue
+            _check_units(request.metric.metric, record.ref, chosen)
+            total: Number = _sum(value for _, value in chosen)
+            found.append(
+                Sample(
+                    described=record.ref,
+                    metric=request.metric.metric,
+                    value=total,
+                    timestamp=timestamp or now,
+                    window=window,
+                    labels=chosen[0][0] if len(chosen) == 1 else {},
+                )
+            )
+        return found
+
+    # Series per object -----------------------------------------------------------------------
+
+    def _series(
+        self, metric: str, gr: GroupResource, key: ObjectKey
+    ) -> tuple[list[Series], float, int | None]:
+        """(series, timestamp or 0 for "now", window) of one object."""
+        if metric in NODE_METRICS:
+            return self._node_series(metric, key[1]), 0.0, None
+        pods = self.state.pods_of(gr, key)
+        if not pods:
+            return [], 0.0, None
+        if metric in (REQUEST, LIMIT):
+            return self._allocation_series(metric, gr, pods), 0.0, None
+        usages = self._usages(pods)
+        if not usages:
+            return [], 0.0, None
+        timestamp = min(u.timestamp for _, u in usages)
+        window = round(max(u.window for _, u in usages))
+        if metric == USAGE:
+            return self._usage_series(gr, usages), timestamp, window
+        return self._utilization_series(usages), timestamp, window
+
+    def _allocation_series(
+        self, metric: str, gr: GroupResource, pods: list[PodRecord]
+    ) -> list[Series]:
+        if gr == PODS:
+            pod = pods[0]
+            values = pod.requests if metric == REQUEST else pod.limits
+            return [
+                (
+                    _labels(
+                        resource, node=pod.node, scheduler=pod.scheduler, priority=pod.priority
+                    ),
+                    value,
+                )
+                for resource, value in sorted(values.items())
+            ]
+        totals: dict[str, Decimal] = {}
+        for pod in pods:
+            for resource, value in (pod.requests if metric == REQUEST else pod.limits).items():
+                totals[resource] = totals.get(resource, Decimal(0)) + value
+        return [(_labels(resource), value) for resource, value in sorted(totals.items())]
+
+    def _usages(self, pods: Iterable[PodRecord]) -> list[tuple[PodRecord, PodUsage]]:
+        if self.usage is None:
+            return []
+        return [
+            (pod, usage)
+            for pod in pods
+            if (usage := self.usage.pod_usage(pod.namespace, pod.name)) is not None
+        ]
+
+    @staticmethod
+    def _usage_series(gr: GroupResource, usages: list[tuple[PodRecord, PodUsage]]) -> list[Series]:
+        cpu = sum(u.cpu for _, u in usages)
+        memory = sum(u.memory for _, u in usages)
+        extra = {"node": usages[0][0].node} if gr == PODS else {}
+        return [(_labels("cpu", **extra), cpu), (_labels("memory", **extra), memory)]
+
+    @staticmethod
+    def _utilization_series(usages: list[tuple[PodRecord, PodUsage]]) -> list[Series]:
+        found: list[Series] = []
+        for resource in ("cpu", "memory"):
+            used = requested = 0.0
+            for pod, usage in usages:
+                request = pod.requests.get(resource)
+                if request:
+                    used += usage.cpu if resource == "cpu" else usage.memory
+                    requested += float(request)
+            if requested:
+                # Three decimals: a ratio is read as a percentage, not to the nano.
+                found.append(({"resource": resource, "unit": "ratio"}, round(used / requested, 3)))
+        return found
+
+    def _node_series(self, metric: str, node: str) -> list[Series]:
+        record = self.state.nodes.get(node)
+        if record is None:
+            return []
+        allocatable = dict(record.allocatable)
+        if metric == AVAILABLE:
+            for pod in self.state.pods_on_node(node):
+                for resource, value in pod.requests.items():
+                    if resource in allocatable:
+                        allocatable[resource] -= value
+        return [(_labels(resource), value) for resource, value in sorted(allocatable.items())]
+
+
+def _sum(values: Iterable[Number]) -> Number:
+    total: Number = Decimal(0)
+    for value in values:
+        if isinstance(total, Decimal) and isinstance(value, float):
+            total = float(total)
+        total = total + value  # type: ignore[operator]
+    return total
+
+
+def _check_units(metric: str, ref: ObjectRef, series: list[Series]) -> None:
+    """Summing cores with bytes (or ratios of different resources) is meaningless: 400."""
+    units = {labels.get("unit", "") for labels, _ in series}
+    resources = sorted({labels.get("resource", "") for labels, _ in series})
+    if len(units) > 1 or ("ratio" in units and len(resources) > 1):
+        pairs = sorted(
+            {(labels.get("resource", ""), labels.get("unit", "")) for labels, _ in series}
+        )
+        choices = ", ".join(f"{resource} ({unit})" for resource, unit in pairs)
+        where = f"{ref.kind.lower()} {ref.namespace + '/' if ref.namespace else ''}{ref.name}"
+        raise BadRequest(
+            f"metric {metric} of {where} has series in different units: {choices}; "
+            f"choose one with metricLabelSelector, for example resource={resources[0]}"
+        )
+
+
+def usage_of(cpu: float, memory: float, timestamp: float, window: float) -> PodUsage:
+    """A plain `PodUsage` value (for simulated sources and tests)."""
+    return _Usage(cpu, memory, timestamp, window)

@@ -1,0 +1,308 @@
+"""The cluster as the resource model needs it: compact records built from Kubernetes JSON.
+
+`ClusterState` is an `InMemoryCluster` (REST mapping + label index, so it is the server's
+`ClusterView`) that also keeps, per pod, only what KEP-1748 needs: the node, scheduler,
+priority, lifecycle state, effective requests and limits (computed once per change with
+`resource_model`), and its controller; per node, the allocatable resources and address; per
+workload, its controller. No JSON object is kept: a watch event is reduced to a record and
+dropped. Indexes by node, namespace and owner make "the pods this object holds" O(result).
+
+Objects arrive through `sink(resource)`, one `WatchSink`-shaped adapter per watched resource:
+the Kubernetes backend's reflectors and the simulated cluster feed the same adapters, so the
+demo exercises the exact code the cluster path runs.
+
+Cost: one event is O(containers x resources) for a pod, O(labels) otherwise; a relist is
+O(objects) plus the deletions of objects not seen again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
+from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.resource_model import pod_lifecycle, pod_limits, pod_requests
+from custom_metrics_server.restmapper import BUILTIN_MAPPINGS
+
+logger = logging.getLogger(__name__)
+
+PODS: Final = GroupResource("", "pods")
+NODES: Final = GroupResource("", "nodes")
+NAMESPACES: Final = GroupResource("", "namespaces")
+#: Workload resources whose pods are found through ownerReferences.
+WORKLOADS: Final = (
+    GroupResource("apps", "deployments"),
+    GroupResource("apps", "replicasets"),
+    GroupResource("apps", "statefulsets"),
+    GroupResource("apps", "daemonsets"),
+    GroupResource("batch", "jobs"),
+)
+WATCHED: Final = (PODS, NODES, NAMESPACES, *WORKLOADS)
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What the resource model keeps of one pod."""
+
+    namespace: str
+    name: str
+    node: str
+    scheduler: str
+    priority: str
+    lifecycle: str
+    requests: Mapping[str, Decimal]
+    limits: Mapping[str, Decimal]
+    owner: tuple[str, str] | None  # controller (kind, name)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """What the resource model keeps of one node."""
+
+    name: str
+    allocatable: Mapping[str, Decimal]
+    internal_ip: str
+
+
+def _controller(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
+    for ref in metadata.get("ownerReferences") or ():
+        if ref.get("controller"):
+            return (str(ref.get("kind", "")), str(ref.get("name", "")))
+    return None
+
+
+def _resources(values: Mapping[str, Any] | None) -> dict[str, Decimal]:
+    found: dict[str, Decimal] = {}
+    for name, text in (values or {}).items():
+        try:
+            value = Quantity.parse(str(text)).value
+        except ValueError:
+            logger.warning("ignoring unparsable quantity %s=%r", name, text)
+            continue
+        if value:
+            found[name] = value
+    return found
+
+
+class _Sink:
+    """The `WatchSink` of one resource: relists diff against what was seen."""
+
+    def __init__(self, state: ClusterState, group_resource: GroupResource) -> None:
+        self._state = state
+        self._gr = group_resource
+        self._seen: set[ObjectKey] | None = None
+        self.synced = False
+
+    def list_started(self) -> None:
+        self._seen = set()
+
+    def listed(self, obj: dict[str, Any]) -> None:
+        key = self._state.apply(self._gr, obj)
+        if self._seen is not None and key is not None:
+            self._seen.add(key)
+
+    def list_finished(self) -> None:
+        seen = self._seen or set()
+        for key in [key for key in self._state.keys(self._gr) if key not in seen]:
+            self._state.remove(self._gr, key)
+        self._seen = None
+        self.synced = True
+
+    def event(self, type: str, obj: dict[str, Any]) -> None:
+        if type == "DELETED":
+            metadata = obj.get("metadata") or {}
+            self._state.remove(self._gr, (metadata.get("namespace", ""), metadata.get("name", "")))
+        else:
+            self._state.apply(self._gr, obj)
+
+
+class ClusterState(InMemoryCluster):
+    """Compact records of pods, nodes, namespaces and workloads, fed by watch sinks."""
+
+    def __init__(self, mappings: Iterable[ResourceMapping] = BUILTIN_MAPPINGS) -> None:
+        super().__init__(mappings)
+        self.pods: dict[ObjectKey, PodRecord] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self._by_node: dict[str, set[ObjectKey]] = {}
+        self._by_namespace: dict[str, set[ObjectKey]] = {}
+        # (namespace, owner kind, owner name) -> {(child kind, child name)}
+        self._children: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+        self._owner_of: dict[tuple[GroupResource, ObjectKey], tuple[str, str, str]] = {}
+        self._sinks = {gr: _Sink(self, gr) for gr in WATCHED}
+        self.generation = 0
+
+    def sink(self, group_resource: GroupResource) -> _Sink:
+        """The watch sink feeding one watched resource."""
+        return self._sinks[group_resource]
+
+    def ready(self) -> Readiness:
+        """Ready once every watched resource has been listed once."""
+        waiting = [str(gr) for gr, sink in self._sinks.items() if not sink.synced]
+        if waiting:
+            return Readiness(
+                ready=False, reason="waiting for the first list of " + ", ".join(waiting)
+            )
+        return Readiness(ready=True)
+
+    def keys(self, group_resource: GroupResource) -> list[ObjectKey]:
+        """Keys of every object of a watched resource."""
+        return list(self.inventory.table(group_resource))
+
+    # Ingestion ------------------------------------------------------------------------------
+
+    def apply(self, group_resource: GroupResource, obj: Mapping[str, Any]) -> ObjectKey | None:
+        """Add or replace one object from its JSON; returns its key (None if unusable)."""
+        metadata = obj.get("metadata") or {}
+        name = metadata.get("name")
+        if not name:
+            return None
+        namespace = (
+            metadata.get("namespace", "") if group_resource not in (NODES, NAMESPACES) else ""
+        )
+        key = (namespace, name)
+        owner = _controller(metadata)
+        self.add(
+            str(group_resource),
+            name,
+            namespace=namespace,
+            labels=metadata.get("labels") or {},
+            owners=(owner,) if owner else (),
+        )
+        self._set_owner(group_resource, key, owner)
+        if group_resource == PODS:
+            self._apply_pod(key, obj, owner)
+        elif group_resource == NODES:
+            self._apply_node(name, obj)
+        self.generation += 1
+        return key
+
+    def _set_owner(self, gr: GroupResource, key: ObjectKey, owner: tuple[str, str] | None) -> None:
+        child = (self._kind(gr), key[1])
+        previous = self._owner_of.pop((gr, key), None)
+        if previous is not None:
+            self._children.get(previous, set()).discard(child)
+        if owner is not None:
+            parent = (key[0], *owner)
+            self._owner_of[(gr, key)] = parent
+            self._children.setdefault(parent, set()).add(child)
+
+    def _kind(self, gr: GroupResource) -> str:
+        mapping = self._by_kind.get(gr)
+        return mapping.kind if mapping else gr.resource
+
+    def _apply_pod(
+        self, key: ObjectKey, pod: Mapping[str, Any], owner: tuple[str, str] | None
+    ) -> None:
+        spec = pod.get("spec") or {}
+        try:
+            requests = {k: q.value for k, q in pod_requests(pod).items()}
+            limits = {k: q.value for k, q in pod_limits(pod).items()}
+        except (ValueError, TypeError) as err:
+            logger.warning("pod %s/%s: resources not understood, counted as none: %s", *key, err)
+            requests, limits = {}, {}
+        priority = spec.get("priority")
+        record = PodRecord(
+            namespace=key[0],
+            name=key[1],
+            node=str(spec.get("nodeName") or ""),
+            scheduler=str(spec.get("schedulerName") or DEFAULT_SCHEDULER),
+            priority="" if priority is None else str(priority),
+            lifecycle=pod_lifecycle(pod),
+            requests=requests,
+            limits=limits,
+            owner=owner,
+        )
+        self._unindex_pod(key)
+        self.pods[key] = record
+        self._by_namespace.setdefault(key[0], set()).add(key)
+        if record.node:
+            self._by_node.setdefault(record.node, set()).add(key)
+
+    def _apply_node(self, name: str, node: Mapping[str, Any]) -> None:
+        status = node.get("status") or {}
+        address = next(
+            (
+                a.get("address", "")
+                for a in status.get("addresses") or ()
+                if a.get("type") == "InternalIP"
+            ),
+            "",
+        )
+        self.nodes[name] = NodeRecord(
+            name=name, allocatable=_resources(status.get("allocatable")), internal_ip=address
+        )
+
+    def remove(self, group_resource: GroupResource, key: ObjectKey) -> None:
+        """Forget one object."""
+        self.inventory.delete(group_resource, key)
+        self._set_owner(group_resource, key, None)
+        if group_resource == PODS:
+            self._unindex_pod(key)
+            self.pods.pop(key, None)
+        elif group_resource == NODES:
+            self.nodes.pop(key[1], None)
+        self.generation += 1
+
+    def _unindex_pod(self, key: ObjectKey) -> None:
+        old = self.pods.get(key)
+        if old is None:
+            return
+        self._by_namespace.get(old.namespace, set()).discard(key)
+        if old.node:
+            self._by_node.get(old.node, set()).discard(key)
+
+    # Queries --------------------------------------------------------------------------------
+
+    def pods_on_node(self, node: str) -> list[PodRecord]:
+        """Runnable pods bound to a node (what its capacity is spent on)."""
+        return [
+            pod
+            for key in self._by_node.get(node, ())
+            if (pod := self.pods[key]).lifecycle == "Runnable"
+        ]
+
+    def pods_in_namespace(self, namespace: str) -> list[PodRecord]:
+        """Schedulable and Runnable pods of a namespace (the quota view)."""
+        return [
+            pod
+            for key in self._by_namespace.get(namespace, ())
+            if (pod := self.pods[key]).lifecycle != "Completed"
+        ]
+
+    def pods_owned_by(self, namespace: str, kind: str, name: str) -> list[PodRecord]:
+        """Non-completed pods under a workload, through any depth of controllers."""
+        found: list[PodRecord] = []
+        pending = [(kind, name)]
+        visited: set[tuple[str, str]] = set()
+        while pending:
+            current = pending.pop()
+            if current in visited:
+                continue
+            visited.add(current)
+            for child_kind, child_name in self._children.get((namespace, *current), ()):
+                if child_kind == "Pod":
+                    pod = self.pods.get((namespace, child_name))
+                    if pod is not None and pod.lifecycle != "Completed":
+                        found.append(pod)
+                else:
+                    pending.append((child_kind, child_name))
+        return found
+
+    def pods_of(self, group_resource: GroupResource, key: ObjectKey) -> list[PodRecord] | None:
+        """The pods an object holds, or None if the object is unknown."""
+        if group_resource == PODS:
+            pod = self.pods.get(key)
+            return None if pod is None else ([] if pod.lifecycle == "Completed" else [pod])
+        if self.inventory.get(group_resource, key) is None:
+            return None
+        if group_resource == NAMESPACES:
+            return self.pods_in_namespace(key[1])
+        if group_resource == NODES:
+            return self.pods_on_node(key[1])
+        return self.pods_owned_by(key[0], self._kind(group_resource), key[1])

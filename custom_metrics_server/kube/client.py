@@ -100,6 +100,14 @@ class KubeClient:
         response = await self._send(request)
         return orjson.loads(response.content)
 
+    async def put_json(self, path: str, body: Any) -> Any:
+        """PUT (replace) a JSON document; 409 Conflict when its resourceVersion is stale."""
+        request = self._http.build_request(
+            "PUT", path, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
+        )
+        response = await self._send(request)
+        return orjson.loads(response.content)
+
     async def get_bytes(
         self, path: str, params: Mapping[str, str] | None = None, *, deadline: float | None = None
     ) -> bytes:

@@ -1,0 +1,181 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does it.
+
+Only the holder serves the `/metrics/resources` series, so that several replicas behind one
+Service never expose duplicates to Prometheus. The algorithm follows client-go: a candidate
+takes the Lease when it does not exist, when it holds it already, or when the holder has not
+renewed it within `lease_duration`; updates carry the Lease's `resourceVersion`, so two
+candidates racing for it cannot both win (the loser gets 409 Conflict). The leader renews every
+`retry_period` and steps down when it could not renew for `renew_deadline`. On exit it releases
+the Lease (holder emptied, as `ReleaseOnCancel`), so a successor does not wait a full term.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self
+
+from custom_metrics_server.domain import Readiness
+from custom_metrics_server.kube.client import KubeApiError, KubeClient
+
+logger = logging.getLogger(__name__)
+
+
+def micro_time(timestamp: float) -> str:
+    """metav1.MicroTime: RFC 3339 in UTC with microseconds."""
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str | None) -> float | None:
+    """A MicroTime or Time string as a POSIX timestamp (None when absent or invalid)."""
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class LeaderElector:
+    """Campaigns for one Lease and keeps it while it can."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        clock: Callable[[], float] = time.time,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self._clock = clock
+        self._on_change = on_change
+        self._leader = False
+        self._last_renew = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self.last_error = ""
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this process holds the Lease now (and renewed it recently enough)."""
+        return self._leader and self._clock() - self._last_renew < self.renew_deadline
+
+    def readiness(self) -> Readiness:
+        """Leader election never blocks readiness; the reason says who we are."""
+        role = "leader" if self.is_leader else "standby"
+        return Readiness(ready=True, reason=f"{role} for lease {self.name}")
+
+    def _set_leader(self, leader: bool) -> None:
+        if leader != self._leader:
+            self._leader = leader
+            logger.info(
+                "%s lease %s as %s", "acquired" if leader else "lost", self.name, self.identity
+            )
+            if self._on_change is not None:
+                self._on_change(leader)
+
+    def _lease(self, now: float, previous: dict[str, Any] | None) -> dict[str, Any]:
+        spec = dict((previous or {}).get("spec") or {})
+        holder = spec.get("holderIdentity")
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder != self.identity:
+            spec["acquireTime"] = micro_time(now)
+            if previous is not None:  # client-go counts every change of hands, also after a release
+                transitions += 1
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=round(self.lease_duration),
+            renewTime=micro_time(now),
+            leaseTransitions=transitions,
+        )
+        metadata = dict((previous or {}).get("metadata") or {"name": self.name})
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": spec,
+        }
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One round of client-go's tryAcquireOrRenew; True when we hold the Lease after it."""
+        now = self._clock()
+        try:
+            current = await self._client.get_json(f"{self._path}/{self.name}")
+        except KubeApiError as err:
+            if err.code != 404:
+                raise
+            await self._client.post_json(self._path, self._lease(now, None))
+            self._last_renew = now
+            return True
+        spec = current.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        renewed = parse_time(spec.get("renewTime")) or 0.0
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        if holder and holder != self.identity and renewed + duration > now:
+            return False
+        await self._client.put_json(f"{self._path}/{self.name}", self._lease(now, current))
+        self._last_renew = now
+        return True
+
+    async def run(self) -> None:
+        """Campaign and renew forever; never raises but CancelledError."""
+        while True:
+            held: bool | None
+            try:
+                held = await self.try_acquire_or_renew()
+                self.last_error = ""
+            except KubeApiError as err:
+                # 409: someone else updated the Lease first. Anything else: unknown, so a
+                # leader keeps leading until its renew deadline passes.
+                held = False if err.code == 409 else None
+                self.last_error = str(err)
+                if err.code != 409:
+                    logger.warning("lease %s: %s", self.name, err)
+            if held is None:
+                held = self._leader and self._clock() - self._last_renew < self.renew_deadline
+            self._set_leader(held)
+            await asyncio.sleep(self.retry_period)
+
+    async def release(self) -> None:
+        """Give the Lease up if we hold it (best effort)."""
+        if not self._leader:
+            return
+        self._set_leader(False)
+        with contextlib.suppress(KubeApiError):
+            current = await self._client.get_json(f"{self._path}/{self.name}")
+            if (current.get("spec") or {}).get("holderIdentity") == self.identity:
+                current["spec"]["holderIdentity"] = ""
+                current["spec"]["renewTime"] = micro_time(self._clock() - self.lease_duration)
+                await self._client.put_json(f"{self._path}/{self.name}", current)
+
+    async def __aenter__(self) -> Self:
+        self._task = asyncio.create_task(self.run(), name=f"lease-{self.name}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.release()

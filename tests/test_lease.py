@@ -1,0 +1,192 @@
+"""Leader election against a local HTTP server that stores Leases with optimistic concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import uvicorn
+
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.config import Connection
+from custom_metrics_server.kube.lease import LeaderElector, parse_time
+
+PREFIX = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
+
+
+class LeaseServer:
+    """GET/POST/PUT of Lease objects with resourceVersion checks, like kube-apiserver."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.version = 0
+        self.down = False
+        self.lock = threading.Lock()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        status, document = self.handle(scope["method"], scope["path"], body)
+        payload = orjson.dumps(document)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+    def status(self, code: int, reason: str) -> tuple[int, dict[str, Any]]:
+        return code, {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": reason,
+            "message": reason,
+            "code": code,
+        }
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            if self.down:
+                return self.status(503, "ServiceUnavailable")
+            name = path.removeprefix(PREFIX).strip("/")
+            if method == "GET":
+                lease = self.leases.get(name)
+                return (200, lease) if lease else self.status(404, "NotFound")
+            document = orjson.loads(body)
+            name = name or document["metadata"]["name"]
+            current = self.leases.get(name)
+            if method == "POST" and current is not None:
+                return self.status(409, "AlreadyExists")
+            if method == "PUT" and (
+                current is None
+                or document["metadata"].get("resourceVersion")
+                != current["metadata"]["resourceVersion"]
+            ):
+                return self.status(409, "Conflict")
+            self.version += 1
+            document["metadata"]["resourceVersion"] = str(self.version)
+            self.leases[name] = document
+            return (201 if method == "POST" else 200), document
+
+
+@pytest.fixture
+def lease_server() -> Iterator[tuple[LeaseServer, str]]:
+    app = LeaseServer()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield app, f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(5)
+    sock.close()
+
+
+CLIENTS: list[KubeClient] = []
+
+
+def elector(url: str, identity: str, **kwargs: Any) -> LeaderElector:
+    client = KubeClient(Connection(host=url))
+    CLIENTS.append(client)
+    return LeaderElector(
+        client,
+        namespace="ns",
+        name="cms",
+        identity=identity,
+        lease_duration=kwargs.pop("lease_duration", 1.0),
+        renew_deadline=0.6,
+        retry_period=0.05,
+        **kwargs,
+    )
+
+
+@pytest.fixture(autouse=True)
+async def close_clients() -> Any:
+    yield
+    while CLIENTS:
+        await CLIENTS.pop().aclose()
+
+
+async def wait_for(condition: Any, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+async def test_exactly_one_of_two_candidates_leads(lease_server: tuple[LeaseServer, str]) -> None:
+    server, url = lease_server
+    first, second = elector(url, "a"), elector(url, "b")
+    async with first, second:
+        await wait_for(lambda: first.is_leader or second.is_leader)
+        await asyncio.sleep(0.3)
+        assert first.is_leader != second.is_leader
+        holder = server.leases["cms"]["spec"]["holderIdentity"]
+        assert holder == ("a" if first.is_leader else "b")
+
+
+async def test_successor_takes_over_after_release(lease_server: tuple[LeaseServer, str]) -> None:
+    server, url = lease_server
+    changes: list[bool] = []
+    first = elector(url, "a", lease_duration=30.0)
+    second = elector(url, "b", lease_duration=30.0, on_change=changes.append)
+    async with first:
+        await wait_for(lambda: first.is_leader)
+        async with second:
+            await asyncio.sleep(0.2)
+            assert not second.is_leader  # the lease is 30 s long and renewed
+            await first.__aexit__(None, None, None)  # release on shutdown
+            await wait_for(lambda: second.is_leader)
+    assert changes == [True, False]
+    assert server.leases["cms"]["spec"]["leaseTransitions"] >= 1
+
+
+async def test_expired_lease_is_taken_over(lease_server: tuple[LeaseServer, str]) -> None:
+    server, url = lease_server
+    server.leases["cms"] = {
+        "metadata": {"name": "cms", "resourceVersion": "0"},
+        "spec": {
+            "holderIdentity": "gone",
+            "leaseDurationSeconds": 1,
+            "renewTime": "2020-01-01T00:00:00.000000Z",
+        },
+    }
+    candidate = elector(url, "b")
+    async with candidate:
+        await wait_for(lambda: candidate.is_leader)
+    spec = server.leases["cms"]["spec"]
+    assert spec["leaseTransitions"] == 1
+    assert (parse_time(spec["acquireTime"]) or 0) > time.time() - 60
+
+
+async def test_leader_steps_down_when_it_cannot_renew(
+    lease_server: tuple[LeaseServer, str],
+) -> None:
+    server, url = lease_server
+    leader = elector(url, "a")
+    async with leader:
+        await wait_for(lambda: leader.is_leader)
+        server.down = True
+        await wait_for(lambda: not leader.is_leader, within=3)
+        assert "503" in leader.last_error
+        server.down = False
+        await wait_for(lambda: leader.is_leader)

@@ -428,3 +428,125 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
                 ),
             )
     return world
+
+
+def _format_value(value: float) -> str:
+    """Go's `strconv.FormatFloat(v, 'g', -1, 64)`, as the Prometheus text encoder writes it:
+    the shortest digits, in exponent form when the exponent is < -4 or >= 6."""
+    if value == 0:
+        return "0"
+    digits = repr(abs(float(value)))
+    mantissa, _, exp_text = digits.partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    raw = (whole + fraction).lstrip("0")
+    point = len(whole) + (int(exp_text) if exp_text else 0)  # decimal point position in raw
+    point -= len(whole + fraction) - len((whole + fraction).lstrip("0"))
+    raw = raw.rstrip("0") or "0"
+    exponent = point - 1
+    sign = "-" if value < 0 else ""
+    if exponent < -4 or exponent >= 6:
+        body = raw[0] + ("." + raw[1:] if len(raw) > 1 else "")
+        return f"{sign}{body}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{raw}"
+    if point >= len(raw):
+        return f"{sign}{raw}{'0' * (point - len(raw))}"
+    return f"{sign}{raw[:point]}.{raw[point:]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerUsage:
+    """One container's counters as a kubelet reports them."""
+
+    namespace: str
+    pod: str
+    container: str
+    cpu_seconds: float
+    memory_bytes: float
+    start_time: float
+
+
+def kubelet_exposition(
+    containers: list[ContainerUsage], *, node_cpu_seconds: float, node_memory: float, now: float
+) -> bytes:
+    """A node's `/metrics/resource` text, shaped like the kubelet's (explicit ms timestamps)."""
+    ms = f" {int(now * 1000)}"
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_text: str, rows: list[str]) -> None:
+        out.append(f"# HELP {name} [STABLE] {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(rows)
+
+    def labels(c: ContainerUsage) -> str:
+        return f'container="{c.container}",namespace="{c.namespace}",pod="{c.pod}"'
+
+    family(
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the container in core-seconds",
+        [
+            f"container_cpu_usage_seconds_total{{{labels(c)}}} {_format_value(c.cpu_seconds)}{ms}"
+            for c in containers
+        ],
+    )
+    family(
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the container in bytes",
+        [
+            f"container_memory_working_set_bytes{{{labels(c)}}} {_format_value(c.memory_bytes)}{ms}"
+            for c in containers
+        ],
+    )
+    family(
+        "container_start_time_seconds",
+        "gauge",
+        "Start time of the container since unix epoch in seconds",
+        [
+            f"container_start_time_seconds{{{labels(c)}}} {_format_value(c.start_time)}{ms}"
+            for c in containers
+        ],
+    )
+    family(
+        "node_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the node in core-seconds",
+        [f"node_cpu_usage_seconds_total {_format_value(node_cpu_seconds)}{ms}"],
+    )
+    family(
+        "node_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the node in bytes",
+        [f"node_memory_working_set_bytes {_format_value(node_memory)}{ms}"],
+    )
+    pods: dict[tuple[str, str], list[ContainerUsage]] = {}
+    for c in containers:
+        pods.setdefault((c.namespace, c.pod), []).append(c)
+    family(
+        "pod_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+        [
+            f'pod_cpu_usage_seconds_total{{namespace="{ns}",pod="{pod}"}} '
+            f"{_format_value(sum(c.cpu_seconds for c in cs))}{ms}"
+            for (ns, pod), cs in pods.items()
+        ],
+    )
+    family(
+        "pod_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the pod in bytes",
+        [
+            f'pod_memory_working_set_bytes{{namespace="{ns}",pod="{pod}"}} '
+            f"{_format_value(sum(c.memory_bytes for c in cs))}{ms}"
+            for (ns, pod), cs in pods.items()
+        ],
+    )
+    out.append(
+        "# HELP resource_scrape_error [STABLE] "
+        "1 if there was an error while getting container metrics, 0 otherwise"
+    )
+    out.append("# TYPE resource_scrape_error gauge")
+    out.append("resource_scrape_error 0")
+    return ("\n".join(out) + "\n").encode()

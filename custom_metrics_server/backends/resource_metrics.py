@@ -203,7 +203,7 @@ class ResourceMetricsBackend:
         window = round(max(u.window for _, u in usages))
         if metric == USAGE:
             return self._usage_series(gr, usages), timestamp, window
-        return self._utilization_series(usages), timestamp, window
+        return self._utilization_series(gr, usages), timestamp, window
 
     def _allocation_series(
         self, metric: str, gr: GroupResource, pods: list[PodRecord]
@@ -243,7 +243,10 @@ class ResourceMetricsBackend:
         return [(_labels("cpu", **extra), cpu), (_labels("memory", **extra), memory)]
 
     @staticmethod
-    def _utilization_series(usages: list[tuple[PodRecord, PodUsage]]) -> list[Series]:
+    def _utilization_series(
+        gr: GroupResource, usages: list[tuple[PodRecord, PodUsage]]
+    ) -> list[Series]:
+        extra = {"node": usages[0][0].node} if gr == PODS else {}
         found: list[Series] = []
         for resource in ("cpu", "memory"):
             used = requested = 0.0
@@ -254,7 +257,8 @@ class ResourceMetricsBackend:
                     requested += float(request)
             if requested:
                 # Three decimals: a ratio is read as a percentage, not to the nano.
-                found.append(({"resource": resource, "unit": "ratio"}, round(used / requested, 3)))
+                labels = {"resource": resource, "unit": "ratio", **extra}
+                found.append((labels, round(used / requested, 3)))
         return found
 
     def _node_series(self, metric: str, node: str) -> list[Series]:

@@ -32,6 +32,10 @@ class InMemoryCluster:
         """See `ClusterView.mapping`."""
         return self.mapper.mapping(resource)
 
+    async def resolve(self, resource: str) -> ResourceMapping | None:
+        """A fixed mapping has nothing to refresh."""
+        return self.mapping(resource)
+
     def list_objects(
         self, group_resource: GroupResource, namespace: str | None, selector: Selector
     ) -> Sequence[ObjectKey]:

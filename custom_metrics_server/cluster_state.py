@@ -21,7 +21,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
@@ -122,11 +122,25 @@ class _Sink:
             self._state.apply(self._gr, obj)
 
 
+class Resolver(Protocol):
+    """Live REST mapping (API discovery), consulted before the built-in table."""
+
+    def mapping(self, resource: str) -> ResourceMapping | None: ...
+
+    async def resolve(self, resource: str) -> ResourceMapping | None: ...
+
+
 class ClusterState(InMemoryCluster):
     """Compact records of pods, nodes, namespaces and workloads, fed by watch sinks."""
 
-    def __init__(self, mappings: Iterable[ResourceMapping] = BUILTIN_MAPPINGS) -> None:
+    def __init__(
+        self,
+        mappings: Iterable[ResourceMapping] = BUILTIN_MAPPINGS,
+        *,
+        resolver: Resolver | None = None,
+    ) -> None:
         super().__init__(mappings)
+        self._resolver = resolver
         self.pods: dict[ObjectKey, PodRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
         self._by_node: dict[str, set[ObjectKey]] = {}
@@ -136,6 +150,20 @@ class ClusterState(InMemoryCluster):
         self._owner_of: dict[tuple[GroupResource, ObjectKey], tuple[str, str, str]] = {}
         self._sinks = {gr: _Sink(self, gr) for gr in WATCHED}
         self.generation = 0
+
+    def mapping(self, resource: str) -> ResourceMapping | None:
+        """Live discovery first (when there is one), then the built-in kinds."""
+        if self._resolver is not None:
+            found = self._resolver.mapping(resource)
+            if found is not None:
+                return found
+        return super().mapping(resource)
+
+    async def resolve(self, resource: str) -> ResourceMapping | None:
+        """Refresh live discovery for a resource we do not know yet (new CRDs)."""
+        if self._resolver is not None:
+            return await self._resolver.resolve(resource)
+        return super().mapping(resource)
 
     def sink(self, group_resource: GroupResource) -> _Sink:
         """The watch sink feeding one watched resource."""

@@ -77,7 +77,9 @@ class QueryEngine:
         selector_text = (
             "" if request.metric_selector.is_everything() else str(request.metric_selector)
         )
-        mapping = self.cluster.mapping(request.resource)
+        mapping = self.cluster.mapping(request.resource) or await self.cluster.resolve(
+            request.resource
+        )
         if mapping is None:
             raise metric_not_found(
                 resource=request.resource, metric=request.metric, name=name, selector=selector_text

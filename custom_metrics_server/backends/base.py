@@ -83,6 +83,10 @@ class ClusterView(Protocol):
         """Resolve a `{resource}` path segment (plural or singular, group-qualified)."""
         ...
 
+    async def resolve(self, resource: str) -> ResourceMapping | None:
+        """`mapping()` after refreshing what the cluster serves (new CRDs); rate-limited."""
+        ...
+
     def list_objects(
         self, group_resource: GroupResource, namespace: str | None, selector: Selector
     ) -> Sequence[ObjectKey]:

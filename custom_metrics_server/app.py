@@ -2,9 +2,15 @@
 
 `create_app()` returns one ASGI callable. Requests under `/apis` go straight to the lean
 `endpoints.ApiEndpoints` handler (the hot path); everything else goes to a FastAPI shell that
-serves health, version, self-metrics and OpenAPI and owns the lifespan, in which every backend
-is entered (started) and left (stopped). FastAPI's own docs, `/openapi.json` and
-trailing-slash redirects are disabled: they are not part of a Kubernetes API server's surface.
+serves health, version, self-metrics and OpenAPI and owns the lifespan, in which the security
+jobs (the authentication ConfigMap follower) and every backend are entered (started) and left
+(stopped). FastAPI's own docs, `/openapi.json` and trailing-slash redirects are disabled: they
+are not part of a Kubernetes API server's surface.
+
+Every HTTP request passes the security gate first (`security.gate`: authentication, header
+stripping, authorization; see docs/security.md), so nothing below it, not even a 404 or a
+grammar error, is revealed to a caller that is not allowed to see it. WebSocket scopes are
+closed unanswered (uvicorn then answers 403): this API has no streaming endpoints.
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ import contextlib
 import logging
 import platform
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -26,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from custom_metrics_server import __version__, health, openapi, wire
 from custom_metrics_server.backends.base import ClusterView, MetricsBackend
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.endpoints import ApiEndpoints, Message, Scope, Send
+from custom_metrics_server.endpoints import ApiEndpoints, Message, Scope, Send, send_body
 from custom_metrics_server.errors import (
     BadRequest,
     StatusError,
@@ -36,10 +43,19 @@ from custom_metrics_server.errors import (
 from custom_metrics_server.grammar import is_api_path
 from custom_metrics_server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
 from custom_metrics_server.query import QueryEngine
+from custom_metrics_server.security.gate import AllowAllGate, Gate
+
+if TYPE_CHECKING:
+    from custom_metrics_server.security.options import SecurityConfig
 
 logger = logging.getLogger(__name__)
 
 _JSON_HEADERS = {"cache-control": "no-cache, private", "x-content-type-options": "nosniff"}
+_REJECTION_HEADERS = (
+    (b"content-type", b"application/json"),
+    (b"cache-control", b"no-cache, private"),
+    (b"x-content-type-options", b"nosniff"),
+)
 
 
 @dataclass
@@ -82,10 +98,17 @@ def version_info() -> dict[str, str]:
     }
 
 
-def _build_shell(engine: QueryEngine, metrics: ServerMetrics, settings: AppSettings) -> FastAPI:
+def _build_shell(
+    engine: QueryEngine,
+    metrics: ServerMetrics,
+    settings: AppSettings,
+    security: SecurityConfig | None,
+) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            if security is not None:
+                await stack.enter_async_context(security.lifespan())
             for backend in engine.backends:
                 await stack.enter_async_context(backend)
                 logger.info("backend %s started", backend.name)
@@ -194,8 +217,11 @@ def _build_shell(engine: QueryEngine, metrics: ServerMetrics, settings: AppSetti
     return shell
 
 
+_REJECTION_VERBS = {"GET": "get", "HEAD": "get"}
+
+
 class Server:
-    """The ASGI application: the `/apis` hot path beside the FastAPI shell."""
+    """The ASGI application: the security gate, then the `/apis` hot path or the FastAPI shell."""
 
     def __init__(
         self,
@@ -203,8 +229,11 @@ class Server:
         cluster: ClusterView,
         backends: Sequence[MetricsBackend],
         settings: AppSettings | None = None,
+        security: SecurityConfig | None = None,
     ) -> None:
         self.settings = settings or AppSettings()
+        self.security = security
+        self.gate: Gate = security.gate if security is not None else AllowAllGate()
         self.metrics = ServerMetrics()
         self.engine = QueryEngine(
             cluster=cluster,
@@ -215,13 +244,37 @@ class Server:
         self.api = ApiEndpoints(
             engine=self.engine, metrics=self.metrics, server_address=self.settings.server_address
         )
-        self.shell = _build_shell(self.engine, self.metrics, self.settings)
+        self.shell = _build_shell(self.engine, self.metrics, self.settings, security)
 
     async def __call__(self, scope: Scope, receive: Any, send: Send) -> None:
-        if scope["type"] == "http" and is_api_path(scope["path"]):
-            await self.api(scope, send)
+        kind = scope["type"]
+        if kind == "http":
+            started = time.perf_counter()
+            rejection = await self.gate.check(scope)
+            if rejection is not None:
+                await self._reject(send, rejection, scope["method"], started)
+                return
+            if is_api_path(scope["path"]):
+                await self.api(scope, send)
+                return
+        elif kind == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
             return
         await self.shell(scope, receive, send)
+
+    async def _reject(self, send: Send, error: StatusError, method: str, started: float) -> None:
+        headers = _REJECTION_HEADERS + tuple(
+            (name.lower().encode(), value.encode()) for name, value in error.headers.items()
+        )
+        await send_body(send, error.code, wire.status(error), headers)
+        self.metrics.observe_request(
+            group="",
+            version="",
+            resource="",
+            verb=_REJECTION_VERBS.get(method, "other"),
+            code=error.code,
+            seconds=time.perf_counter() - started,
+        )
 
 
 def create_app(
@@ -229,9 +282,10 @@ def create_app(
     cluster: ClusterView,
     backends: Sequence[MetricsBackend],
     settings: AppSettings | None = None,
+    security: SecurityConfig | None = None,
 ) -> Server:
-    """Build the server's ASGI application."""
-    return Server(cluster=cluster, backends=backends, settings=settings)
+    """Build the server's ASGI application (no `security`: the demo gate, everyone allowed)."""
+    return Server(cluster=cluster, backends=backends, settings=settings, security=security)
 
 
 __all__ = ["AppSettings", "Message", "Server", "create_app"]

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import ipaddress
 import logging
+import os
 import re
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +26,21 @@ import yaml
 
 from custom_metrics_server import __version__
 from custom_metrics_server.app import AppSettings, create_app
-from custom_metrics_server.backends.base import MetricsBackend
+from custom_metrics_server.backends.base import ClusterView, MetricsBackend
+from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.backends.memory import load_fixture
-from custom_metrics_server.backends.resource_metrics import ResourceMetricsBackend
+from custom_metrics_server.backends.resource_metrics import (
+    ResourceMetricsBackend,
+    render_state_exposition,
+)
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.config import KubeConfigError, load_connection
 from custom_metrics_server.observability import configure_logging
-from custom_metrics_server.tls import (
-    ServingCertificate,
-    ensure_serving_certificate,
-    server_context,
-    trust_anchor,
+from custom_metrics_server.security.options import (
+    SecurityConfigError,
+    add_security_flags,
+    build_security,
 )
 
 logger = logging.getLogger("custom_metrics_server")
@@ -87,6 +94,53 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="deadline of one backend call (default 10s)",
     )
+    kube = serve.add_argument_group("Kubernetes backend (without --demo)")
+    kube.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig of the cluster (default: $KUBECONFIG, ~/.kube/config, in-cluster)",
+    )
+    kube.add_argument(
+        "--kubelet-source",
+        choices=["proxy", "direct"],
+        default="proxy",
+        help="scrape kubelets through the API server's node proxy or directly",
+    )
+    kube.add_argument(
+        "--kubelet-port", type=int, default=10250, help="kubelet port for --kubelet-source=direct"
+    )
+    kube.add_argument(
+        "--metric-resolution",
+        type=parse_duration,
+        default=15.0,
+        help="kubelet scrape interval (default 15s)",
+    )
+    kube.add_argument(
+        "--kubelet-request-timeout",
+        type=parse_duration,
+        default=10.0,
+        help="deadline of one kubelet scrape (default 10s)",
+    )
+    kube.add_argument(
+        "--discovery-interval",
+        type=parse_duration,
+        default=600.0,
+        help="API discovery refresh (default 10m; unknown resources refresh it at once)",
+    )
+    kube.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="serve /metrics/resources series only while holding a Lease",
+    )
+    kube.add_argument(
+        "--leader-elect-resource-namespace",
+        default=os.environ.get("POD_NAMESPACE", "custom-metrics"),
+        help="namespace of the Lease (default $POD_NAMESPACE or custom-metrics)",
+    )
+    kube.add_argument(
+        "--leader-elect-resource-name", default="custom-metrics-server", help="name of the Lease"
+    )
+    add_security_flags(serve)
     demo = serve.add_argument_group("demo (embedded simulated cluster)")
     demo.add_argument(
         "--demo",
@@ -173,86 +227,116 @@ class _Server(uvicorn.Server):
             self._on_bound(port)
 
 
+@dataclass
+class _Served:
+    """What `serve` runs: the cluster view, the backends and how to describe them."""
+
+    cluster: ClusterView
+    backends: list[MetricsBackend]
+    what: str
+    exposition: Callable[[], bytes] | None = None
+
+
+def _demo(args: argparse.Namespace) -> _Served:
+    if args.demo_file:
+        document = yaml.safe_load(args.demo_file.read_text())
+        cluster, fixture = load_fixture(document or {}, now=time.time())
+        return _Served(cluster, [fixture], f"the fixture {args.demo_file}")
+    simulated = SimulatedCluster(
+        DemoSettings(
+            seed=args.demo_seed,
+            pods=args.demo_pods,
+            web_pods=args.demo_web_pods,
+            interval=args.demo_interval,
+        )
+    )
+    return _Served(
+        simulated.cluster,
+        [simulated, ResourceMetricsBackend(simulated.cluster, simulated.usage)],
+        f"the simulated cluster ({args.demo_pods} pods)",
+        functools.partial(render_state_exposition, simulated.cluster),
+    )
+
+
+def _kubernetes(args: argparse.Namespace) -> _Served:
+    connection = load_connection(args.kubeconfig)
+    backend = KubernetesBackend(
+        KubeClient(connection),
+        KubernetesSettings(
+            kubelet_source=args.kubelet_source,
+            kubelet_port=args.kubelet_port,
+            scrape_interval=args.metric_resolution,
+            scrape_timeout=args.kubelet_request_timeout,
+            discovery_interval=args.discovery_interval,
+            leader_elect=args.leader_elect,
+            lease_namespace=args.leader_elect_resource_namespace,
+            lease_name=args.leader_elect_resource_name,
+        ),
+    )
+    return _Served(
+        backend.state, [backend], f"the cluster at {connection.host}", backend.resource_exposition
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM."""
     configure_logging(args.verbosity)
-    if not args.demo:
-        logger.error(
-            "no backend configured: only --demo exists in this release "
-            "(the Kubernetes and Prometheus backends are planned, see docs/status.md)"
-        )
+    try:
+        security = build_security(args, demo=args.demo)
+    except SecurityConfigError as err:
+        logger.error("%s", err)
         return 2
-    bind = args.bind_address or "127.0.0.1"
-    if not _loopback(bind):
+    bind = args.bind_address or ("127.0.0.1" if args.demo else "0.0.0.0")  # noqa: S104
+    if not security.delegated and not _loopback(bind):
         logger.error("--demo serves without authentication and binds loopback only, not %s", bind)
         return 2
-    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
-        logger.error("--tls-cert-file and --tls-private-key-file go together")
+    try:
+        served = _demo(args) if args.demo else _kubernetes(args)
+    except (OSError, yaml.YAMLError, ValueError, KubeConfigError) as err:
+        source = f"--demo-file {args.demo_file}" if args.demo else "the Kubernetes backend"
+        logger.error("cannot start %s: %s", source, err)
         return 2
-    if args.tls_cert_file:
-        cert = ServingCertificate(
-            args.tls_cert_file, args.tls_private_key_file, trust_anchor(args.tls_cert_file)
-        )
-    else:
-        cert = ensure_serving_certificate(args.cert_dir, ["localhost", "127.0.0.1", "::1"])
-    cluster: InMemoryCluster
-    backends: list[MetricsBackend]
-    if args.demo_file:
-        try:
-            document = yaml.safe_load(args.demo_file.read_text())
-            cluster, fixture = load_fixture(document or {}, now=time.time())
-        except (OSError, yaml.YAMLError, ValueError) as err:
-            logger.error("cannot load --demo-file %s: %s", args.demo_file, err)
-            return 2
-        backends = [fixture]
-        what = f"the fixture {args.demo_file}"
-    else:
-        simulated = SimulatedCluster(
-            DemoSettings(
-                seed=args.demo_seed,
-                pods=args.demo_pods,
-                web_pods=args.demo_web_pods,
-                interval=args.demo_interval,
-            )
-        )
-        cluster = simulated.cluster
-        backends = [simulated, ResourceMetricsBackend(simulated.cluster)]
-        what = f"the simulated cluster ({args.demo_pods} pods)"
-    settings = AppSettings(backend_timeout=args.backend_timeout)
-    app = create_app(cluster=cluster, backends=backends, settings=settings)
-    logger.warning(
-        "--demo: delegated authentication and authorization are OFF; every caller on %s is allowed",
-        bind,
+    settings = AppSettings(
+        backend_timeout=args.backend_timeout, resource_exposition=served.exposition
     )
+    app = create_app(
+        cluster=served.cluster, backends=served.backends, settings=settings, security=security
+    )
+    if not security.delegated:
+        logger.warning(
+            "--demo: delegated authentication and authorization are OFF; "
+            "every caller on %s is allowed",
+            bind,
+        )
     kubeconfig = (args.write_kubeconfig or args.cert_dir / "kubeconfig").resolve()
 
     def on_bound(port: int) -> None:
         host = f"[{bind}]" if ":" in bind else bind
         url = f"https://{host}:{port}"
         app.api.server_address = f"{bind}:{port}"
-        write_kubeconfig(kubeconfig, server=url, ca_pem=cert.ca_pem)
-        pods = (
-            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/"
-            "http_requests_per_second?labelSelector=app%3Dweb"
-        )
-        external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth"
-        print(
-            f"custom-metrics-server v{__version__} serving {what} on {url}\n"
-            f"kubeconfig written to {kubeconfig}\n"
-            "Try:\n"
-            f"  kubectl --kubeconfig {kubeconfig} get --raw '{pods}'\n"
-            f"  kubectl --kubeconfig {kubeconfig} get --raw '{external}'\n",
-            flush=True,
-        )
+        lines = [f"custom-metrics-server v{__version__} serving {served.what} on {url}"]
+        if args.demo:
+            write_kubeconfig(kubeconfig, server=url, ca_pem=security.serving.ca_pem)
+            pods = (
+                "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/"
+                "http_requests_per_second?labelSelector=app%3Dweb"
+            )
+            external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth"
+            lines += [
+                f"kubeconfig written to {kubeconfig}",
+                "Try:",
+                f"  kubectl --kubeconfig {kubeconfig} get --raw '{pods}'",
+                f"  kubectl --kubeconfig {kubeconfig} get --raw '{external}'",
+            ]
+        print("\n".join(lines) + "\n", flush=True)
 
     config = uvicorn.Config(
         app,
         host=bind,
         port=args.secure_port,
-        ssl_certfile=str(cert.cert_file),
-        ssl_keyfile=str(cert.key_file),
-        ssl_context_factory=lambda _config, _default: server_context(cert.cert_file, cert.key_file),
-        http="httptools",
+        ssl_context_factory=security.ssl_context_factory,
+        http=security.protocol_class,
+        ws="none",
         loop="uvloop",
         lifespan="on",
         proxy_headers=False,

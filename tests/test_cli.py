@@ -26,11 +26,13 @@ def test_bad_durations_are_rejected(text: str) -> None:
         cli.parse_duration(text)
 
 
-def test_serve_without_a_backend_exits_2(
+def test_serve_without_a_reachable_cluster_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["serve", "--cert-dir", str(tmp_path)]) == 2
-    assert "no backend configured" in capsys.readouterr().err
+    missing = str(tmp_path / "missing-kubeconfig")
+    args = ["serve", "--cert-dir", str(tmp_path), "--kubeconfig", missing]
+    assert cli.main([*args, "--authentication-kubeconfig", missing]) == 2
+    assert "missing-kubeconfig" in capsys.readouterr().err
 
 
 def test_demo_refuses_non_loopback_addresses(

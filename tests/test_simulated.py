@@ -61,7 +61,7 @@ def test_pod_count_and_web_replicas_follow_the_settings() -> None:
                 GroupResource("", "nodes"), None, parse_selector("kubernetes.io/os=linux")
             )
         )
-        == 17  # twelve pods a node
+        == 25  # eight pods a node
     )
 
 

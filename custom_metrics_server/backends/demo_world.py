@@ -12,13 +12,17 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Final
 
 from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS
 from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.exposition import format_go_float
+from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.resource_model import pod_requests
 
 ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # the kube name-generator alphabet
-PODS_PER_NODE: Final = 12
+PODS_PER_NODE: Final = 8
 
 Json = dict[str, Any]
 
@@ -274,6 +278,13 @@ def _pod(
     return {"metadata": _meta(name, namespace, labels, owner), "spec": spec, "status": status}
 
 
+def _requests(pod: Json) -> tuple[Decimal, Decimal]:
+    """CPU and memory the scheduler counts for a pod (for the demo's placement)."""
+    found = pod_requests(pod)
+    zero = Quantity.parse("0")
+    return found.get("cpu", zero).value, found.get("memory", zero).value
+
+
 def generate(*, seed: int, pods: int, web_pods: int) -> World:
     """The whole demo cluster as Kubernetes JSON."""
     world = World()
@@ -322,7 +333,27 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
                 },
             },
         )
-    placed = 0
+    # First fit in round-robin order, as far as CPU and memory allow: a pod no node can take
+    # stays Pending, like the real scheduler would leave it.
+    free = {
+        node["metadata"]["name"]: [
+            float(Quantity.parse(node["status"]["allocatable"][r]).value) for r in ("cpu", "memory")
+        ]
+        for node in world.objects[NODES]
+    }
+    cursor = 0
+
+    def place(pod: Json) -> str:
+        nonlocal cursor
+        wanted = [float(v) for v in _requests(pod)]
+        for attempt in range(len(nodes)):
+            node = nodes[(cursor + attempt) % len(nodes)]
+            if all(w <= f for w, f in zip(wanted, free[node], strict=True)):
+                free[node] = [f - w for w, f in zip(wanted, free[node], strict=True)]
+                cursor = (cursor + attempt + 1) % len(nodes)
+                return node
+        return ""
+
     deployments = GroupResource("apps", "deployments")
     for workload in workloads(pods, web_pods):
         if workload.replicas == 0:
@@ -367,10 +398,12 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
                 for i in range(workload.replicas)
             ]
         for pod_name, labels in pod_names:
-            node = nodes[placed % len(nodes)]
-            placed += 1
-            world.node_of[(ns, pod_name)] = node
-            world.add(PODS, _pod(pod_name, ns, labels, workload, node=node, owner=owner))
+            pod = _pod(pod_name, ns, labels, workload, node="", owner=owner)
+            node = place(pod)
+            if node:
+                pod = _pod(pod_name, ns, labels, workload, node=node, owner=owner)
+                world.node_of[(ns, pod_name)] = node
+            world.add(PODS, pod)
     # Pods no node can take (KEP-1748 question 5), and a finished Job (Completed consumes nothing).
     huge = Workload(
         "batch",
@@ -430,30 +463,6 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
     return world
 
 
-def _format_value(value: float) -> str:
-    """Go's `strconv.FormatFloat(v, 'g', -1, 64)`, as the Prometheus text encoder writes it:
-    the shortest digits, in exponent form when the exponent is < -4 or >= 6."""
-    if value == 0:
-        return "0"
-    digits = repr(abs(float(value)))
-    mantissa, _, exp_text = digits.partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    raw = (whole + fraction).lstrip("0")
-    point = len(whole) + (int(exp_text) if exp_text else 0)  # decimal point position in raw
-    point -= len(whole + fraction) - len((whole + fraction).lstrip("0"))
-    raw = raw.rstrip("0") or "0"
-    exponent = point - 1
-    sign = "-" if value < 0 else ""
-    if exponent < -4 or exponent >= 6:
-        body = raw[0] + ("." + raw[1:] if len(raw) > 1 else "")
-        return f"{sign}{body}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{raw}"
-    if point >= len(raw):
-        return f"{sign}{raw}{'0' * (point - len(raw))}"
-    return f"{sign}{raw[:point]}.{raw[point:]}"
-
-
 @dataclass(frozen=True, slots=True)
 class ContainerUsage:
     """One container's counters as a kubelet reports them."""
@@ -486,7 +495,7 @@ def kubelet_exposition(
         "counter",
         "Cumulative cpu time consumed by the container in core-seconds",
         [
-            f"container_cpu_usage_seconds_total{{{labels(c)}}} {_format_value(c.cpu_seconds)}{ms}"
+            f"container_cpu_usage_seconds_total{{{labels(c)}}} {format_go_float(c.cpu_seconds)}{ms}"
             for c in containers
         ],
     )
@@ -495,7 +504,8 @@ def kubelet_exposition(
         "gauge",
         "Current working set of the container in bytes",
         [
-            f"container_memory_working_set_bytes{{{labels(c)}}} {_format_value(c.memory_bytes)}{ms}"
+            f"container_memory_working_set_bytes{{{labels(c)}}} "
+            f"{format_go_float(c.memory_bytes)}{ms}"
             for c in containers
         ],
     )
@@ -504,7 +514,7 @@ def kubelet_exposition(
         "gauge",
         "Start time of the container since unix epoch in seconds",
         [
-            f"container_start_time_seconds{{{labels(c)}}} {_format_value(c.start_time)}{ms}"
+            f"container_start_time_seconds{{{labels(c)}}} {format_go_float(c.start_time)}{ms}"
             for c in containers
         ],
     )
@@ -512,13 +522,13 @@ def kubelet_exposition(
         "node_cpu_usage_seconds_total",
         "counter",
         "Cumulative cpu time consumed by the node in core-seconds",
-        [f"node_cpu_usage_seconds_total {_format_value(node_cpu_seconds)}{ms}"],
+        [f"node_cpu_usage_seconds_total {format_go_float(node_cpu_seconds)}{ms}"],
     )
     family(
         "node_memory_working_set_bytes",
         "gauge",
         "Current working set of the node in bytes",
-        [f"node_memory_working_set_bytes {_format_value(node_memory)}{ms}"],
+        [f"node_memory_working_set_bytes {format_go_float(node_memory)}{ms}"],
     )
     pods: dict[tuple[str, str], list[ContainerUsage]] = {}
     for c in containers:
@@ -529,7 +539,7 @@ def kubelet_exposition(
         "Cumulative cpu time consumed by the pod in core-seconds",
         [
             f'pod_cpu_usage_seconds_total{{namespace="{ns}",pod="{pod}"}} '
-            f"{_format_value(sum(c.cpu_seconds for c in cs))}{ms}"
+            f"{format_go_float(sum(c.cpu_seconds for c in cs))}{ms}"
             for (ns, pod), cs in pods.items()
         ],
     )
@@ -539,7 +549,7 @@ def kubelet_exposition(
         "Current working set of the pod in bytes",
         [
             f'pod_memory_working_set_bytes{{namespace="{ns}",pod="{pod}"}} '
-            f"{_format_value(sum(c.memory_bytes for c in cs))}{ms}"
+            f"{format_go_float(sum(c.memory_bytes for c in cs))}{ms}"
             for (ns, pod), cs in pods.items()
         ],
     )

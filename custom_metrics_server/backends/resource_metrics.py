@@ -25,7 +25,7 @@ Cost of `fetch`: O(objects x pods held x resources); no allocation beyond the an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
@@ -44,6 +44,7 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.errors import BadRequest
+from custom_metrics_server.exposition import PodResourceRow, render_pod_resource_metrics
 from custom_metrics_server.resource_model import resource_unit
 
 REQUEST: Final = "kube_pod_resource_request"
@@ -64,10 +65,10 @@ class PodUsage(Protocol):
     """What a usage source knows of one pod."""
 
     @property
-    def cpu(self) -> float: ...  # cores
+    def cpu_cores(self) -> float: ...
 
     @property
-    def memory(self) -> float: ...  # working-set bytes
+    def memory_bytes(self) -> float: ...  # working set
 
     @property
     def timestamp(self) -> float: ...
@@ -84,8 +85,8 @@ class UsageSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _Usage:
-    cpu: float
-    memory: float
+    cpu_cores: float
+    memory_bytes: float
     timestamp: float
     window: float
 
@@ -237,8 +238,9 @@ class ResourceMetricsBackend:
 
     @staticmethod
     def _usage_series(gr: GroupResource, usages: list[tuple[PodRecord, PodUsage]]) -> list[Series]:
-        cpu = sum(u.cpu for _, u in usages)
-        memory = sum(u.memory for _, u in usages)
+        # Micro-cores and whole bytes: finer digits are noise from float rates.
+        cpu = round(sum(u.cpu_cores for _, u in usages), 6)
+        memory = float(round(sum(u.memory_bytes for _, u in usages)))
         extra = {"node": usages[0][0].node} if gr == PODS else {}
         return [(_labels("cpu", **extra), cpu), (_labels("memory", **extra), memory)]
 
@@ -253,7 +255,7 @@ class ResourceMetricsBackend:
             for pod, usage in usages:
                 request = pod.requests.get(resource)
                 if request:
-                    used += usage.cpu if resource == "cpu" else usage.memory
+                    used += usage.cpu_cores if resource == "cpu" else usage.memory_bytes
                     requested += float(request)
             if requested:
                 # Three decimals: a ratio is read as a percentage, not to the nano.
@@ -302,3 +304,28 @@ def _check_units(metric: str, ref: ObjectRef, series: list[Series]) -> None:
 def usage_of(cpu: float, memory: float, timestamp: float, window: float) -> PodUsage:
     """A plain `PodUsage` value (for simulated sources and tests)."""
     return _Usage(cpu, memory, timestamp, window)
+
+
+def pod_resource_rows(state: ClusterState, *, limits: bool) -> Iterator[PodResourceRow]:
+    """Request (or limit) rows of every non-completed pod, walked at scrape time, no copies."""
+    for pod in state.pods.values():
+        if pod.lifecycle == "Completed":
+            continue
+        for resource, value in (pod.limits if limits else pod.requests).items():
+            yield PodResourceRow(
+                namespace=pod.namespace,
+                pod=pod.name,
+                node=pod.node,
+                scheduler=pod.scheduler,
+                priority=pod.priority,
+                resource=resource,
+                unit=resource_unit(resource),
+                value=float(value),
+            )
+
+
+def render_state_exposition(state: ClusterState) -> bytes:
+    """`/metrics/resources` of every pod in a cluster state. O(pods x resources)."""
+    return render_pod_resource_metrics(
+        pod_resource_rows(state, limits=False), pod_resource_rows(state, limits=True)
+    )

@@ -43,10 +43,11 @@ from custom_metrics_server.backends.memory import (
     SnapshotBuilder,
     drain,
 )
-from custom_metrics_server.cluster_state import WATCHED, ClusterState
+from custom_metrics_server.cluster_state import PODS, WATCHED, ClusterState
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
-
-PODS = GroupResource("", "pods")
+from custom_metrics_server.exposition import parse_resource_metrics
+from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.usage import UsageStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,15 @@ class SimulatedCluster(MemoryBackend):
             )
             for key in self._running
         ]
+        self.usage = UsageStore(metric_resolution=self.settings.interval)
+        self._usage = self._usage_plan()
+        self._cpu_seconds: dict[tuple[ObjectKey, str], float] = {}
+        self._last_scrape = 0.0
         self.tick()
+        # Two scrapes, one interval apart: usage (a rate) needs two samples of each counter.
+        now = self._clock()
+        self.scrape(now - self.settings.interval)
+        self.scrape(now)
         settle_heap()  # the world itself is static from here on
 
     def _load_world(self) -> None:
@@ -262,6 +271,65 @@ class SimulatedCluster(MemoryBackend):
         """Publish the snapshot for the current time (synchronously)."""
         self.publish(self.build_snapshot(self._clock()))
 
+    # Usage: kubelet expositions through the real parser and rate code ------------------------
+
+    def _usage_plan(self) -> dict[str, list[tuple[ObjectKey, str, float, float, float, float]]]:
+        """Per node: (pod, container, cpu request, memory request, phase, start) of each
+        running container; usage moves around its request on a per-container wave."""
+        seed = self.settings.seed
+        plan: dict[str, list[tuple[ObjectKey, str, float, float, float, float]]] = {}
+        started = self._clock() - 3600 - 86400 * _unit(seed, "uptime")
+        for pod in self.world.objects.get(PODS, ()):
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            if key not in self._node_of:
+                continue
+            spec = pod["spec"]
+            sidecars = [
+                c for c in spec.get("initContainers", ()) if c.get("restartPolicy") == "Always"
+            ]
+            for container in [*spec["containers"], *sidecars]:
+                requests = container.get("resources", {}).get("requests", {})
+                cpu = float(Quantity.parse(requests.get("cpu", "50m")).value)
+                memory = float(Quantity.parse(requests.get("memory", "64Mi")).value)
+                phase = _unit(seed, key, container["name"], "usage") * 2 * math.pi
+                start = round(started + 600 * _unit(seed, key, "start"))
+                plan.setdefault(self._node_of[key], []).append(
+                    (key, container["name"], cpu, memory, phase, start)
+                )
+        return plan
+
+    def _scrape_steps(self, now: float) -> Generator[None, None, None]:
+        """Advance every container's CPU counter to `now`, render each node's exposition as
+        the kubelet would, and feed it through `parse_resource_metrics` into the usage store.
+        O(containers), pausing after every few nodes."""
+        tick = now / self.settings.interval
+        elapsed = now - self._last_scrape if self._last_scrape else self.settings.interval
+        self._last_scrape = now
+        for index, (node, containers) in enumerate(self._usage.items()):
+            rows = []
+            node_cpu = node_memory = 0.0
+            for key, name, cpu, memory, phase, start in containers:
+                wave = math.sin(2 * math.pi * tick / 240 + phase)
+                cores = cpu * (0.75 + 0.45 * wave)
+                counter = self._cpu_seconds.get((key, name), cpu * 600) + cores * elapsed
+                self._cpu_seconds[(key, name)] = counter
+                working_set = memory * (0.85 + 0.2 * wave)
+                node_cpu += counter
+                node_memory += working_set
+                rows.append(
+                    demo_world.ContainerUsage(key[0], key[1], name, counter, working_set, start)
+                )
+            body = demo_world.kubelet_exposition(
+                rows, node_cpu_seconds=node_cpu * 1.1, node_memory=node_memory * 1.2, now=now
+            )
+            self.usage.apply(node, parse_resource_metrics(body, default_time=now), now)
+            if index % 20 == 19:
+                yield
+
+    def scrape(self, now: float) -> None:
+        """One simulated kubelet scrape of every node (synchronously)."""
+        drain(self._scrape_steps(now))
+
     # Lifecycle ---------------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -269,9 +337,10 @@ class SimulatedCluster(MemoryBackend):
         while True:
             now = self._clock()
             await asyncio.sleep(interval - now % interval + 0.001)
-            # Built in a thread: the loop keeps answering between the GIL's 5 ms switches
-            # instead of stalling for the whole build.
             self.publish(await self._build_cooperatively(self._clock()))
+            steps = self._scrape_steps(self._clock())
+            for _ in steps:
+                await asyncio.sleep(0)
             settle_heap()
 
     async def __aenter__(self) -> Self:

@@ -1,0 +1,149 @@
+"""The Kubernetes backend: the KEP-1748 resource model of a live cluster.
+
+Wires the I/O around `ResourceMetricsBackend`: one `Reflector` (list + watch) per watched
+resource feeding `ClusterState` sinks, live API discovery for `{resource}` strings, the kubelet
+scraper feeding a `UsageStore`, and optionally a Lease so that only one replica serves the
+`/metrics/resources` series. Everything starts in `__aenter__` and stops in `__aexit__`.
+
+Readiness: false until the first list of every watched resource has synced (usage may still
+be warming up: pods without two usage samples simply have no usage value yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final, Literal, Self
+
+from custom_metrics_server.backends.kubelet import KubeletScraper
+from custom_metrics_server.backends.resource_metrics import (
+    ResourceMetricsBackend,
+    render_state_exposition,
+)
+from custom_metrics_server.cluster_state import WATCHED, ClusterState
+from custom_metrics_server.domain import GroupResource, Readiness
+from custom_metrics_server.exposition import render_pod_resource_metrics
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.discovery import DiscoveryRestMapper
+from custom_metrics_server.kube.lease import LeaderElector
+from custom_metrics_server.kube.watcher import Reflector
+from custom_metrics_server.usage import UsageStore
+
+logger = logging.getLogger(__name__)
+
+_VERSIONS: Final = {"": "v1", "apps": "v1", "batch": "v1"}
+
+
+def collection_path(group_resource: GroupResource) -> str:
+    """The list/watch path of a watched resource (all namespaces)."""
+    version = _VERSIONS[group_resource.group]
+    if group_resource.group:
+        return f"/apis/{group_resource.group}/{version}/{group_resource.resource}"
+    return f"/api/{version}/{group_resource.resource}"
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    """How the backend reaches the cluster's data (flags of `serve`)."""
+
+    kubelet_source: Literal["proxy", "direct"] = "proxy"
+    kubelet_port: int = 10250
+    scrape_interval: float = 15.0
+    scrape_timeout: float = 10.0
+    discovery_interval: float = 600.0
+    watch_page_size: int = 500
+    leader_elect: bool = False
+    lease_namespace: str = "custom-metrics"
+    lease_name: str = "custom-metrics-server"
+    identity: str = ""
+
+
+class KubernetesBackend(ResourceMetricsBackend):
+    """Resource-model metrics of the cluster the client talks to."""
+
+    def __init__(self, client: KubeClient, settings: KubernetesSettings | None = None) -> None:
+        self.settings = settings or KubernetesSettings()
+        self.client = client
+        self.discovery = DiscoveryRestMapper(client, interval=self.settings.discovery_interval)
+        state = ClusterState(resolver=self.discovery)
+        self.usage_store = UsageStore()
+        super().__init__(state, self.usage_store, name="kubernetes")
+        self.reflectors = [
+            Reflector(
+                client,
+                path=collection_path(gr),
+                sink=state.sink(gr),
+                name=str(gr),
+                page_size=self.settings.watch_page_size,
+            )
+            for gr in WATCHED
+        ]
+        self.scraper = KubeletScraper(
+            client,
+            nodes=lambda: list(state.nodes),
+            store=self.usage_store,
+            interval=self.settings.scrape_interval,
+            timeout=self.settings.scrape_timeout,
+            source=self.settings.kubelet_source,
+            kubelet_port=self.settings.kubelet_port,
+            node_address=lambda node: (
+                (record.internal_ip or None) if (record := state.nodes.get(node)) else None
+            ),
+        )
+        self.elector: LeaderElector | None = None
+        if self.settings.leader_elect:
+            self.elector = LeaderElector(
+                client,
+                namespace=self.settings.lease_namespace,
+                name=self.settings.lease_name,
+                identity=self.settings.identity or socket.gethostname(),
+            )
+        self._stack = contextlib.AsyncExitStack()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def ready(self) -> Readiness:
+        """Ready once every watched resource has listed; the reason names what is missing."""
+        waiting = [r for r in self.reflectors if not r.readiness().ready]
+        if waiting:
+            reasons = "; ".join(f"{r.name}: {r.readiness().reason}" for r in waiting)
+            return Readiness(ready=False, reason=reasons)
+        return Readiness(ready=True)
+
+    async def __aenter__(self) -> Self:
+        for runner, name in [(self.discovery.run, "discovery")] + [
+            (reflector.run, f"watch-{reflector.name}") for reflector in self.reflectors
+        ]:
+            self._tasks.append(asyncio.create_task(runner(), name=name))
+        await self._stack.enter_async_context(self.scraper)
+        if self.elector is not None:
+            await self._stack.enter_async_context(self.elector)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self._stack.aclose()
+        await self.client.aclose()
+
+    def serves_resource_series(self) -> bool:
+        """Only the Lease holder serves `/metrics/resources` (when leader election is on)."""
+        return self.elector is None or self.elector.is_leader
+
+    def resource_exposition(self) -> bytes:
+        """The KEP-1748 `/metrics/resources` text (empty on a standby replica)."""
+        if not self.serves_resource_series():
+            return render_pod_resource_metrics((), ())
+        return render_state_exposition(self.state)

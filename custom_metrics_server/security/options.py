@@ -1,0 +1,426 @@
+"""Command-line flags of delegated authentication/authorization, and `build_security`.
+
+Flag names, types and defaults are k8s.io/apiserver's `DelegatingAuthenticationOptions`,
+`DelegatingAuthorizationOptions` and `RequestHeaderAuthenticationOptions`. List flags behave
+like pflag's string slices (comma-separated; repeating the flag appends; the first use replaces
+the default); durations are Go durations (`10s`, `1m30s`) or seconds; booleans accept
+`--flag`, `--flag=true|false`.
+
+How `cli.py` wires it (the CLI owns the parser, the backend and uvicorn):
+
+    serve = commands.add_parser("serve", ...)
+    add_security_flags(serve)                         # after the serving flags
+    ...
+    security = build_security(args, demo=args.demo)   # raises SecurityConfigError: exit 2
+    app = create_app(cluster=..., backends=[...], settings=..., security=security)
+    config = uvicorn.Config(
+        app, ..., http=security.protocol_class, ws="none",
+        ssl_context_factory=security.ssl_context_factory,   # no ssl_certfile/keyfile needed
+    )
+
+`security.serving` is the serving certificate in use (its `ca_pem` goes into the demo
+kubeconfig). `security.delegated` says whether authentication is on; in demo mode without any
+of `--authentication-kubeconfig`, `--authorization-kubeconfig`, `--client-ca-file`,
+`--requestheader-client-ca-file` everybody is `system:anonymous` and allowed. The app's
+lifespan enters `security.lifespan()`: start-up reads the ConfigMap once (and fails start-up
+as upstream does when that is forbidden), then follows it until shutdown.
+
+Must not: parse `sys.argv` or start servers itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import ssl
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.security.authn import Authenticator, TokenAuthenticator
+from custom_metrics_server.security.authz import DEFAULT_ALWAYS_ALLOW_PATHS, Authorizer
+from custom_metrics_server.security.certs import CertificateError
+from custom_metrics_server.security.extension_config import ExtensionConfigFollower
+from custom_metrics_server.security.gate import AllowAllGate, DelegatingGate, Gate
+from custom_metrics_server.security.tls_peer import TlsH11Protocol, TlsHttpToolsProtocol
+from custom_metrics_server.security.trust import (
+    STANDARD_EXTRA_PREFIXES,
+    STANDARD_GROUP_HEADERS,
+    STANDARD_USERNAME_HEADERS,
+    TrustConfigError,
+    TrustStore,
+    request_header_settings,
+)
+from custom_metrics_server.security.webhook import Backoff
+from custom_metrics_server.tls import (
+    ReloadingServerContext,
+    ServingCertificate,
+    ensure_serving_certificate,
+    trust_anchor,
+)
+
+logger = logging.getLogger(__name__)
+
+#: SANs of a generated serving certificate: loopback plus the Service names of manifests/.
+DEFAULT_SERVING_HOSTS = (
+    "localhost",
+    "127.0.0.1",
+    "::1",
+    "custom-metrics-server",
+    "custom-metrics-server.custom-metrics",
+    "custom-metrics-server.custom-metrics.svc",
+    "custom-metrics-server.custom-metrics.svc.cluster.local",
+)
+DEMO_SERVING_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+class SecurityConfigError(Exception):
+    """The flags do not describe a usable configuration (the CLI exits with status 2)."""
+
+
+# --- flag types -------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def duration(text: str) -> float:
+    """A Go duration (`10s`, `1m30s`, `500ms`) or plain seconds, as seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if not _DURATION.match(text):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 1m30s)")
+    return sum(
+        float(amount) * _UNITS[unit]
+        for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
+    )
+
+
+def boolean(text: str) -> bool:
+    """pflag's boolean values."""
+    lowered = text.lower()
+    if lowered in {"1", "t", "true"}:
+        return True
+    if lowered in {"0", "f", "false"}:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+class StringSlice(argparse.Action):
+    """pflag `StringSlice`: comma-separated values; the first use replaces the default."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        text = values if isinstance(values, str) else ""
+        given = [] if text == "" else text.split(",")
+        seen: set[str] = getattr(namespace, "_string_slices_seen", set())
+        current = list(getattr(namespace, self.dest) or []) if self.dest in seen else []
+        seen.add(self.dest)
+        namespace._string_slices_seen = seen  # argparse keeps no per-parse state of its own
+        setattr(namespace, self.dest, current + given)
+
+
+def add_security_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the delegated authentication and authorization flags (upstream names/defaults)."""
+    authn = parser.add_argument_group("delegated authentication")
+    authn.add_argument(
+        "--authentication-kubeconfig",
+        type=Path,
+        default=None,
+        help="kubeconfig file pointing at the 'core' kubernetes server with enough rights to "
+        "create tokenreviews.authentication.k8s.io (default: in-cluster)",
+    )
+    authn.add_argument(
+        "--authentication-token-webhook-cache-ttl",
+        type=duration,
+        default=10.0,
+        help="the duration to cache responses from the webhook token authenticator (10s)",
+    )
+    authn.add_argument(
+        "--authentication-skip-lookup",
+        type=boolean,
+        nargs="?",
+        const=True,
+        default=False,
+        help="if false, the authentication-kubeconfig is used to look up missing "
+        "authentication configuration from the cluster",
+    )
+    authn.add_argument(
+        "--authentication-tolerate-lookup-failure",
+        type=boolean,
+        nargs="?",
+        const=True,
+        default=False,
+        help="if true, failures to look up missing authentication configuration from the "
+        "cluster are not fatal (this can treat all requests as anonymous)",
+    )
+    authn.add_argument(
+        "--anonymous-auth",
+        type=boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        help="enables anonymous requests (requests no authenticator rejected and none "
+        "authenticated are system:anonymous) (default true)",
+    )
+    authn.add_argument(
+        "--client-ca-file",
+        type=Path,
+        default=None,
+        help="if set, any request presenting a client certificate signed by one of the "
+        "authorities in the client-ca-file is authenticated with an identity corresponding to "
+        "the CommonName of the client certificate",
+    )
+    authn.add_argument(
+        "--requestheader-client-ca-file",
+        type=Path,
+        default=None,
+        help="root certificate bundle to use to verify client certificates on incoming "
+        "requests before trusting usernames in headers specified by "
+        "--requestheader-username-headers. WARNING: generally do not depend on authorization "
+        "being already done for incoming requests",
+    )
+    for name, default, text in (
+        (
+            "--requestheader-allowed-names",
+            [],
+            "list of client certificate common names to allow to provide usernames in headers "
+            "specified by --requestheader-username-headers. If empty, any client certificate "
+            "validated by the authorities in --requestheader-client-ca-file is allowed",
+        ),
+        (
+            "--requestheader-username-headers",
+            list(STANDARD_USERNAME_HEADERS),
+            "list of request headers to inspect for usernames. X-Remote-User is common",
+        ),
+        (
+            "--requestheader-uid-headers",
+            [],
+            "list of request headers to inspect for UIDs. X-Remote-Uid is suggested",
+        ),
+        (
+            "--requestheader-group-headers",
+            list(STANDARD_GROUP_HEADERS),
+            "list of request headers to inspect for groups. X-Remote-Group is suggested",
+        ),
+        (
+            "--requestheader-extra-headers-prefix",
+            list(STANDARD_EXTRA_PREFIXES),
+            "list of request header prefixes to inspect. X-Remote-Extra- is suggested",
+        ),
+    ):
+        authn.add_argument(name, action=StringSlice, default=default, metavar="STRINGS", help=text)
+    authz = parser.add_argument_group("delegated authorization")
+    authz.add_argument(
+        "--authorization-kubeconfig",
+        type=Path,
+        default=None,
+        help="kubeconfig file pointing at the 'core' kubernetes server with enough rights to "
+        "create subjectaccessreviews.authorization.k8s.io (default: in-cluster)",
+    )
+    authz.add_argument(
+        "--authorization-webhook-cache-authorized-ttl",
+        type=duration,
+        default=10.0,
+        help="the duration to cache 'authorized' responses from the webhook authorizer (10s)",
+    )
+    authz.add_argument(
+        "--authorization-webhook-cache-unauthorized-ttl",
+        type=duration,
+        default=10.0,
+        help="the duration to cache 'unauthorized' responses from the webhook authorizer (10s)",
+    )
+    authz.add_argument(
+        "--authorization-always-allow-paths",
+        action=StringSlice,
+        default=list(DEFAULT_ALWAYS_ALLOW_PATHS),
+        metavar="STRINGS",
+        help="a list of HTTP paths to skip during authorization, i.e. these are authorized "
+        "without contacting the 'core' kubernetes server (default /healthz,/readyz,/livez)",
+    )
+
+
+# --- the configuration ------------------------------------------------------------------------
+
+
+@dataclass
+class SecurityConfig:
+    """Everything `create_app` and the uvicorn runner need from this package."""
+
+    gate: Gate
+    serving: ServingCertificate
+    context: ReloadingServerContext
+    delegated: bool
+    protocol_class: type[Any] = TlsHttpToolsProtocol
+    h11_protocol_class: type[Any] = TlsH11Protocol
+    trust: TrustStore | None = None
+    startup: list[Callable[[], Any]] = field(default_factory=list)
+    background: list[Callable[[], Any]] = field(default_factory=list)
+    clients: list[KubeClient] = field(default_factory=list)
+
+    def ssl_context_factory(
+        self, _config: object, _default: Callable[[], ssl.SSLContext]
+    ) -> ssl.SSLContext:
+        """uvicorn `ssl_context_factory`: the listening context that reloads certificates."""
+        return self.context.listening
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Start-up reads (may raise), then background followers until shutdown."""
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            for step in self.startup:
+                await step()
+            tasks = [asyncio.create_task(job()) for job in self.background]
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            for client in self.clients:
+                await client.aclose()
+
+
+def _serving(args: argparse.Namespace, *, demo: bool) -> ServingCertificate:
+    cert_file = getattr(args, "tls_cert_file", None)
+    key_file = getattr(args, "tls_private_key_file", None)
+    if bool(cert_file) != bool(key_file):
+        raise SecurityConfigError("--tls-cert-file and --tls-private-key-file go together")
+    if cert_file and key_file:
+        return ServingCertificate(Path(cert_file), Path(key_file), trust_anchor(Path(cert_file)))
+    cert_dir = Path(getattr(args, "cert_dir", "apiserver.local.config/certificates"))
+    hosts = DEMO_SERVING_HOSTS if demo else DEFAULT_SERVING_HOSTS
+    return ensure_serving_certificate(cert_dir, list(hosts))
+
+
+def _client(path: Path | None, *, what: str, optional: bool) -> KubeClient | None:
+    """A client from an explicit kubeconfig, else in-cluster; None if optional and neither."""
+    if path is None and "KUBERNETES_SERVICE_HOST" not in os.environ:
+        if optional:
+            logger.warning("no --%s-kubeconfig and not running in a cluster", what)
+            return None
+        raise SecurityConfigError(
+            f"--{what}-kubeconfig is required outside a cluster (no in-cluster configuration)"
+        )
+    # Imported here: the `kubernetes` package's loaders weigh ~20 MB and the demo never needs them.
+    from custom_metrics_server.kube.config import KubeConfigError, load_connection  # noqa: PLC0415
+
+    try:
+        connection = load_connection(str(path) if path else None)
+    except KubeConfigError as err:
+        raise SecurityConfigError(f"delegated {what}: {err}") from err
+    return KubeClient(connection, timeout=10.0)
+
+
+def delegated_requested(args: argparse.Namespace) -> bool:
+    """Whether any flag asks for delegated authentication or authorization."""
+    return any(
+        getattr(args, name, None)
+        for name in (
+            "authentication_kubeconfig",
+            "authorization_kubeconfig",
+            "client_ca_file",
+            "requestheader_client_ca_file",
+        )
+    )
+
+
+def build_security(
+    args: argparse.Namespace, *, demo: bool, backoff: Backoff | None = None
+) -> SecurityConfig:
+    """The gate, TLS context, protocol and lifespan jobs the flags describe.
+
+    Raises `SecurityConfigError` for unusable flags or files. `backoff` overrides the review
+    retry policy (tests); the default is upstream's.
+    """
+    serving = _serving(args, demo=demo)
+    if demo and not delegated_requested(args):
+        context = ReloadingServerContext(serving.cert_file, serving.key_file)
+        return SecurityConfig(
+            gate=AllowAllGate(), serving=serving, context=context, delegated=False
+        )
+    trust = TrustStore()
+    clients: list[KubeClient] = []
+    try:
+        if args.client_ca_file:
+            trust.watch_client_ca_file(Path(args.client_ca_file))
+        if args.requestheader_client_ca_file:
+            settings = request_header_settings(
+                (),
+                username_headers=args.requestheader_username_headers,
+                uid_headers=args.requestheader_uid_headers,
+                group_headers=args.requestheader_group_headers,
+                extra_prefixes=args.requestheader_extra_headers_prefix,
+                allowed_names=args.requestheader_allowed_names,
+            )
+            trust.watch_requestheader_file(Path(args.requestheader_client_ca_file), settings)
+    except (OSError, CertificateError, TrustConfigError) as err:
+        raise SecurityConfigError(str(err)) from err
+    authn_client = _client(args.authentication_kubeconfig, what="authentication", optional=demo)
+    if args.authorization_kubeconfig == args.authentication_kubeconfig and authn_client:
+        authz_client: KubeClient | None = authn_client
+    else:
+        authz_client = _client(args.authorization_kubeconfig, what="authorization", optional=demo)
+    clients = list({id(c): c for c in (authn_client, authz_client) if c}.values())
+    startup: list[Callable[[], Any]] = []
+    background: list[Callable[[], Any]] = []
+    need_client_ca = not args.client_ca_file
+    need_requestheader = not args.requestheader_client_ca_file
+    if not args.authentication_skip_lookup and (need_client_ca or need_requestheader):
+        if authn_client is None:
+            logger.warning(
+                "no authentication kubeconfig: the client CA and front-proxy settings are not "
+                "looked up in kube-system/extension-apiserver-authentication"
+            )
+        else:
+            follower = ExtensionConfigFollower(
+                authn_client,
+                trust,
+                client_ca=need_client_ca,
+                requestheader=need_requestheader,
+                tolerate_lookup_failure=args.authentication_tolerate_lookup_failure,
+            )
+            startup.append(follower.load_once)
+            background.append(follower.follow)
+    try:
+        authorizer = Authorizer(
+            authz_client,
+            always_allow_paths=args.authorization_always_allow_paths,
+            allowed_ttl=args.authorization_webhook_cache_authorized_ttl,
+            denied_ttl=args.authorization_webhook_cache_unauthorized_ttl,
+            backoff=backoff,
+        )
+    except ValueError as err:
+        raise SecurityConfigError(f"--authorization-always-allow-paths: {err}") from err
+    tokens = TokenAuthenticator(
+        authn_client, ttl=args.authentication_token_webhook_cache_ttl, backoff=backoff
+    )
+    authenticator = Authenticator(trust, tokens=tokens, anonymous=args.anonymous_auth)
+    context = ReloadingServerContext(
+        serving.cert_file, serving.key_file, client_trust=trust.tls_material
+    )
+    return SecurityConfig(
+        gate=DelegatingGate(authenticator, authorizer),
+        serving=serving,
+        context=context,
+        delegated=True,
+        trust=trust,
+        startup=startup,
+        background=background,
+        clients=clients,
+    )

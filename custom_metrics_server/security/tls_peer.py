@@ -1,0 +1,91 @@
+"""uvicorn protocols that put the verified TLS peer certificate into the ASGI scope.
+
+uvicorn never exposes the client certificate (encode/uvicorn#745). Both event loops call
+`connection_made` only after the handshake, so the certificate is final there: it is read once
+per connection (`getpeercert(binary_form=True)`, the leaf only on Python 3.11) and attached to
+every request's scope as the ASGI TLS extension:
+
+    scope["extensions"]["tls"] = {
+        "tls_version": 0x0304, "cipher_suite": None, "server_cert": None,
+        "client_cert_chain": [PEM of the leaf] or [], "client_cert_name": RFC 4514 or None,
+        "client_cert_error": None,
+        "client_cert_der": DER bytes or None,   # non-standard: what the gate verifies
+    }
+
+Only certificates the handshake verified (against the union of the client CA and the
+front-proxy CA) can appear here; which pool issued one is decided later by `authn`. Plaintext
+connections get no extension.
+
+Cost: ~3 us per connection (PEM and subject conversion), one dict store per request.
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+from typing import Any, Final
+
+from cryptography import x509
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+TLS_VERSIONS: Final = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
+
+
+def tls_extension(transport: Any) -> dict[str, Any] | None:
+    """The ASGI TLS extension of a connection; None when it is not TLS."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return None
+    der: bytes | None = ssl_object.getpeercert(binary_form=True)
+    chain: list[str] = []
+    name: str | None = None
+    if der:
+        chain = [ssl.DER_cert_to_PEM_cert(der)]
+        try:
+            name = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+        except ValueError:
+            name = ""
+    return {
+        "tls_version": TLS_VERSIONS.get(ssl_object.version() or ""),
+        "cipher_suite": None,
+        "server_cert": None,
+        "client_cert_chain": chain,
+        "client_cert_name": name,
+        "client_cert_error": None,
+        "client_cert_der": der or None,
+    }
+
+
+class TlsHttpToolsProtocol(HttpToolsProtocol):
+    """httptools protocol whose request scopes carry the TLS extension."""
+
+    _tls: dict[str, Any] | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        """Read the peer certificate once, after uvicorn's own bookkeeping."""
+        super().connection_made(transport)
+        self._tls = tls_extension(transport)
+
+    def on_message_begin(self) -> None:
+        """Attach the connection's TLS extension to the new request's scope."""
+        super().on_message_begin()
+        if self._tls is not None:
+            scope: dict[str, Any] = self.scope  # type: ignore[assignment]
+            scope["extensions"] = {"tls": self._tls}
+
+
+async def _with_tls(app: Any, tls: dict[str, Any], scope: Any, receive: Any, send: Any) -> None:
+    scope.setdefault("extensions", {})["tls"] = tls
+    await app(scope, receive, send)
+
+
+class TlsH11Protocol(H11Protocol):
+    """h11 protocol (no per-request hook): wraps the app once per connection instead."""
+
+    def connection_made(self, transport: Any) -> None:
+        """Read the peer certificate once and wrap the app with it."""
+        super().connection_made(transport)
+        tls = tls_extension(transport)
+        if tls is not None:
+            self.app = functools.partial(_with_tls, self.app, tls)

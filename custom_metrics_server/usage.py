@@ -1,0 +1,348 @@
+"""CPU and memory usage from successive kubelet scrapes: the rate code.
+
+This module owns how two cumulative CPU samples become a usage in cores, and
+:class:`UsageStore`, which keeps per node the last two points of every container and of the
+node itself and publishes pod and node usage. It follows metrics-server's storage
+(``pkg/storage/pod.go``, ``node.go``, ``types.go``):
+
+* a rate is ``delta(cpu seconds) / delta(its own timestamps)``; the window is that span and
+  the usage's timestamp the later sample's time;
+* a new point replaces the stored one; the stored one becomes the previous point when the
+  new one is later, else the older previous point is kept if it is still earlier than the
+  new one (a kubelet answering from its cache does not shorten the window to zero);
+* a container whose start time is not before the stored point's timestamp has restarted:
+  its history is dropped. A container that started less than one metric resolution (but at
+  least 10 s) before its sample gets a synthetic previous point (0 s of CPU at its start
+  time), so young containers have usage after one scrape;
+* a pod has usage once *every* container of its latest scrape has a previous point; a
+  container whose counter went backwards (or whose start time went back) is left out of
+  the sums, as upstream skips it; a pod left with no container has no usage;
+* the pod's timestamp and window are those of its container with the earliest timestamp.
+
+Deviations, on inputs that upstream mishandles: a previous point is never fabricated for a
+container missing from the previous pod point (upstream's zero-value lookup gives a window
+back to year 1), and a pod whose every container is skipped has no usage instead of an
+empty one.
+
+It must not do I/O, parse text, read clocks (callers pass ``now``) or log; it is not
+thread-safe (call it from one thread, the event loop). Storage is compact: per pod a tuple
+of container names and one ``array('d')`` (4 + 7 per container floats), no sample objects.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from math import isnan
+from typing import Final, NamedTuple
+
+from custom_metrics_server.exposition import ContainerSample, CpuSample, PodKey, ResourceScrape
+
+__all__ = [
+    "FRESH_CONTAINER_MIN_AGE",
+    "NodeUsage",
+    "PodUsage",
+    "Rate",
+    "StoreStats",
+    "UsageStore",
+    "cpu_rate",
+]
+
+#: metrics-server's freshContainerMinMetricsResolution: a container younger than this at
+#: its first sample gets no synthetic previous point (its counter is too noisy).
+FRESH_CONTAINER_MIN_AGE: Final = 10.0
+
+_NAN: Final = math.nan
+# Layout of a pod's array: a header, then 7 floats per container (NaN = absent).
+_CORES, _MEMORY, _TIME, _WINDOW = 0, 1, 2, 3
+_HEADER: Final = 4
+_STRIDE: Final = 7  # cpu, time, start, previous cpu, previous time, previous start, memory
+
+
+class Rate(NamedTuple):
+    """CPU usage between two samples: ``cores`` over ``window`` seconds ending at
+    ``timestamp`` (Unix seconds)."""
+
+    cores: float
+    timestamp: float
+    window: float
+
+
+class PodUsage(NamedTuple):
+    """A pod's usage: the sum over its containers of CPU cores and working-set bytes."""
+
+    cpu_cores: float
+    memory_bytes: float
+    timestamp: float
+    window: float
+
+
+class NodeUsage(NamedTuple):
+    """A node's own usage (the node cgroup, not the sum of its pods)."""
+
+    cpu_cores: float
+    memory_bytes: float
+    timestamp: float
+    window: float
+
+
+def cpu_rate(previous: CpuSample, current: CpuSample) -> Rate | None:
+    """Cores used between two samples of one counter, or None when their timestamps do not
+    advance or the counter went backwards (a reset: metrics-server skips the point and
+    the next pair of samples gives a rate again). O(1)."""
+    window = current.timestamp - previous.timestamp
+    delta = current.seconds_total - previous.seconds_total
+    if not (window > 0 and delta >= 0):
+        return None
+    return Rate(delta / window, current.timestamp, window)
+
+
+def _before(start: float, other: float) -> bool:
+    """Go's ``start.Before(other)`` where NaN stands for the zero time (before all else)."""
+    if isnan(other):
+        return False
+    return isnan(start) or start < other
+
+
+class _NodeState:
+    """One node's stored points: last and previous node points, and its pods."""
+
+    __slots__ = ("last", "pods", "previous", "seen", "usage")
+
+    def __init__(self) -> None:
+        self.seen = 0.0
+        self.last: tuple[float, float, float] | None = None  # cpu, time, memory
+        self.previous: tuple[float, float] | None = None  # cpu, time
+        self.usage: NodeUsage | None = None
+        self.pods: dict[PodKey, tuple[tuple[str, ...], array[float]]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Sizes for self-metrics."""
+
+    nodes: int
+    pods: int
+    pods_with_usage: int
+    generation: int
+
+
+class UsageStore:
+    """Per-node usage state fed by kubelet scrapes; lookups by pod and node.
+
+    ``apply`` is O(containers in the scrape + pods the node had); every lookup is O(1).
+    ``generation`` increases whenever a published value (or the set of pods or nodes with
+    usage) changes, so owners can cache what they derive from it.
+    """
+
+    def __init__(self, *, metric_resolution: float = 15.0) -> None:
+        self.metric_resolution = metric_resolution
+        self._nodes: dict[str, _NodeState] = {}
+        self._pod_node: dict[PodKey, str] = {}
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """Increases on every change of a published value."""
+        return self._generation
+
+    # -- writes --
+
+    def apply(self, node: str, scrape: ResourceScrape, now: float) -> None:
+        """Take ``scrape`` as ``node``'s current state (pods it no longer lists are gone)
+        and record ``now`` as the node's last answer. Callers skip scrapes whose
+        ``scrape_error`` is set: they carry no usage. O(containers + previous pods)."""
+        state = self._nodes.get(node)
+        if state is None:
+            state = self._nodes[node] = _NodeState()
+        state.seen = now
+        changed = self._apply_node(state, scrape)
+        old_pods = state.pods
+        new_pods: dict[PodKey, tuple[tuple[str, ...], array[float]]] = {}
+        resolution = self.metric_resolution
+        for key, pod in scrape.pods.items():
+            containers = pod.containers
+            if not containers:
+                continue  # metrics-server drops pods without complete containers
+            old = old_pods.get(key)
+            entry = _pod_entry(containers, old, resolution)
+            new_pods[key] = entry
+            if not changed:
+                if old is None:
+                    changed = not math.isnan(entry[1][_CORES])
+                else:
+                    # Bytes, so that "no usage" (NaN) equals "no usage".
+                    changed = old[1][:_HEADER].tobytes() != entry[1][:_HEADER].tobytes()
+        index = self._pod_node
+        for key in old_pods.keys() - new_pods.keys():
+            changed = changed or not math.isnan(old_pods[key][1][_CORES])
+            if index.get(key) == node:
+                del index[key]
+        for key in new_pods:
+            index[key] = node
+        state.pods = new_pods
+        if changed:
+            self._generation += 1
+
+    def _apply_node(self, state: _NodeState, scrape: ResourceScrape) -> bool:
+        sample = scrape.node
+        old_usage = state.usage
+        if sample is None:
+            state.last = state.previous = None
+            state.usage = None
+            return old_usage is not None
+        cpu, when = sample.cpu
+        memory = sample.memory.bytes
+        previous: tuple[float, float] | None = None
+        last = state.last
+        if last is not None:
+            if when > last[1]:
+                previous = (last[0], last[1])
+            elif state.previous is not None and state.previous[1] < when:
+                previous = state.previous
+        state.last = (cpu, when, memory)
+        state.previous = previous
+        usage = None
+        if previous is not None:
+            rate = cpu_rate(CpuSample(*previous), CpuSample(cpu, when))
+            if rate is not None:
+                usage = NodeUsage(rate.cores, memory, rate.timestamp, rate.window)
+        state.usage = usage
+        return usage != old_usage
+
+    def forget_node(self, node: str) -> bool:
+        """Drop everything known about ``node``; False if it was unknown. O(its pods)."""
+        state = self._nodes.pop(node, None)
+        if state is None:
+            return False
+        index = self._pod_node
+        for key in state.pods:
+            if index.get(key) == node:
+                del index[key]
+        self._generation += 1
+        return True
+
+    def expire(self, now: float, max_age: float) -> list[str]:
+        """Forget the nodes whose last answer is older than ``max_age`` seconds; returns
+        their names. O(nodes + their pods)."""
+        cutoff = now - max_age
+        stale = [name for name, state in self._nodes.items() if state.seen < cutoff]
+        for name in stale:
+            self.forget_node(name)
+        return stale
+
+    # -- reads --
+
+    def pod_usage(self, namespace: str, pod: str) -> PodUsage | None:
+        """The pod's usage, or None until every container has two samples. O(1)."""
+        key = (namespace, pod)
+        node = self._pod_node.get(key)
+        if node is None:
+            return None
+        data = self._nodes[node].pods[key][1]
+        cores = data[_CORES]
+        if isnan(cores):
+            return None
+        return PodUsage(cores, data[_MEMORY], data[_TIME], data[_WINDOW])
+
+    def pod_node(self, namespace: str, pod: str) -> str | None:
+        """The node whose kubelet last reported the pod. O(1)."""
+        return self._pod_node.get((namespace, pod))
+
+    def node_usage(self, node: str) -> NodeUsage | None:
+        """The node's own usage, or None until it has two samples. O(1)."""
+        state = self._nodes.get(node)
+        return None if state is None else state.usage
+
+    def last_seen(self, node: str) -> float | None:
+        """When ``node`` last answered (the ``now`` of its last apply). O(1)."""
+        state = self._nodes.get(node)
+        return None if state is None else state.seen
+
+    def nodes(self) -> list[str]:
+        """Names of the nodes with state. O(nodes)."""
+        return list(self._nodes)
+
+    def pod_usages(self) -> Iterator[tuple[PodKey, PodUsage]]:
+        """Every pod with usage. O(pods) for the whole walk; do not apply meanwhile."""
+        index = self._pod_node
+        for node, state in self._nodes.items():
+            for key, (_, data) in state.pods.items():
+                cores = data[_CORES]
+                if not isnan(cores) and index.get(key) == node:
+                    yield key, PodUsage(cores, data[_MEMORY], data[_TIME], data[_WINDOW])
+
+    def stats(self) -> StoreStats:
+        """Sizes for self-metrics. O(pods)."""
+        with_usage = sum(1 for _ in self.pod_usages())
+        return StoreStats(len(self._nodes), len(self._pod_node), with_usage, self._generation)
+
+
+def _pod_entry(
+    containers: dict[str, ContainerSample],
+    old: tuple[tuple[str, ...], array[float]] | None,
+    resolution: float,
+) -> tuple[tuple[str, ...], array[float]]:
+    """The stored entry of a pod from its new container samples and its old entry.
+    O(containers)."""
+    names = tuple(containers)
+    old_offsets: dict[str, int] | None = None
+    old_data: array[float] | None = None
+    if old is not None:
+        old_data = old[1]
+        if old[0] == names:
+            names = old[0]  # keep one copy of the name strings
+        else:
+            old_offsets = {name: _HEADER + _STRIDE * i for i, name in enumerate(old[0])}
+    values: list[float] = [_NAN, _NAN, _NAN, _NAN]
+    extend = values.extend
+    cores = 0.0
+    memory = 0.0
+    earliest = math.inf
+    window = _NAN
+    complete = True
+    used = 0
+    offset = _HEADER
+    for name, sample in containers.items():
+        cpu, when, memory_bytes, _, start_time = sample
+        start = _NAN if start_time is None else start_time
+        previous_cpu = previous_time = previous_start = _NAN
+        age = when - start
+        if start < when and FRESH_CONTAINER_MIN_AGE <= age < resolution:
+            previous_cpu, previous_time, previous_start = 0.0, start, start
+        elif old_data is not None:
+            at = offset if old_offsets is None else old_offsets.get(name, -1)
+            if at >= 0:
+                last_time = old_data[at + 1]
+                if _before(start, last_time):  # not restarted since the stored point
+                    if when > last_time:
+                        previous_cpu, previous_time, previous_start = (
+                            old_data[at],
+                            last_time,
+                            old_data[at + 2],
+                        )
+                    elif old_data[at + 4] < when:
+                        previous_cpu, previous_time, previous_start = (
+                            old_data[at + 3],
+                            old_data[at + 4],
+                            old_data[at + 5],
+                        )
+        extend((cpu, when, start, previous_cpu, previous_time, previous_start, memory_bytes))
+        offset += _STRIDE
+        if isnan(previous_time):
+            complete = False
+        elif complete and not _before(start, previous_start) and cpu >= previous_cpu:
+            span = when - previous_time
+            cores += (cpu - previous_cpu) / span
+            memory += memory_bytes
+            used += 1
+            if when < earliest:
+                earliest, window = when, span
+    if complete and used:
+        values[_CORES] = cores
+        values[_MEMORY] = memory
+        values[_TIME] = earliest
+        values[_WINDOW] = window
+    return names, array("d", values)

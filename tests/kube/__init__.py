@@ -1,0 +1,1 @@
+"""Tests of the Kubernetes access layer against the fake API server."""

@@ -1,0 +1,1 @@
+"""Delegated authentication, authorization and TLS: unit and integration tests."""

@@ -64,7 +64,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import repeat
 from operator import truediv
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -865,14 +865,16 @@ class _Family:
 
 
 def _body(families: list[tuple[str, str, list[str]]]) -> bytes:
-    """The exposition of ``(name, help, lines)`` families: one join and one encode over
-    the whole text (a body of 50,000 pods is ~36 MB; every extra copy costs ~10 ms)."""
-    pieces: list[Iterable[str]] = []
+    """The exposition of ``(name, help, lines)`` families. A body of 50,000 pods is about
+    36 MB: joining each family with ``"\\n" + name`` and then the families (two C joins)
+    measured faster than one join over interleaved pieces."""
+    parts: list[str] = []
     for name, help_text, lines in families:
         if lines:
-            pieces.append((f"# HELP {name} {help_text}\n# TYPE {name} gauge\n",))
-            pieces.append(chain.from_iterable(zip(repeat(name), lines, repeat("\n"))))
-    return "".join(chain.from_iterable(pieces)).encode("utf-8")
+            parts.append(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n{name}")
+            parts.append(f"\n{name}".join(lines))
+            parts.append("\n")
+    return "".join(parts).encode("utf-8")
 
 
 def render_pod_resource_metrics(requests: Iterable[_Row], limits: Iterable[_Row]) -> bytes:

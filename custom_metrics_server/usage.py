@@ -171,13 +171,13 @@ class UsageStore:
             new_pods[key] = entry
             if not changed:
                 if old is None:
-                    changed = not math.isnan(entry[1][_CORES])
+                    changed = not isnan(entry[1][_CORES])
                 else:
                     # Bytes, so that "no usage" (NaN) equals "no usage".
                     changed = old[1][:_HEADER].tobytes() != entry[1][:_HEADER].tobytes()
         index = self._pod_node
         for key in old_pods.keys() - new_pods.keys():
-            changed = changed or not math.isnan(old_pods[key][1][_CORES])
+            changed = changed or not isnan(old_pods[key][1][_CORES])
             if index.get(key) == node:
                 del index[key]
         for key in new_pods:

@@ -55,6 +55,7 @@ class KubernetesSettings:
     scrape_interval: float = 15.0
     scrape_timeout: float = 10.0
     discovery_interval: float = 600.0
+    discovery_min_refresh: float = 5.0  # at most one on-miss refresh this often
     watch_page_size: int = 500
     leader_elect: bool = False
     lease_namespace: str = "custom-metrics"
@@ -68,7 +69,11 @@ class KubernetesBackend(ResourceMetricsBackend):
     def __init__(self, client: KubeClient, settings: KubernetesSettings | None = None) -> None:
         self.settings = settings or KubernetesSettings()
         self.client = client
-        self.discovery = DiscoveryRestMapper(client, interval=self.settings.discovery_interval)
+        self.discovery = DiscoveryRestMapper(
+            client,
+            interval=self.settings.discovery_interval,
+            min_refresh_interval=self.settings.discovery_min_refresh,
+        )
         state = ClusterState(resolver=self.discovery)
         self.usage_store = UsageStore()
         super().__init__(state, self.usage_store, name="kubernetes")

@@ -1,0 +1,217 @@
+"""The Kubernetes backend end to end against a local API server that speaks the real
+list/watch protocol and serves kubelet expositions through the node proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from custom_metrics_server.app import create_app
+from custom_metrics_server.backends import demo_world
+from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS
+from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.quantity import Quantity
+from tests.fakes.kube_apiserver import FakeKubeApiServer, ResourceType
+
+P = "/apis/custom.metrics.k8s.io/v1beta2"
+CPU = "?metricLabelSelector=resource%3Dcpu"
+KEYS = {
+    PODS: "pods",
+    NODES: "nodes",
+    NAMESPACES: "namespaces",
+    GroupResource("apps", "deployments"): "deployments.apps",
+    GroupResource("apps", "replicasets"): "replicasets.apps",
+    GroupResource("apps", "statefulsets"): "statefulsets.apps",
+    GroupResource("batch", "jobs"): "jobs.batch",
+}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApiServer]:
+    with FakeKubeApiServer() as server:
+        world = demo_world.generate(seed=3, pods=12, web_pods=4)
+        for resource, objects in world.objects.items():
+            for obj in objects:
+                server.add(KEYS[resource], obj)
+        yield server
+
+
+def kubelet_text(api: FakeKubeApiServer, now: float, cpu_seconds: float) -> None:
+    """Every running pod's containers with cpu counters at `cpu_seconds` and 100 MiB."""
+    per_node: dict[str, list[demo_world.ContainerUsage]] = {}
+    for (namespace, name), obj in api.objects("pods").items():
+        node = obj["spec"].get("nodeName")
+        if node and obj["status"]["phase"] == "Running":
+            per_node.setdefault(node, []).append(
+                demo_world.ContainerUsage(
+                    namespace,
+                    name,
+                    obj["spec"]["containers"][0]["name"],
+                    cpu_seconds,
+                    100 * 2**20,
+                    now - 3600,
+                )
+            )
+    for _, node in api.objects("nodes"):
+        body = demo_world.kubelet_exposition(
+            per_node.get(node, []), node_cpu_seconds=cpu_seconds, node_memory=2**30, now=now
+        )
+        api.set_node_proxy(node, body.decode())
+
+
+@pytest.fixture
+async def backend(api: FakeKubeApiServer) -> AsyncIterator[KubernetesBackend]:
+    settings = KubernetesSettings(
+        scrape_interval=0.2, scrape_timeout=2.0, discovery_interval=60, discovery_min_refresh=0
+    )
+    kubelet_text(api, time.time() - 30, 10.0)
+    backend = KubernetesBackend(KubeClient(api.connection()), settings)
+    async with backend:
+        await until(lambda: backend.ready().ready)
+        nodes = len(api.objects("nodes"))
+        await until(lambda: backend.usage_store.stats().nodes == nodes)  # first samples taken
+        yield backend
+
+
+@pytest.fixture
+async def client(backend: KubernetesBackend) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(cluster=backend.state, backends=[backend])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://t"
+    ) as http:
+        yield http
+
+
+async def until(condition: Callable[[], Any], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def get(client: httpx.AsyncClient, path: str) -> tuple[int, dict[str, str]]:
+    response = await client.get(P + path)
+    if response.status_code != 200:
+        return response.status_code, {}
+    return 200, {i["describedObject"]["name"]: i["value"] for i in response.json()["items"]}
+
+
+async def test_requests_follow_adds_updates_and_deletes(
+    api: FakeKubeApiServer, backend: KubernetesBackend, client: httpx.AsyncClient
+) -> None:
+    _, pods = await get(
+        client,
+        "/namespaces/default/pods/*/kube_pod_resource_request" + CPU + "&labelSelector=app%3Dweb",
+    )
+    assert len(pods) == 4
+    assert set(pods.values()) == {"350m"}  # 250m app + 100m restartable sidecar
+    api.add(
+        "pods",
+        demo_world._pod(
+            "extra",
+            "default",
+            {"app": "web"},
+            demo_world.workloads(1, 1)[0],
+            node="node-a-0",
+            owner=("apps/v1", "ReplicaSet", "x"),
+        ),
+    )
+    await until(lambda: ("default", "extra") in backend.state.pods)
+    _, pods = await get(
+        client,
+        "/namespaces/default/pods/*/kube_pod_resource_request" + CPU + "&labelSelector=app%3Dweb",
+    )
+    assert len(pods) == 5
+    changed = api.get("pods", "extra", namespace="default")
+    assert changed is not None
+    changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "900m"
+    api.update("pods", changed)
+    await until(lambda: backend.state.pods[("default", "extra")].requests["cpu"] == 1)
+    assert (await get(client, "/namespaces/default/pods/extra/kube_pod_resource_request" + CPU))[
+        1
+    ] == {"extra": "1"}
+    api.delete("pods", "extra", namespace="default")
+    await until(lambda: ("default", "extra") not in backend.state.pods)
+    assert (await get(client, "/namespaces/default/pods/extra/kube_pod_resource_request" + CPU))[
+        0
+    ] == 404
+
+
+async def test_relist_after_compaction_and_server_restart_misses_nothing(
+    api: FakeKubeApiServer, backend: KubernetesBackend
+) -> None:
+    before = set(backend.state.pods)
+    api.compact()
+    api.delete("pods", sorted(before)[0][1], namespace=sorted(before)[0][0])
+    api.drop_watches()
+    await until(lambda: set(backend.state.pods) == before - {sorted(before)[0]})
+    api.restart(keep_state=True)
+    added = api.add(
+        "pods",
+        {
+            "metadata": {"name": "late", "namespace": "shop", "labels": {}},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                "nodeName": "node-a-0",
+            },
+            "status": {"phase": "Running"},
+        },
+    )
+    assert added
+    await until(lambda: ("shop", "late") in backend.state.pods)
+    assert set(backend.state.pods) == set(api.objects("pods"))
+
+
+async def test_usage_comes_from_the_kubelet_through_the_node_proxy(
+    api: FakeKubeApiServer, backend: KubernetesBackend, client: httpx.AsyncClient
+) -> None:
+    kubelet_text(api, time.time(), 13.0)  # +3 core-seconds over 30 s = 100m per container
+    some_pod = next(
+        key
+        for key, pod in backend.state.pods.items()
+        if pod.lifecycle == "Runnable" and key[0] == "default"
+    )
+    await until(lambda: backend.usage_store.pod_usage(*some_pod) is not None)
+    response = await client.get(
+        P + f"/namespaces/{some_pod[0]}/pods/{some_pod[1]}/kube_running_pod_resource_usage" + CPU
+    )
+    item = response.json()["items"][0]
+    window = item["windowSeconds"]
+    assert 29 <= window <= 40  # the two samples' own timestamps, 30 s plus the test's set-up
+    cores = float(Quantity.parse(item["value"]).value)
+    assert abs(cores - 3 / window) < 0.004  # 3 core-seconds more over the window
+    memory = await client.get(
+        P
+        + f"/namespaces/{some_pod[0]}/pods/{some_pod[1]}/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dmemory"
+    )
+    assert memory.json()["items"][0]["value"] == "104857600"
+
+
+async def test_node_capacity_and_exposition(
+    backend: KubernetesBackend, client: httpx.AsyncClient
+) -> None:
+    status, allocatable = await get(client, "/nodes/*/kube_node_resource_allocatable" + CPU)
+    assert status == 200
+    assert allocatable["node-a-0"] == "7910m"
+    text = backend.resource_exposition().decode()
+    assert text.startswith("# HELP kube_pod_resource_limit")
+    assert 'resource="cpu",scheduler="default-scheduler",unit="cores"} 0.35' in text
+    assert "reindex" in text  # pending pods count (Schedulable) with an empty node label
+    assert "nightly" not in text  # completed pods do not
+
+
+async def test_unknown_crd_resolves_after_discovery_refresh(
+    api: FakeKubeApiServer, backend: KubernetesBackend
+) -> None:
+    assert backend.state.mapping("widgets.example.com") is None
+    api.register(ResourceType("example.com", "v1", "widgets", "Widget"))
+    found = await backend.state.resolve("widgets.example.com")
+    assert found is not None
+    assert found.kind == "Widget"

@@ -25,7 +25,7 @@ Cost of `fetch`: O(objects x pods held x resources); no allocation beyond the an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
@@ -44,7 +44,7 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.errors import BadRequest
-from custom_metrics_server.exposition import PodResourceRow, render_pod_resource_metrics
+from custom_metrics_server.exposition import PodResources, render_pod_resources
 from custom_metrics_server.resource_model import resource_unit
 
 REQUEST: Final = "kube_pod_resource_request"
@@ -306,26 +306,22 @@ def usage_of(cpu: float, memory: float, timestamp: float, window: float) -> PodU
     return _Usage(cpu, memory, timestamp, window)
 
 
-def pod_resource_rows(state: ClusterState, *, limits: bool) -> Iterator[PodResourceRow]:
-    """Request (or limit) rows of every non-completed pod, walked at scrape time, no copies."""
-    for pod in state.pods.values():
-        if pod.lifecycle == "Completed":
-            continue
-        for resource, value in (pod.limits if limits else pod.requests).items():
-            yield PodResourceRow(
-                namespace=pod.namespace,
-                pod=pod.name,
-                node=pod.node,
-                scheduler=pod.scheduler,
-                priority=pod.priority,
-                resource=resource,
-                unit=resource_unit(resource),
-                value=float(value),
-            )
-
-
 def render_state_exposition(state: ClusterState) -> bytes:
-    """`/metrics/resources` of every pod in a cluster state. O(pods x resources)."""
-    return render_pod_resource_metrics(
-        pod_resource_rows(state, limits=False), pod_resource_rows(state, limits=True)
+    """`/metrics/resources` of every non-completed pod, walked at scrape time without copying
+    the records. O(pods x resources) plus the sort of the rendered lines."""
+    return render_pod_resources(
+        (
+            PodResources(
+                pod.namespace,
+                pod.name,
+                pod.node,
+                pod.scheduler,
+                pod.priority,
+                {k: float(v) for k, v in pod.requests.items()},
+                {k: float(v) for k, v in pod.limits.items()},
+            )
+            for pod in state.pods.values()
+            if pod.lifecycle != "Completed"
+        ),
+        unit=resource_unit,
     )

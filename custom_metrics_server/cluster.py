@@ -7,6 +7,8 @@ same two pieces from discovery and watches.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Final
 
 from custom_metrics_server.domain import (
     GroupResource,
@@ -19,6 +21,9 @@ from custom_metrics_server.inventory import Inventory, ObjectRecord
 from custom_metrics_server.restmapper import BUILTIN_MAPPINGS, RestMapper
 from custom_metrics_server.selectors import Selector
 
+_NO_LABELS: Final[Mapping[str, str]] = MappingProxyType({})
+_LABEL_SETS: Final = 65536
+
 
 class InMemoryCluster:
     """Objects added by the caller; always ready."""
@@ -27,6 +32,7 @@ class InMemoryCluster:
         self.mapper = RestMapper(mappings)
         self.inventory = Inventory()
         self._by_kind = {m.group_resource: m for m in self.mapper.mappings}
+        self._label_sets: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 
     def mapping(self, resource: str) -> ResourceMapping | None:
         """See `ClusterView.mapping`."""
@@ -45,6 +51,18 @@ class InMemoryCluster:
     def ready(self) -> Readiness:
         """An in-memory cluster has nothing to sync."""
         return Readiness(ready=True)
+
+    def _intern(self, labels: Mapping[str, str] | None) -> Mapping[str, str]:
+        """One shared read-only copy per distinct label set (pods of a template share theirs)."""
+        if not labels:
+            return _NO_LABELS
+        key = tuple(labels.items())
+        found = self._label_sets.get(key)
+        if found is None:
+            if len(self._label_sets) >= _LABEL_SETS:
+                self._label_sets.clear()
+            found = self._label_sets[key] = MappingProxyType(dict(labels))
+        return found
 
     def add(
         self,
@@ -66,7 +84,7 @@ class InMemoryCluster:
             group_resource=mapping.group_resource,
             namespace=namespace,
             name=name,
-            labels=dict(labels or {}),
+            labels=self._intern(labels),
             ref=ObjectRef(
                 kind=mapping.kind,
                 namespace=namespace,

@@ -21,7 +21,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any, Final, Protocol
+
+import orjson
 
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
@@ -90,6 +93,43 @@ def _resources(values: Mapping[str, Any] | None) -> dict[str, Decimal]:
     return found
 
 
+_EMPTY: Final[Mapping[str, Decimal]] = MappingProxyType({})
+_SHAPE_CACHE_SIZE: Final = 4096
+
+
+def _resource_shape(pod: Mapping[str, Any]) -> bytes:
+    """The fields the resource model reads, as one hashable byte string. O(containers)."""
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return orjson.dumps(
+        [
+            [
+                (c.get("name"), c.get("restartPolicy"), c.get("resources"))
+                for c in spec.get("containers") or ()
+            ],
+            [
+                (c.get("name"), c.get("restartPolicy"), c.get("resources"))
+                for c in spec.get("initContainers") or ()
+            ],
+            spec.get("overhead"),
+            spec.get("resources"),
+            [
+                (c.get("name"), c.get("allocatedResources"), c.get("resources"))
+                for field in ("containerStatuses", "initContainerStatuses")
+                for c in status.get(field) or ()
+            ],
+            status.get("resources"),
+            status.get("allocatedResources"),
+            status.get("resize"),
+            [
+                c.get("reason")
+                for c in status.get("conditions") or ()
+                if c.get("type") == "PodResizePending"
+            ],
+        ]
+    )
+
+
 class _Sink:
     """The `WatchSink` of one resource: relists diff against what was seen."""
 
@@ -149,6 +189,7 @@ class ClusterState(InMemoryCluster):
         self._children: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         self._owner_of: dict[tuple[GroupResource, ObjectKey], tuple[str, str, str]] = {}
         self._sinks = {gr: _Sink(self, gr) for gr in WATCHED}
+        self._shapes: dict[bytes, tuple[Mapping[str, Decimal], Mapping[str, Decimal]]] = {}
         self.generation = 0
 
     def mapping(self, resource: str) -> ResourceMapping | None:
@@ -228,12 +269,7 @@ class ClusterState(InMemoryCluster):
         self, key: ObjectKey, pod: Mapping[str, Any], owner: tuple[str, str] | None
     ) -> None:
         spec = pod.get("spec") or {}
-        try:
-            requests = {k: q.value for k, q in pod_requests(pod).items()}
-            limits = {k: q.value for k, q in pod_limits(pod).items()}
-        except (ValueError, TypeError) as err:
-            logger.warning("pod %s/%s: resources not understood, counted as none: %s", *key, err)
-            requests, limits = {}, {}
+        requests, limits = self._resources_of(key, pod)
         priority = spec.get("priority")
         record = PodRecord(
             namespace=key[0],
@@ -251,6 +287,39 @@ class ClusterState(InMemoryCluster):
         self._by_namespace.setdefault(key[0], set()).add(key)
         if record.node:
             self._by_node.setdefault(record.node, set()).add(key)
+
+    def _resources_of(
+        self, key: ObjectKey, pod: Mapping[str, Any]
+    ) -> tuple[Mapping[str, Decimal], Mapping[str, Decimal]]:
+        """Effective requests and limits, memoised by everything they depend on.
+
+        Pods of one template share their resource fields, so the (costly) resource model runs
+        once per distinct shape and the resulting read-only mappings are shared between pods:
+        both the CPU per event and the memory per pod drop. The key holds only the fields
+        `resource_model` reads (container resources and restart policies, overhead, pod-level
+        resources, and the resize-related status fields).
+        """
+        try:
+            shape = _resource_shape(pod)
+        except (TypeError, AttributeError, orjson.JSONEncodeError):
+            shape = None
+        if shape is not None:
+            cached = self._shapes.get(shape)
+            if cached is not None:
+                return cached
+        try:
+            found: tuple[Mapping[str, Decimal], Mapping[str, Decimal]] = (
+                MappingProxyType({k: q.value for k, q in pod_requests(pod).items()}),
+                MappingProxyType({k: q.value for k, q in pod_limits(pod).items()}),
+            )
+        except (ValueError, TypeError) as err:
+            logger.warning("pod %s/%s: resources not understood, counted as none: %s", *key, err)
+            found = (_EMPTY, _EMPTY)
+        if shape is not None:
+            if len(self._shapes) >= _SHAPE_CACHE_SIZE:
+                self._shapes.clear()
+            self._shapes[shape] = found
+        return found
 
     def _apply_node(self, name: str, node: Mapping[str, Any]) -> None:
         status = node.get("status") or {}

@@ -169,6 +169,7 @@ def main() -> int:
             try:
                 pod = first_web_pod(base, Path(tmp) / "certs" / "apiserver.crt")
                 cases = {
+                    "resource": f"{base}/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/kube_pod_resource_request?labelSelector=app%3Dweb&metricLabelSelector=resource%3Dcpu",
                     "single": f"{base}/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/{pod}/http_requests_per_second",
                     "list": f"{base}/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/http_requests_per_second?labelSelector=app%3Dweb",
                 }
@@ -181,6 +182,7 @@ def main() -> int:
                             "pods": pods,
                             "case": case,
                             "items": 1 if case == "single" else web,
+                            "case_detail": "KEP-1748 requests, computed per request" if case == "resource" else "",
                             **result,
                         }
                     )

@@ -123,16 +123,19 @@ def metric_value_list(
     )
     render = _ITEM_RENDERERS[shape]
     selector = label_selector_json(metric_selector)
-    if selector is None:
-        fragments: list[bytes] = []
-        append = fragments.append
-        for sample in samples:
-            fragment = sample.cache.get(shape)
-            if fragment is None:
-                fragment = sample.cache[shape] = render(sample, None)
-            append(fragment)
-    else:
-        fragments = [render(sample, selector) for sample in samples]
+    # The fragment depends on the echoed selector too; samples are shared across requests
+    # with different selectors only by backends that do not memoise per selector, so the
+    # selector is part of the cache key.
+    cache_key: object = shape if selector is None else (shape, metric_selector)
+    fragments: list[bytes] = []
+    append = fragments.append
+    for sample in samples:
+        fragment = sample.cache.get(cache_key)
+        if fragment is None:
+            if len(sample.cache) > 8:  # bounded: selectors come from requests
+                sample.cache.clear()
+            fragment = sample.cache[cache_key] = render(sample, selector)
+        append(fragment)
     return head + b",".join(fragments) + b"]}\n"
 
 

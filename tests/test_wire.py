@@ -103,15 +103,18 @@ def test_fragments_are_rendered_once_and_reused() -> None:
     assert b'{"cached":true}' in second
 
 
-def test_selector_echo_is_never_cached() -> None:
+def test_selector_echo_is_cached_per_selector() -> None:
     one = sample()
-    wire.metric_value_list(
-        [one],
-        api_version="g/v1beta2",
-        shape=ItemShape.V1BETA2,
-        metric_selector=parse_selector("a=b"),
+    get, put = parse_selector("verb=GET"), parse_selector("verb=PUT")
+    first = wire.metric_value_list(
+        [one], api_version="g/v1beta2", shape=ItemShape.V1BETA2, metric_selector=get
     )
-    assert one.cache == {}
+    other = wire.metric_value_list(
+        [one], api_version="g/v1beta2", shape=ItemShape.V1BETA2, metric_selector=put
+    )
+    assert b'"verb":"GET"' in first
+    assert b'"verb":"PUT"' in other
+    assert set(one.cache) == {(ItemShape.V1BETA2, get), (ItemShape.V1BETA2, put)}
 
 
 def test_unrepresentable_metric_selector_echoes_null() -> None:

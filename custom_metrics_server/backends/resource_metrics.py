@@ -46,6 +46,7 @@ from custom_metrics_server.domain import (
 from custom_metrics_server.errors import BadRequest
 from custom_metrics_server.exposition import PodResources, render_pod_resources
 from custom_metrics_server.resource_model import resource_unit
+from custom_metrics_server.selectors import Selector
 
 REQUEST: Final = "kube_pod_resource_request"
 LIMIT: Final = "kube_pod_resource_limit"
@@ -58,6 +59,8 @@ POD_METRICS: Final = (REQUEST, LIMIT, USAGE, UTILIZATION, *ALIASES)
 NODE_METRICS: Final = (ALLOCATABLE, AVAILABLE)
 
 Number = Decimal | float
+_FRESH: Final = 10.0  # seconds a memoised answer (and its timestamp) may be reused
+_CACHE_LIMIT: Final = 200_000
 Series = tuple[Mapping[str, str], Number]
 
 
@@ -121,6 +124,9 @@ class ResourceMetricsBackend:
         node = next(m for m in resources if m.group_resource == NODES)
         infos |= {MetricInfo(NODES, node.namespaced, metric) for metric in NODE_METRICS}
         self._metrics = frozenset(infos)
+        self._answers: dict[
+            tuple[str, GroupResource, ObjectKey, Selector], tuple[object, int, float, Sample | None]
+        ] = {}
 
     def list_metrics(self) -> Collection[MetricInfo]:
         """See `MetricsBackend.list_metrics`."""
@@ -150,39 +156,83 @@ class ResourceMetricsBackend:
         return None
 
     async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
-        """See `MetricsBackend.fetch`; 400 when the answer would mix units."""
+        """See `MetricsBackend.fetch`; 400 when the answer would mix units.
+
+        Answers are memoised per (metric, object, selector) while what they were computed
+        from is unchanged (the pod's record, or the state's generation for objects that sum
+        pods; the usage store's generation for usage) and for at most `_FRESH` seconds, so the
+        HPA's repeated queries reuse the same samples and their rendered JSON: O(objects)
+        dictionary lookups on a hit.
+        """
         metric = ALIASES.get(request.metric.metric, request.metric.metric)
         gr = request.metric.group_resource
         selector = request.metric_selector
         now = float(int(self._clock()))
+        cache = self._answers
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
+        usage_generation = (
+            getattr(self.usage, "generation", 0) if metric in (USAGE, UTILIZATION) else 0
+        )
+        state_generation = self.state.generation
         found: list[Sample] = []
         for key in request.objects:
             record = self.state.inventory.get(gr, key)
             if record is None:
                 continue
-            series, timestamp, window = self._series(metric, gr, key)
-            if not series:
+            source: object = self.state.pods.get(key) if gr == PODS else state_generation
+            cache_key = (request.metric.metric, gr, key, selector)
+            hit = cache.get(cache_key)
+            if (
+                hit is not None
+                and hit[0] is source
+                and hit[1] == usage_generation
+                and now - hit[2] < _FRESH
+            ):
+                if hit[3] is not None:
+                    found.append(hit[3])
                 continue
-            chosen = (
-                series
-                if selector.is_everything()
-                else [s for s in series if selector.matches(s[0])]
+            sample = self._sample(
+                name=request.metric.metric,
+                metric=metric,
+                gr=gr,
+                key=key,
+                ref=record.ref,
+                selector=selector,
+                now=now,
             )
-            if not chosen:
-                continue
-            _check_units(request.metric.metric, record.ref, chosen)
-            total: Number = _sum(value for _, value in chosen)
-            found.append(
-                Sample(
-                    described=record.ref,
-                    metric=request.metric.metric,
-                    value=total,
-                    timestamp=timestamp or now,
-                    window=window,
-                    labels=chosen[0][0] if len(chosen) == 1 else {},
-                )
-            )
+            cache[cache_key] = (source, usage_generation, now, sample)
+            if sample is not None:
+                found.append(sample)
         return found
+
+    def _sample(
+        self,
+        *,
+        name: str,
+        metric: str,
+        gr: GroupResource,
+        key: ObjectKey,
+        ref: ObjectRef,
+        selector: Selector,
+        now: float,
+    ) -> Sample | None:
+        """The value of one object, or None when it has none."""
+        series, timestamp, window = self._series(metric, gr, key)
+        chosen = (
+            series if selector.is_everything() else [s for s in series if selector.matches(s[0])]
+        )
+        if not chosen:
+            return None
+        _check_units(name, ref, chosen)
+        return Sample(
+            described=ref,
+            metric=name,
+            value=_sum(value for _, value in chosen),
+            timestamp=timestamp or now,
+            window=window,
+            labels=chosen[0][0] if len(chosen) == 1 else {},
+        )
 
     # Series per object -----------------------------------------------------------------------
 

@@ -126,7 +126,9 @@ def metric_value_list(
     # The fragment depends on the echoed selector too; samples are shared across requests
     # with different selectors only by backends that do not memoise per selector, so the
     # selector is part of the cache key.
-    cache_key: object = shape if selector is None else (shape, metric_selector)
+    # A str key: its hash is computed once per request, not once per item (enum and tuple
+    # hashes are recomputed on every lookup).
+    cache_key = shape.value if selector is None else f"{shape.value}|{metric_selector}"
     fragments: list[bytes] = []
     append = fragments.append
     for sample in samples:

@@ -60,7 +60,8 @@ NODE_METRICS: Final = (ALLOCATABLE, AVAILABLE)
 
 Number = Decimal | float
 _FRESH: Final = 10.0  # seconds a memoised answer (and its timestamp) may be reused
-_CACHE_LIMIT: Final = 200_000
+_CACHE_LIMIT: Final = 200_000  # answers per (metric, resource, selector)
+_TABLE_LIMIT: Final = 1_000  # distinct (metric, resource, selector) combinations
 Series = tuple[Mapping[str, str], Number]
 
 
@@ -125,7 +126,8 @@ class ResourceMetricsBackend:
         infos |= {MetricInfo(NODES, node.namespaced, metric) for metric in NODE_METRICS}
         self._metrics = frozenset(infos)
         self._answers: dict[
-            tuple[str, GroupResource, ObjectKey, Selector], tuple[object, int, float, Sample | None]
+            tuple[str, GroupResource, Selector],
+            dict[ObjectKey, tuple[object, int, float, Sample | None]],
         ] = {}
 
     def list_metrics(self) -> Collection[MetricInfo]:
@@ -168,21 +170,23 @@ class ResourceMetricsBackend:
         gr = request.metric.group_resource
         selector = request.metric_selector
         now = float(int(self._clock()))
-        cache = self._answers
-        if len(cache) > _CACHE_LIMIT:
-            cache.clear()
+        if len(self._answers) > _TABLE_LIMIT:
+            self._answers.clear()
+        # One table per (metric, resource, selector): the selector is hashed once per request.
+        table = self._answers.setdefault((request.metric.metric, gr, selector), {})
+        if len(table) > _CACHE_LIMIT:
+            table.clear()
         usage_generation = (
             getattr(self.usage, "generation", 0) if metric in (USAGE, UTILIZATION) else 0
         )
         state_generation = self.state.generation
+        pods = self.state.pods
+        records = self.state.inventory.table(gr)
         found: list[Sample] = []
+        append = found.append
         for key in request.objects:
-            record = self.state.inventory.get(gr, key)
-            if record is None:
-                continue
-            source: object = self.state.pods.get(key) if gr == PODS else state_generation
-            cache_key = (request.metric.metric, gr, key, selector)
-            hit = cache.get(cache_key)
+            source: object = pods.get(key) if gr == PODS else state_generation
+            hit = table.get(key)
             if (
                 hit is not None
                 and hit[0] is source
@@ -190,7 +194,10 @@ class ResourceMetricsBackend:
                 and now - hit[2] < _FRESH
             ):
                 if hit[3] is not None:
-                    found.append(hit[3])
+                    append(hit[3])
+                continue
+            record = records.get(key)
+            if record is None:
                 continue
             sample = self._sample(
                 name=request.metric.metric,
@@ -201,9 +208,9 @@ class ResourceMetricsBackend:
                 selector=selector,
                 now=now,
             )
-            cache[cache_key] = (source, usage_generation, now, sample)
+            table[key] = (source, usage_generation, now, sample)
             if sample is not None:
-                found.append(sample)
+                append(sample)
         return found
 
     def _sample(

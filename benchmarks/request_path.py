@@ -182,7 +182,9 @@ def main() -> int:
                             "pods": pods,
                             "case": case,
                             "items": 1 if case == "single" else web,
-                            "case_detail": "KEP-1748 requests, computed per request" if case == "resource" else "",
+                            "case_detail": "KEP-1748 requests, computed per request"
+                            if case == "resource"
+                            else "",
                             **result,
                         }
                     )

@@ -95,8 +95,15 @@ class _Usage:
     window: float
 
 
+def selectable(resource: str) -> str:
+    """The `resource` label value of a resource name: label values cannot hold `/`, so
+    extended resources are written with `_` (`nvidia.com/gpu` -> `nvidia.com_gpu`) and stay
+    selectable with `metricLabelSelector=resource=nvidia.com_gpu`."""
+    return resource.replace("/", "_")
+
+
 def _labels(resource: str, **extra: str) -> dict[str, str]:
-    return {"resource": resource, "unit": resource_unit(resource), **extra}
+    return {"resource": selectable(resource), "unit": resource_unit(resource), **extra}
 
 
 class ResourceMetricsBackend:

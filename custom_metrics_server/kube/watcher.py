@@ -240,9 +240,13 @@ class Reflector:
         try:
             metadata = page["metadata"]
             items = page["items"] or []
-            return items, str(metadata["resourceVersion"]), metadata.get("continue") or ""
+            resource_version = str(metadata["resourceVersion"] or "")
+            token = metadata.get("continue") or ""
         except (KeyError, TypeError) as err:
             raise _ProtocolError(f"malformed list of {self.path}: {err!r}") from err
+        if not resource_version:  # a watch from "" would replay every object as ADDED
+            raise _ProtocolError(f"the list of {self.path} has no resourceVersion")
+        return items, resource_version, token
 
     async def _list(self) -> None:
         """One full list into the sink: O(objects) time, O(page_size) memory."""

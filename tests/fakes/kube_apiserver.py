@@ -3,8 +3,8 @@
 This module owns the fake API server every Kubernetes-facing test talks to. It is a real TCP
 server (plain HTTP on 127.0.0.1, in a background thread with its own event loop) that speaks the
 exact wire protocol the client code sees from kube-apiserver, so tests exercise our real httpx
-client, chunked decoding, connection pooling and reconnects. It must not import the code under
-test beyond `selectors` (reused to evaluate `labelSelector`).
+client, chunked decoding, connection pooling and reconnects. From the package it imports only
+`selectors` (to evaluate `labelSelector`) and `Connection` (to hand out client settings).
 
 What it serves, for a configurable set of resources (`ResourceType`):
 
@@ -20,10 +20,11 @@ What it serves, for a configurable set of resources (`ResourceType`):
   empty or "0"), selector transitions as upstream (an object that stops matching is DELETED),
   BOOKMARK events with only `metadata.resourceVersion` when `allowWatchBookmarks=true` (on
   demand, every `bookmark_interval` s, and just before `timeoutSeconds` ends the watch),
-  a clean end after `timeoutSeconds` (capped by `max_watch_seconds`). A resourceVersion older
-  than the compaction point is 410 `Expired`: in-stream as an ERROR event carrying a Status
-  (`watch_gone_as="event"`, what kube-apiserver's watch cache does) or as an HTTP 410 Status
-  (`watch_gone_as="http"`).
+  a clean end after `timeoutSeconds` (capped by `max_watch_seconds`; the connection is then
+  closed, `Connection: close`). A resourceVersion older than the compaction point is 410
+  `Expired`: in-stream as an ERROR event carrying a Status (`watch_gone_as="event"`, what
+  kube-apiserver's watch cache does) or as an HTTP 410 Status (`watch_gone_as="http"`).
+  Compaction never takes events from watches already open, as with the watch cache.
 * GET of one object; discovery (`/api`, `/api/v1`, `/apis`, `/apis/{g}`, `/apis/{g}/{v}`) built
   from the registered resources, with subresources and preferred versions; the node proxy
   `GET /api/v1/nodes/{node}/proxy/{path}` serving configured bodies (kubelet expositions).
@@ -37,10 +38,11 @@ Test-facing API (thread-safe; call it from sync or async tests alike)::
         client = KubeClient(api.connection())
         api.add("pods", pod("default", "web-1"))     # ADDED, returns the stored copy
         api.update("pods", changed)                  # MODIFIED (whole object)
+        api.apply_many("pods", pods, copies=False)   # bulk create-or-replace, one wake-up
         api.delete("pods", "web-1", namespace="default")
         api.compact()                                # forget history: old RVs now 410
         api.drop_watches(); api.end_watches(); api.send_bookmarks()
-        api.fail_next(kind="list", status=500)       # inject errors (or drops, or ERROR events)
+        api.fail_next(kind="list", code=500)         # inject errors (or drops, or ERROR events)
         api.restart(keep_state=True)                 # same port; connections are cut
         api.set_node_proxy("node-1", "# kubelet text\\n...")
         api.count("list", "/api/v1/pods")            # requests seen, per kind and path

@@ -834,3 +834,66 @@ async def test_a_failed_list_is_retried_from_the_start_with_a_new_list_started()
     assert (sink.lists_started, sink.lists_finished) == (2, 1)
     assert [p.get("continue", "") for p in client.list_params[:4]] == ["", "t1", "", "t2"]
     assert reflector.resource_version == "12"
+
+
+# ---------------------------------------------------------------------- the fake's own wire details
+# Other suites (the Kubernetes backend's) rely on these behaviours of tests/fakes/kube_apiserver.
+
+
+async def test_fake_serves_node_proxy_bodies_and_upstream_errors(
+    api: FakeKubeApiServer, client: KubeClient
+) -> None:
+    body = "# TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total 12.5 1700000000000\n"
+    api.set_node_proxy("n1", body)
+    assert await client.get_bytes("/api/v1/nodes/n1/proxy/metrics/resource") == body.encode()
+    with pytest.raises(KubeApiError) as missing:
+        await client.get_bytes("/api/v1/nodes/n2/proxy/metrics/resource")
+    assert (missing.value.code, missing.value.reason) == (404, "NotFound")
+    api.add("nodes", node("n2"))
+    with pytest.raises(KubeApiError) as unreachable:
+        await client.get_bytes("/api/v1/nodes/n2/proxy/metrics/resource")
+    assert unreachable.value.code == 503
+    api.set_node_proxy("n1", body, delay=1.0)
+    with pytest.raises(KubeApiError) as slow:
+        await client.get_bytes("/api/v1/nodes/n1/proxy/metrics/resource", deadline=0.1)
+    assert slow.value.code == 0
+    assert api.count("proxy") == 4
+
+
+async def test_fake_lists_with_selectors_and_gets_single_objects(
+    api: FakeKubeApiServer, client: KubeClient
+) -> None:
+    api.add("pods", pod("a", "web", labels={"app": "web"}, node_name="n1"))
+    api.add("pods", pod("b", "web", labels={"app": "web"}, node_name="n2", phase="Succeeded"))
+    api.add("pods", pod("a", "db", labels={"app": "db"}, node_name="n1"))
+    listed = await client.get_json(
+        PODS, {"labelSelector": "app=web", "fieldSelector": "spec.nodeName=n1"}
+    )
+    assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in listed["items"]] == [
+        ("a", "web")
+    ]
+    in_b = await client.get_json(
+        "/api/v1/namespaces/b/pods", {"fieldSelector": "status.phase!=Running"}
+    )
+    assert [i["metadata"]["name"] for i in in_b["items"]] == ["web"]
+    assert listed["kind"] == "PodList"
+    one = await client.get_json("/api/v1/namespaces/a/pods/db")
+    assert one["metadata"]["labels"] == {"app": "db"}
+    assert one["metadata"]["resourceVersion"] == str(api.resource_version)
+    with pytest.raises(KubeApiError, match='pods "nope" not found'):
+        await client.get_json("/api/v1/namespaces/a/pods/nope")
+    with pytest.raises(KubeApiError) as bad:
+        await client.get_json(PODS, {"labelSelector": "app in (("})
+    assert bad.value.code == 400
+
+
+async def test_fake_watch_from_no_version_starts_with_every_object_as_added(
+    api: FakeKubeApiServer, client: KubeClient
+) -> None:
+    add_pods(api, 3)
+    api.max_watch_seconds = 0.2
+    seen = [
+        (e["type"], e["object"]["metadata"].get("name"))
+        async for e in client.watch(PODS, {"watch": "1"}, read_timeout=5)
+    ]
+    assert seen == [("ADDED", "p000"), ("ADDED", "p001"), ("ADDED", "p002")]

@@ -12,7 +12,6 @@ import functools
 import ipaddress
 import logging
 import os
-import re
 import socket
 import sys
 import time
@@ -42,25 +41,9 @@ from custom_metrics_server.security.options import (
     add_security_flags,
     build_security,
 )
+from custom_metrics_server.security.options import duration as parse_duration
 
 logger = logging.getLogger("custom_metrics_server")
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(text: str) -> float:
-    """Go-style duration (`1m30s`, `500ms`) or plain seconds, as seconds."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    if not _DURATION.match(text):
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 1m30s)")
-    return sum(
-        float(amount) * _UNITS[unit]
-        for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,7 +104,7 @@ _GO_ESCAPES: Final = {
 }
 
 
-def _go_quote(text: str) -> str:
+def go_quote(text: str) -> str:
     """Go `%q` / `strconv.Quote` of a string."""
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
         return f'"{text}"'
@@ -143,7 +143,7 @@ def _go_json(values: Sequence[str]) -> str:
 
 def _invalid(path: str, value: str | Sequence[str], detail: str) -> str:
     """`field.Invalid(path, value, detail).Error()`."""
-    shown = _go_quote(value) if isinstance(value, str) else _go_json(value)
+    shown = go_quote(value) if isinstance(value, str) else _go_json(value)
     return f"{path}: Invalid value: {shown}: {detail}"
 
 
@@ -434,7 +434,7 @@ class Selector:
                 continue
             name = _LABEL_SELECTOR_OPERATORS.get(operator)
             if name is None:
-                quoted = _go_quote(operator.value)
+                quoted = go_quote(operator.value)
                 if operator in _ORDERING:
                     raise SelectorError(f"{quoted} isn't supported in label selectors")
                 raise SelectorError(f"{quoted} is not a valid label selector operator")
@@ -777,7 +777,7 @@ def unescape_field_value(value: str) -> str:
     return "".join(out)
 
 
-def _split_terms(text: str) -> list[str]:
+def split_terms(text: str) -> list[str]:
     """Upstream `splitTerms`: split on commas not escaped by a backslash."""
     if not text:
         return []
@@ -812,7 +812,7 @@ def _split_term(term: str) -> tuple[str, str, str] | None:
 
 def parse_field_selector(text: str) -> FieldSelector:
     """`fields.ParseSelector` then the metav1 field-label check; O(n log n) in the term count."""
-    terms = _split_terms(text)
+    terms = split_terms(text)
     terms.sort()
     requirements: list[FieldRequirement] = []
     for term in terms:
@@ -829,7 +829,7 @@ def parse_field_selector(text: str) -> FieldSelector:
     for requirement in requirements:
         if requirement.field not in KNOWN_FIELD_SELECTORS:
             raise SelectorError(
-                f"{_go_quote(requirement.field)} is not a known field selector: "
+                f"{go_quote(requirement.field)} is not a known field selector: "
                 'only "metadata.name", "metadata.namespace"'
             )
     if not requirements:

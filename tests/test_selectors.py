@@ -40,13 +40,13 @@ from custom_metrics_server.selectors import (
     SelectorError,
     _lex,
     _split_term,
-    _split_terms,
     escape_field_value,
     new_requirement,
     parse_field_selector,
     parse_selector,
     parse_selector_cached,
     parse_to_label_selector,
+    split_terms,
     unescape_field_value,
 )
 
@@ -822,7 +822,7 @@ def test_to_label_selector_errors(text: str, message: str) -> None:
     ],
 )
 def test_split_terms(text: str, terms: list[str]) -> None:
-    assert _split_terms(text) == terms
+    assert split_terms(text) == terms
 
 
 @pytest.mark.parametrize(
@@ -1212,7 +1212,7 @@ def test_property_parser_is_total(text: str) -> None:
 def test_property_field_escape_round_trip(value: str) -> None:
     escaped = escape_field_value(value)
     assert unescape_field_value(escaped) == value
-    assert len(_split_terms(f"{NAME}={escaped}")) == 1
+    assert len(split_terms(f"{NAME}={escaped}")) == 1
 
 
 @given(

@@ -29,7 +29,7 @@ import logging
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Generator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Final, Literal, Self
@@ -39,7 +39,7 @@ import httpx
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.exposition import parse_resource_metrics
-from custom_metrics_server.kube.client import USER_AGENT, KubeApiError, KubeClient
+from custom_metrics_server.kube.client import USER_AGENT, BearerAuth, KubeApiError, KubeClient
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.usage import UsageStore
 
@@ -105,19 +105,6 @@ class _Counters:
     last_scrape_seconds: float | None = None
 
 
-class _Bearer(httpx.Auth):
-    """The current service-account token on every kubelet request (token files rotate)."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        token = self._connection.bearer_token()
-        if token:
-            request.headers["Authorization"] = f"Bearer {token}"
-        yield request
-
-
 def kubelet_http_client(
     connection: Connection,
     *,
@@ -138,7 +125,7 @@ def kubelet_http_client(
     return httpx.AsyncClient(
         verify=context,
         timeout=timeout,
-        auth=_Bearer(connection),
+        auth=BearerAuth(connection),
         headers={"User-Agent": USER_AGENT, "Accept": "text/plain"},
         follow_redirects=False,
     )

@@ -31,7 +31,7 @@ class GoneError(KubeApiError):
     """410 Gone: the resourceVersion is too old; the caller must relist."""
 
 
-class _Bearer(httpx.Auth):
+class BearerAuth(httpx.Auth):
     """Sets the current bearer token on every request (token files rotate)."""
 
     def __init__(self, connection: Connection) -> None:
@@ -67,7 +67,7 @@ class KubeClient:
             base_url=connection.host,
             verify=connection.ssl_context(),
             timeout=timeout,
-            auth=_Bearer(connection),
+            auth=BearerAuth(connection),
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
             follow_redirects=False,
         )

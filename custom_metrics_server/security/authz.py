@@ -37,6 +37,7 @@ from custom_metrics_server.security.webhook import (
     ReviewError,
     post_review,
 )
+from custom_metrics_server.selectors import go_quote
 
 logger = logging.getLogger(__name__)
 
@@ -55,40 +56,6 @@ def authorization_unavailable() -> AuthorizationUnavailable:
     return AuthorizationUnavailable(
         f"Internal error occurred: {cause}", details={"causes": [{"message": cause}]}
     )
-
-
-_GO_ESCAPES: Final = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    '"': '\\"',
-    "\\": "\\\\",
-}
-
-
-def go_quote(text: str) -> str:
-    """Go's `%q` (`strconv.Quote`) of a string: printable Unicode kept, the rest escaped."""
-    if text.isprintable() and '"' not in text and "\\" not in text:
-        return f'"{text}"'
-    out = ['"']
-    for char in text:
-        escaped = _GO_ESCAPES.get(char)
-        if escaped is not None:
-            out.append(escaped)
-        elif char.isprintable():
-            out.append(char)
-        elif ord(char) < 0x80:
-            out.append(f"\\x{ord(char):02x}")
-        elif ord(char) < 0x10000:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(f"\\U{ord(char):08x}")
-    out.append('"')
-    return "".join(out)
 
 
 _SANITIZE: Final = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})

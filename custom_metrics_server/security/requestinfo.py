@@ -26,6 +26,7 @@ from custom_metrics_server.selectors import (
     Operator,
     SelectorError,
     parse_selector_cached,
+    split_terms,
     unescape_field_value,
 )
 
@@ -267,26 +268,10 @@ def _valid_path_segment(name: str) -> bool:
     return name not in {".", ".."} and "/" not in name and "%" not in name
 
 
-def _split_terms(text: str) -> list[str]:
-    terms: list[str] = []
-    start = 0
-    in_slash = False
-    for index, char in enumerate(text):
-        if in_slash:
-            in_slash = False
-        elif char == "\\":
-            in_slash = True
-        elif char == ",":
-            terms.append(text[start:index])
-            start = index + 1
-    terms.append(text[start:])
-    return terms
-
-
 def _parse_fields(text: str) -> list[tuple[str, str, str]]:
     """`fields.ParseSelector` (no known-field check): (field, "=" | "!=", value), sorted terms."""
     found: list[tuple[str, str, str]] = []
-    for term in sorted(_split_terms(text)) if text else []:
+    for term in sorted(split_terms(text)) if text else []:
         if not term:
             continue
         equals = term.find("=")

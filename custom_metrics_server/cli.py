@@ -93,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--kubelet-port", type=int, default=10250, help="kubelet port for --kubelet-source=direct"
     )
     kube.add_argument(
+        "--kubelet-certificate-authority",
+        default=None,
+        help="CA of the kubelets' serving certificates (--kubelet-source=direct)",
+    )
+    kube.add_argument(
+        "--kubelet-insecure-tls",
+        action="store_true",
+        help="do not verify kubelet serving certificates (--kubelet-source=direct; test only)",
+    )
+    kube.add_argument(
         "--metric-resolution",
         type=parse_duration,
         default=15.0,
@@ -248,6 +258,8 @@ def _kubernetes(args: argparse.Namespace) -> _Served:
         KubernetesSettings(
             kubelet_source=args.kubelet_source,
             kubelet_port=args.kubelet_port,
+            kubelet_ca_file=args.kubelet_certificate_authority,
+            kubelet_insecure_tls=args.kubelet_insecure_tls,
             scrape_interval=args.metric_resolution,
             scrape_timeout=args.kubelet_request_timeout,
             discovery_interval=args.discovery_interval,

@@ -52,6 +52,8 @@ class KubernetesSettings:
 
     kubelet_source: Literal["proxy", "direct"] = "proxy"
     kubelet_port: int = 10250
+    kubelet_ca_file: str | None = None
+    kubelet_insecure_tls: bool = False
     scrape_interval: float = 15.0
     scrape_timeout: float = 10.0
     discovery_interval: float = 600.0
@@ -95,6 +97,8 @@ class KubernetesBackend(ResourceMetricsBackend):
             timeout=self.settings.scrape_timeout,
             source=self.settings.kubelet_source,
             kubelet_port=self.settings.kubelet_port,
+            kubelet_ca_file=self.settings.kubelet_ca_file,
+            kubelet_insecure_tls=self.settings.kubelet_insecure_tls,
             node_address=lambda node: (
                 (record.internal_ip or None) if (record := state.nodes.get(node)) else None
             ),

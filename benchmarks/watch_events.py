@@ -217,6 +217,21 @@ class ExtractingSink:
             self.done.set()
 
 
+class StateSink(ExtractingSink):
+    """The real consumer: the backend's `ClusterState` pod sink (resource model included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from custom_metrics_server.cluster_state import PODS, ClusterState
+
+        self.state = ClusterState()
+        self._pods = self.state.sink(PODS)
+        self.records = self.state.pods  # type: ignore[assignment] # same keys, richer values
+
+    def _store(self, obj: dict[str, Any]) -> None:
+        self._pods.event("MODIFIED", obj)
+
+
 class CountingSink(ExtractingSink):
     """Keeps nothing: what is left is the reflector's own cost."""
 
@@ -282,11 +297,11 @@ class ServerHandle:
 # ---------------------------------------------------------------------- wire benchmark
 
 
-async def wire_run(pods: int, nodes: int, mode: str) -> dict[str, float]:
+async def wire_run(pods: int, nodes: int, mode: str, *, state: bool = False) -> dict[str, float]:
     """One run: ADDED then MODIFIED through the Reflector, then a raw-client replay."""
     server = ServerHandle(mode, pods, nodes)
     client = KubeClient(Connection(host=server.url), timeout=60.0)
-    sink = ExtractingSink()
+    sink = StateSink() if state else ExtractingSink()
     reflector = Reflector(client, path=PODS_PATH, sink=sink, name="pods", page_size=500)
     task = asyncio.create_task(reflector.run())
     figures: dict[str, float] = {}
@@ -402,7 +417,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     runs = []
     for _ in range(repeat):
         gc.collect()
-        runs.append(await wire_run(pods, nodes, args.server))
+        runs.append(await wire_run(pods, nodes, args.server, state=args.state))
     for key, label in [
         ("added", f"wire: ADDED -> Reflector -> extracting sink ({args.server})"),
         ("modified", f"wire: MODIFIED -> Reflector -> extracting sink ({args.server})"),
@@ -456,8 +471,17 @@ def main() -> int:
     parser.add_argument("--server", choices=["process", "thread"], default="process")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     parser.add_argument("--save", action="store_true", help="write benchmarks/results/*.json")
+    parser.add_argument(
+        "--state",
+        action="store_true",
+        help="wire runs feed the real ClusterState (resource model) instead of the light sink",
+    )
     args = parser.parse_args()
 
+    if args.state:
+        from custom_metrics_server.heap import tune_gc
+
+        tune_gc()  # as `serve` does
     load_before = os.getloadavg()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if args.loop == "uvloop":

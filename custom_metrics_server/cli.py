@@ -33,6 +33,7 @@ from custom_metrics_server.backends.resource_metrics import (
     render_state_exposition,
 )
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
+from custom_metrics_server.heap import tune_gc
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import KubeConfigError, load_connection
 from custom_metrics_server.observability import configure_logging
@@ -276,6 +277,7 @@ def _kubernetes(args: argparse.Namespace) -> _Served:
 def serve(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM."""
     configure_logging(args.verbosity)
+    tune_gc()
     try:
         security = build_security(args, demo=args.demo)
     except SecurityConfigError as err:

@@ -28,6 +28,7 @@ import orjson
 
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
+from custom_metrics_server.heap import settle_heap
 from custom_metrics_server.quantity import Quantity
 from custom_metrics_server.resource_model import pod_lifecycle, pod_limits, pod_requests
 from custom_metrics_server.restmapper import BUILTIN_MAPPINGS
@@ -98,36 +99,40 @@ _SHAPE_CACHE_SIZE: Final = 4096
 
 
 def _resource_shape(pod: Mapping[str, Any]) -> bytes:
-    """The fields the resource model reads, as one hashable byte string. O(containers)."""
+    """The fields the resource model reads, as one hashable byte string. O(containers).
+
+    Status entries without resize-related fields (the usual case) add nothing to the key.
+    """
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    return orjson.dumps(
+    parts: list[Any] = [
         [
-            [
-                (c.get("name"), c.get("restartPolicy"), c.get("resources"))
-                for c in spec.get("containers") or ()
-            ],
-            [
-                (c.get("name"), c.get("restartPolicy"), c.get("resources"))
-                for c in spec.get("initContainers") or ()
-            ],
-            spec.get("overhead"),
-            spec.get("resources"),
-            [
-                (c.get("name"), c.get("allocatedResources"), c.get("resources"))
-                for field in ("containerStatuses", "initContainerStatuses")
-                for c in status.get(field) or ()
-            ],
-            status.get("resources"),
-            status.get("allocatedResources"),
-            status.get("resize"),
-            [
-                c.get("reason")
-                for c in status.get("conditions") or ()
-                if c.get("type") == "PodResizePending"
-            ],
-        ]
+            (c.get("name"), c.get("restartPolicy"), c.get("resources"))
+            for c in spec.get("containers") or ()
+        ],
+        [
+            (c.get("name"), c.get("restartPolicy"), c.get("resources"))
+            for c in spec.get("initContainers") or ()
+        ],
+        spec.get("overhead"),
+        spec.get("resources"),
+    ]
+    parts.extend(
+        (field, c.get("name"), c.get("allocatedResources"), c.get("resources"))
+        for field in ("containerStatuses", "initContainerStatuses")
+        for c in status.get(field) or ()
+        if "allocatedResources" in c or "resources" in c
     )
+    if "resources" in status or "allocatedResources" in status or "resize" in status:
+        parts.append(
+            (status.get("resources"), status.get("allocatedResources"), status.get("resize"))
+        )
+    parts.extend(
+        ("PodResizePending", c.get("reason"))
+        for c in status.get("conditions") or ()
+        if c.get("type") == "PodResizePending"
+    )
+    return orjson.dumps(parts)
 
 
 class _Sink:
@@ -153,6 +158,7 @@ class _Sink:
             self._state.remove(self._gr, key)
         self._seen = None
         self.synced = True
+        settle_heap()  # a (re)list just built or replaced most of this resource's records
 
     def event(self, type: str, obj: dict[str, Any]) -> None:
         if type == "DELETED":

@@ -55,11 +55,25 @@ class Inventory:
         return sum(len(objects) for objects in self._objects.values())
 
     def upsert(self, record: ObjectRecord) -> None:
-        """Add or replace one object. O(labels)."""
+        """Add or replace one object. O(labels); O(1) when its labels did not change."""
+        objects = self._objects.get(record.group_resource)
+        if objects is None:
+            objects = self._objects[record.group_resource] = {}
+        old = objects.get(record.key)
+        if old is not None and (old.labels is record.labels or old.labels == record.labels):
+            # Most updates (status, resources) keep the labels: the postings stay valid.
+            objects[record.key] = record
+            self._changed()
+            return
         self.delete(record.group_resource, record.key)
-        self._objects.setdefault(record.group_resource, {})[record.key] = record
-        for label in record.labels.items():
-            self._postings.setdefault((record.group_resource, *label), set()).add(record.key)
+        objects[record.key] = record
+        postings = self._postings
+        for name, value in record.labels.items():
+            posting = postings.get((record.group_resource, name, value))
+            if posting is None:
+                postings[(record.group_resource, name, value)] = {record.key}
+            else:
+                posting.add(record.key)
         self._changed()
 
     def delete(self, group_resource: GroupResource, key: ObjectKey) -> None:

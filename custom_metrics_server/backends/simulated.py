@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import math
 import random
 import time
@@ -46,6 +45,7 @@ from custom_metrics_server.backends.memory import (
 from custom_metrics_server.cluster_state import PODS, WATCHED, ClusterState
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
 from custom_metrics_server.exposition import parse_resource_metrics
+from custom_metrics_server.heap import settle_heap
 from custom_metrics_server.quantity import Quantity
 from custom_metrics_server.usage import UsageStore
 
@@ -63,29 +63,6 @@ class DemoSettings:
         """Replicas of the `default/web` Deployment (the HPA Pods example)."""
         wanted = self.web_pods if self.web_pods is not None else max(2, self.pods // 5)
         return max(0, min(wanted, self.pods))
-
-
-_UNFREEZE_EVERY = 3600.0
-_last_unfreeze = time.monotonic()
-
-
-def settle_heap() -> None:
-    """Keep long-lived data out of the cyclic GC's way after a bulk refresh.
-
-    A new snapshot is ~10 objects per pod that survive for a whole interval; left in the
-    collected generations, they make full collections (tens of ms, on the event loop) run
-    about once per tick. `gc.freeze()` moves them to the permanent generation; snapshots are
-    acyclic, so a replaced one is still freed by reference counting. Young garbage is
-    collected first (cheap), and once an hour everything is unfrozen so that cyclic garbage
-    frozen by accident is collected by the next full collection, bounding that leak.
-    """
-    global _last_unfreeze  # noqa: PLW0603 - process-wide GC state is global by nature
-    gc.collect(1)
-    now = time.monotonic()
-    if now - _last_unfreeze > _UNFREEZE_EVERY:
-        _last_unfreeze = now
-        gc.unfreeze()
-    gc.freeze()
 
 
 def _wave(base: float, phase: float, tick: int, jitter: float) -> float:

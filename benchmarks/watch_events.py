@@ -318,6 +318,13 @@ async def wire_run(pods: int, nodes: int, mode: str, *, state: bool = False) -> 
             figures[f"{phase}_cpu"] = sink.last_cpu - sink.first_cpu
         assert len(sink.records) == pods, (len(sink.records), pods)
         assert reflector.stats.events == 2 * pods
+        if state:
+            gc.collect()
+            statm = Path("/proc/self/statm").read_text().split()
+            rss = int(statm[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+            print(
+                f"process RSS holding {pods:,} pods in ClusterState: {rss:.1f} MiB", file=sys.stderr
+            )
         task.cancel()
         # The same ADDED stream again, straight from KubeClient.watch: transport + decoding.
         params = {"watch": "true", "resourceVersion": str(server.start_rv)}

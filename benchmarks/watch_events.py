@@ -320,7 +320,7 @@ async def wire_run(pods: int, nodes: int, mode: str, *, state: bool = False) -> 
         assert reflector.stats.events == 2 * pods
         if state:
             gc.collect()
-            statm = Path("/proc/self/statm").read_text().split()
+            statm = Path("/proc/self/statm").read_text().split()  # noqa: ASYNC240 - procfs, instant
             rss = int(statm[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
             print(
                 f"process RSS holding {pods:,} pods in ClusterState: {rss:.1f} MiB", file=sys.stderr

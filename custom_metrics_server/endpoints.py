@@ -57,6 +57,8 @@ _JSON_HEADERS: Final = (
     (b"x-content-type-options", b"nosniff"),
 )
 _NOT_FOUND_TEXT: Final = b"404 page not found\n"
+#: HEAD is answered as GET; the server (uvicorn) sends the headers without the body.
+_READ_METHODS: Final = frozenset({"GET", "HEAD"})
 _TEXT_HEADERS: Final = (
     (b"content-type", b"text/plain; charset=utf-8"),
     (b"x-content-type-options", b"nosniff"),
@@ -109,14 +111,14 @@ class ApiEndpoints:
             except NotFound:
                 raise
             except StatusError:
-                if scope["method"] != "GET":
+                if scope["method"] not in _READ_METHODS:
                     raise method_not_allowed() from None
                 raise
             if parsed is None:
                 code = 404
                 await send_not_found_text(send)
                 return
-            if scope["method"] != "GET":
+            if scope["method"] not in _READ_METHODS:
                 raise method_not_allowed()
             group, version, resource = _labels(parsed, self.engine)
             representation = self._representation(scope, query, parsed)

@@ -12,6 +12,7 @@ Cost: O(len(path) + len(query)) per request; selectors are parsed through a cach
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl
@@ -86,6 +87,7 @@ class QueryParams:
     field_selector: str = ""
     pretty: bool | None = None  # None: not given, the Accept header and User-Agent decide
     watch: bool = False
+    timeout: str = ""
 
 
 _EMPTY_QUERY: Final = QueryParams()
@@ -105,6 +107,7 @@ def parse_query(query: bytes | str) -> QueryParams:
         field_selector=found.get("fieldSelector", ""),
         pretty=found["pretty"] in _TRUE_VALUES if found.get("pretty") else None,
         watch=found.get("watch", "") in _TRUE_VALUES,
+        timeout=found.get("timeout", ""),
     )
 
 
@@ -128,11 +131,23 @@ def served_prefix(segments: list[str]) -> bool:
     return len(segments) >= 2 and segments[1] in GROUP_VERSIONS.get(segments[0], ())
 
 
+_GO_DURATION: Final = re.compile(r"[-+]?(?:0|(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+)")
+
+
+def check_timeout(text: str) -> None:
+    """`?timeout=` must be a Go duration, as the request-deadline filter parses it (400)."""
+    if text and not _GO_DURATION.fullmatch(text):
+        raise BadRequest(
+            f'invalid timeout specified in the request URL - time: invalid duration "{text}"'
+        )
+
+
 def parse(path: str, query: QueryParams) -> ParsedRequest | None:
     """Parse a decoded request path; None when the path is outside every served group."""
     segments = split_api_path(path)
     if segments is None:
         return None
+    check_timeout(query.timeout)
     if not segments:
         return RootDiscovery()
     group = segments[0]

@@ -207,14 +207,39 @@ def test_c14_field_selector_naming_another_object_is_rejected(
     assert len(items_of(matching, prefix)) == 16
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "HEAD"])
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
 def test_c17_other_methods_are_not_allowed(client: httpx.Client, prefix: str, method: str) -> None:
     response = client.request(method, prefix + "/namespaces/ns/pods/*/m")
     assert response.status_code == 405
-    if method != "HEAD":
-        body = status_of(response)
-        assert body["reason"] == "MethodNotAllowed"
-        assert body["message"] == "the server does not allow this method on the requested resource"
+    body = status_of(response)
+    assert body["reason"] == "MethodNotAllowed"
+    assert body["message"] == "the server does not allow this method on the requested resource"
+
+
+def test_head_behaves_like_get_without_a_body(client: httpx.Client, prefix: str) -> None:
+    path = prefix + "/namespaces/ns/pods/*/some-metric"
+    head, get = client.head(path), client.get(path)
+    assert head.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-length"] == get.headers["content-length"]
+    assert head.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("timeout", ["abc", "10", "1x", "-"])
+def test_invalid_timeout_parameter_is_a_bad_request(
+    client: httpx.Client, prefix: str, timeout: str
+) -> None:
+    response = client.get(prefix + "/namespaces/ns/pods/*/some-metric", params={"timeout": timeout})
+    assert response.status_code == 400
+    assert status_of(response)["message"] == (
+        f'invalid timeout specified in the request URL - time: invalid duration "{timeout}"'
+    )
+    assert (
+        client.get(
+            prefix + "/namespaces/ns/pods/*/some-metric", params={"timeout": "1m30s"}
+        ).status_code
+        == 200
+    )
 
 
 def test_c18_group_qualified_resource_maps_to_kind_and_api_version(

@@ -80,12 +80,15 @@ class InMemoryCluster:
         if mapping.namespaced != bool(namespace):
             scope = "namespaced" if mapping.namespaced else "cluster-scoped"
             raise ValueError(f"{resource} is {scope}; namespace {namespace!r} does not fit")
+        previous = self.inventory.get(mapping.group_resource, (namespace, name))
         record = ObjectRecord(
             group_resource=mapping.group_resource,
             namespace=namespace,
             name=name,
             labels=self._intern(labels),
-            ref=ObjectRef(
+            ref=previous.ref
+            if previous is not None
+            else ObjectRef(
                 kind=mapping.kind,
                 namespace=namespace,
                 name=name,

@@ -193,7 +193,6 @@ class ClusterState(InMemoryCluster):
         self._by_namespace: dict[str, set[ObjectKey]] = {}
         # (namespace, owner kind, owner name) -> {(child kind, child name)}
         self._children: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
-        self._owner_of: dict[tuple[GroupResource, ObjectKey], tuple[str, str, str]] = {}
         self._sinks = {gr: _Sink(self, gr) for gr in WATCHED}
         self._shapes: dict[bytes, tuple[Mapping[str, Decimal], Mapping[str, Decimal]]] = {}
         self.generation = 0
@@ -240,16 +239,19 @@ class ClusterState(InMemoryCluster):
         namespace = (
             metadata.get("namespace", "") if group_resource not in (NODES, NAMESPACES) else ""
         )
-        key = (namespace, name)
         owner = _controller(metadata)
-        self.add(
+        previous = self.inventory.get(group_resource, (namespace, name))
+        old_owner = previous.owners[0] if previous is not None and previous.owners else None
+        record = self.add(
             str(group_resource),
             name,
             namespace=namespace,
             labels=metadata.get("labels") or {},
             owners=(owner,) if owner else (),
         )
-        self._set_owner(group_resource, key, owner)
+        key = record.key  # the one shared tuple
+        if owner != old_owner:
+            self._move_child(group_resource, key, old_owner, owner)
         if group_resource == PODS:
             self._apply_pod(key, obj, owner)
         elif group_resource == NODES:
@@ -257,15 +259,22 @@ class ClusterState(InMemoryCluster):
         self.generation += 1
         return key
 
-    def _set_owner(self, gr: GroupResource, key: ObjectKey, owner: tuple[str, str] | None) -> None:
+    def _move_child(
+        self,
+        gr: GroupResource,
+        key: ObjectKey,
+        old: tuple[str, str] | None,
+        new: tuple[str, str] | None,
+    ) -> None:
+        """Re-file an object under its new controller (the owner index has no reverse map:
+        the previous controller is read from the object's previous record)."""
         child = (self._kind(gr), key[1])
-        previous = self._owner_of.pop((gr, key), None)
-        if previous is not None:
-            self._children.get(previous, set()).discard(child)
-        if owner is not None:
-            parent = (key[0], *owner)
-            self._owner_of[(gr, key)] = parent
-            self._children.setdefault(parent, set()).add(child)
+        if old is not None:
+            siblings = self._children.get((key[0], *old))
+            if siblings is not None:
+                siblings.discard(child)
+        if new is not None:
+            self._children.setdefault((key[0], *new), set()).add(child)
 
     def _kind(self, gr: GroupResource) -> str:
         mapping = self._by_kind.get(gr)
@@ -343,8 +352,10 @@ class ClusterState(InMemoryCluster):
 
     def remove(self, group_resource: GroupResource, key: ObjectKey) -> None:
         """Forget one object."""
+        previous = self.inventory.get(group_resource, key)
+        if previous is not None and previous.owners:
+            self._move_child(group_resource, key, previous.owners[0], None)
         self.inventory.delete(group_resource, key)
-        self._set_owner(group_resource, key, None)
         if group_resource == PODS:
             self._unindex_pod(key)
             self.pods.pop(key, None)

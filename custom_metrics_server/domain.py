@@ -121,19 +121,6 @@ class ExternalSample:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AuthzAttributes:
-    """The resource attributes a SubjectAccessReview for this request carries (pre-rewrite)."""
-
-    verb: str
-    group: str
-    version: str
-    resource: str
-    subresource: str
-    name: str
-    namespace: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class MetricRequest:
     """A parsed custom-metrics value request (forms R1, R2 and R3 of the contract).
 
@@ -150,7 +137,6 @@ class MetricRequest:
     metric: str
     label_selector: Selector
     metric_selector: Selector
-    authz: AuthzAttributes
 
     @property
     def wildcard(self) -> bool:
@@ -165,7 +151,6 @@ class ExternalMetricRequest:
     namespace: str
     metric: str
     metric_selector: Selector
-    authz: AuthzAttributes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,6 @@ from urllib.parse import parse_qsl
 
 from custom_metrics_server.domain import (
     ALL_OBJECTS,
-    AuthzAttributes,
     ExternalMetricRequest,
     MetricRequest,
 )
@@ -226,15 +225,6 @@ def _namespace_metric(
     _check_metric_name(metric)
     _check_object_name(namespace, what="namespace")
     label_selector, metric_selector = _selectors(query, name=metric)
-    authz = AuthzAttributes(
-        verb="get",
-        group=group,
-        version=version,
-        resource="metrics",
-        subresource="",
-        name=metric,
-        namespace=namespace,
-    )
     return MetricRequest(
         group=group,
         version=version,
@@ -244,7 +234,6 @@ def _namespace_metric(
         metric=metric,
         label_selector=label_selector,
         metric_selector=metric_selector,
-        authz=authz,
     )
 
 
@@ -266,15 +255,6 @@ def _custom(
         _check_object_name(name, what="object")
     _check_object_name(resource, what="resource")
     label_selector, metric_selector = _selectors(query, name=name)
-    authz = AuthzAttributes(
-        verb="get",
-        group=group,
-        version=version,
-        resource=resource,
-        subresource=metric,
-        name=name,
-        namespace=namespace or "",
-    )
     return MetricRequest(
         group=group,
         version=version,
@@ -284,7 +264,6 @@ def _custom(
         metric=metric,
         label_selector=label_selector,
         metric_selector=metric_selector,
-        authz=authz,
     )
 
 
@@ -299,17 +278,8 @@ def _parse_external(version: str, parts: list[str], query: QueryParams) -> Exter
         raise watch_not_supported()
     metric_selector = _label_selector(query.label_selector)
     _check_field_selector(query.field_selector, name=None)
-    authz = AuthzAttributes(
-        verb="list",
-        group=EXTERNAL_GROUP,
-        version=version,
-        resource=metric,
-        subresource="",
-        name="",
-        namespace=namespace,
-    )
     return ExternalMetricRequest(
-        namespace=namespace, metric=metric, metric_selector=metric_selector, authz=authz
+        namespace=namespace, metric=metric, metric_selector=metric_selector
     )
 
 

@@ -88,43 +88,6 @@ def test_metric_routes(
     assert parsed.version == "v1beta2"
 
 
-def test_namespace_metric_is_authorized_before_its_rewrite() -> None:
-    parsed = metric(P + "/namespaces/ns/metrics/queue")
-    assert (
-        parsed.authz.resource,
-        parsed.authz.name,
-        parsed.authz.namespace,
-        parsed.authz.subresource,
-    ) == (
-        "metrics",
-        "queue",
-        "ns",
-        "",
-    )
-
-
-def test_object_metric_authz_has_the_metric_as_subresource() -> None:
-    parsed = metric(P + "/namespaces/ns/deployments.apps/web/rps")
-    authz = parsed.authz
-    assert (
-        authz.verb,
-        authz.group,
-        authz.version,
-        authz.resource,
-        authz.subresource,
-        authz.name,
-        authz.namespace,
-    ) == (
-        "get",
-        "custom.metrics.k8s.io",
-        "v1beta2",
-        "deployments.apps",
-        "rps",
-        "web",
-        "ns",
-    )
-
-
 @pytest.mark.parametrize(
     "path",
     [
@@ -206,11 +169,6 @@ def test_external_route_takes_the_label_selector_as_metric_selector() -> None:
         "default",
         "queue_depth",
         "queue=jobs",
-    )
-    assert (parsed.authz.verb, parsed.authz.resource, parsed.authz.name) == (
-        "list",
-        "queue_depth",
-        "",
     )
 
 

@@ -9,8 +9,7 @@ webhook converts them (plugin/pkg/authorizer/webhook/webhook.go).
 
 This module, not `grammar`, decides what is authorized: it sees every path (also the ones the
 grammar rejects), so a request is authorized exactly as a Go aggregated server would authorize
-it before anything about the path is revealed. On the URL forms the grammar serves, the
-resource attributes agree with `grammar`'s `AuthzAttributes` (tested).
+it before anything about the path is revealed.
 
 Cost: O(len(path)) for resource requests; the query string is parsed only when the verb may
 become `list`/`watch` (no name in the path).

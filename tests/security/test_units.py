@@ -16,8 +16,6 @@ import yaml
 
 from custom_metrics_server.app import create_app
 from custom_metrics_server.backends.memory import load_fixture
-from custom_metrics_server.domain import ExternalMetricRequest, MetricRequest
-from custom_metrics_server.grammar import parse, parse_query
 from custom_metrics_server.kube.client import KubeApiError
 from custom_metrics_server.security.authn import (
     ANONYMOUS,
@@ -163,43 +161,6 @@ def test_selector_requirements_ride_along_for_list_only() -> None:
     }
     got = request_attributes("GET", f"{P}/namespaces/ns/pods/*/m", b"labelSelector=a%3Db")
     assert "labelSelector" not in got.sar_attributes()[1]
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        f"{P}/nodes/*/m",
-        f"{P}/nodes/n1/m",
-        f"{P}/namespaces/ns/pods/*/m",
-        f"{P}/namespaces/ns/deployments.apps/web/m",
-        f"{P}/namespaces/ns/metrics/m",
-        "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ns/pods/p/m",
-        "/apis/custom-metrics/v1alpha1/pods/*/m",
-        "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
-    ],
-)
-def test_the_port_agrees_with_the_grammar_on_every_served_form(path: str) -> None:
-    parsed = parse(path, parse_query(b""))
-    assert isinstance(parsed, MetricRequest | ExternalMetricRequest)
-    ours = request_attributes("GET", path, b"")
-    grammar = parsed.authz
-    assert (
-        ours.verb,
-        ours.group,
-        ours.version,
-        ours.resource,
-        ours.subresource,
-        ours.name,
-        ours.namespace,
-    ) == (
-        grammar.verb,
-        grammar.group,
-        grammar.version,
-        grammar.resource,
-        grammar.subresource,
-        grammar.name,
-        grammar.namespace,
-    )
 
 
 # --- messages and helpers ---------------------------------------------------------------------

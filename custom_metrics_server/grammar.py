@@ -125,11 +125,6 @@ def split_api_path(path: str) -> list[str] | None:
     return segments
 
 
-def served_prefix(segments: list[str]) -> bool:
-    """Whether the path lies under a served `/apis/{group}/{version}` (404s become Status)."""
-    return len(segments) >= 2 and segments[1] in GROUP_VERSIONS.get(segments[0], ())
-
-
 _GO_DURATION: Final = re.compile(r"[-+]?(?:0|(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+)")
 
 

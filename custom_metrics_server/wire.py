@@ -9,7 +9,7 @@ byte fragments: O(items) with a small constant, no per-item dicts on the hot pat
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import orjson
@@ -183,8 +183,3 @@ def status(error: StatusError) -> bytes:
         document["details"] = error.details
     document["code"] = error.code
     return dumps(document)
-
-
-def sorted_labels(labels: Mapping[str, str]) -> dict[str, str]:
-    """Labels in Go's map-encoding order."""
-    return dict(sorted(labels.items()))

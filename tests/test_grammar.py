@@ -13,8 +13,6 @@ from custom_metrics_server.grammar import (
     VersionDiscovery,
     parse,
     parse_query,
-    served_prefix,
-    split_api_path,
 )
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -153,11 +151,6 @@ def test_discovery_routes(path: str, expected: object) -> None:
 )
 def test_paths_outside_the_served_groups_are_not_ours(path: str) -> None:
     assert parse(path, NO_QUERY) is None
-
-
-def test_served_prefix_decides_between_status_and_plain_404() -> None:
-    assert served_prefix(split_api_path(P + "/x") or [])
-    assert not served_prefix(split_api_path("/apis/custom.metrics.k8s.io/v9/x") or [])
 
 
 def test_external_route_takes_the_label_selector_as_metric_selector() -> None:

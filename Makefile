@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke clean
+.PHONY: install demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke load load-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ bench: install  ## the request-path benchmarks (needs wrk); writes benchmarks/re
 
 bench-smoke: install
 	$(BIN)/python benchmarks/request_path.py --smoke
+
+load: install  ## load/soak harness against serve --demo, e.g. ARGS="--clients 200 --duration 300"
+	$(BIN)/python benchmarks/load.py $(ARGS)
+
+load-smoke: install  ## 30 s, 50 clients; fails on any non-2xx answer or transport error
+	$(BIN)/python benchmarks/load.py --clients 50 --duration 30
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

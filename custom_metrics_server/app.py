@@ -7,6 +7,12 @@ jobs (the authentication ConfigMap follower) and every backend are entered (star
 (stopped). FastAPI's own docs, `/openapi.json` and trailing-slash redirects are disabled: they
 are not part of a Kubernetes API server's surface.
 
+Around everything (`Server._limited`): the in-flight limit (`--max-requests-inflight`, 429
+with `Retry-After: 1`, health probes exempt), the request deadline (`--request-timeout`, 504,
+the work cancelled), the URL size bound (414), and during shutdown `Connection: close` on every
+response and a failing `shutdown` readiness check (`begin_shutdown`, called by the CLI on
+SIGTERM). See docs/operations.md.
+
 Every HTTP request passes the security gate first (`security.gate`: authentication, header
 stripping, authorization; see docs/security.md), so nothing below it, not even a 404 or a
 grammar error, is revealed to a caller that is not allowed to see it. WebSocket scopes are
@@ -15,7 +21,9 @@ closed unanswered (uvicorn then answers 403): this API has no streaming endpoint
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import platform
 import sys
@@ -35,10 +43,14 @@ from custom_metrics_server.backends.base import ClusterView, MetricsBackend
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.endpoints import ApiEndpoints, Message, Scope, Send, send_body
 from custom_metrics_server.errors import (
+    MAX_URI_BYTES,
     BadRequest,
     StatusError,
     internal_error,
     method_not_allowed,
+    request_timeout,
+    too_many_requests,
+    uri_too_long,
 )
 from custom_metrics_server.grammar import is_api_path
 from custom_metrics_server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
@@ -66,6 +78,10 @@ class AppSettings:
     backend_timeout: float = 10.0
     title: str = "custom-metrics-server"
     extra_checks: dict[str, Readiness] = field(default_factory=dict)
+    #: `--max-requests-inflight`: concurrent requests beyond it get 429 (0: no limit).
+    max_requests_inflight: int = 400
+    #: `--request-timeout` in seconds: the whole request's deadline, then 504 (0: none).
+    request_timeout: float = 60.0
     #: Renders the KEP-1748 `/metrics/resources` exposition; None: the endpoint is a 404.
     resource_exposition: Callable[[], bytes] | None = None
 
@@ -103,6 +119,7 @@ def _build_shell(
     metrics: ServerMetrics,
     settings: AppSettings,
     security: SecurityConfig | None,
+    extra_checks: dict[str, Readiness],
 ) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -153,7 +170,7 @@ def _build_shell(
         found = {"ping": Readiness(ready=True)}
         if endpoint == "readyz":
             found.update(engine.readiness())
-            found.update(settings.extra_checks)
+            found.update(extra_checks)
         return found
 
     def health_route(endpoint: str) -> None:
@@ -218,6 +235,43 @@ def _build_shell(
 
 
 _REJECTION_VERBS = {"GET": "get", "HEAD": "get"}
+#: Exempt from the in-flight limit, as upstream exempts its health checks: a probe must not
+#: fail (and take the pod out of rotation) just because the server is busy.
+_HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
+_HEALTH_PREFIXES = ("/healthz/", "/livez/", "/readyz/")
+
+
+#: How late `--request-timeout` may fire, at most (seconds).
+_SWEEP_INTERVAL = 0.5
+
+
+def _exempt_from_limit(path: str) -> bool:
+    return path in _HEALTH_PATHS or path.startswith(_HEALTH_PREFIXES)
+
+
+async def _closing_send(send: Send, message: Message) -> None:
+    """Adds `Connection: close` to the response head (uvicorn then closes after the body)."""
+    if message["type"] == "http.response.start":
+        message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+    await send(message)
+
+
+class _TrackedSend:
+    """Wraps `send` to remember whether the response has started (a timeout can then only
+    abandon the response, not replace it) and whether the `/apis` handler took the request
+    (it then counts the request in the self-metrics itself, as a 504)."""
+
+    __slots__ = ("in_api", "send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+        self.in_api = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
 
 
 class Server:
@@ -244,29 +298,132 @@ class Server:
         self.api = ApiEndpoints(
             engine=self.engine, metrics=self.metrics, server_address=self.settings.server_address
         )
-        self.shell = _build_shell(self.engine, self.metrics, self.settings, security)
+        # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
+        self.extra_checks = {**self.settings.extra_checks, "shutdown": Readiness(ready=True)}
+        self.shell = _build_shell(
+            self.engine, self.metrics, self.settings, security, self.extra_checks
+        )
+        #: Requests being served now that count against `max_requests_inflight`.
+        self.inflight = 0
+        #: Set by `begin_shutdown`: responses then carry `Connection: close`.
+        self.shutting_down = False
+        #: Requests under a deadline (task -> loop time), those `_sweep` cancelled, its timer.
+        self._deadlines: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._sweeper_loop: asyncio.AbstractEventLoop | None = None
+
+    def begin_shutdown(self) -> None:
+        """Termination has begun: `/readyz` fails at once (so endpoints drop this pod) while
+        requests are still served, each answer closing its connection so clients reconnect
+        to another replica."""
+        self.shutting_down = True
+        self.extra_checks["shutdown"] = Readiness(ready=False, reason="shutting down")
 
     async def __call__(self, scope: Scope, receive: Any, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            started = time.perf_counter()
-            rejection = await self.gate.check(scope)
-            if rejection is not None:
-                await self._reject(send, rejection, scope["method"], started)
-                return
-            if is_api_path(scope["path"]):
-                await self.api(scope, send)
-                return
+            await self._limited(scope, receive, send)
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})
+        else:
+            await self.shell(scope, receive, send)
+
+    async def _limited(self, scope: Scope, receive: Any, send: Send) -> None:
+        """The in-flight limit (before the gate, so authentication and SAR calls count, as
+        upstream's filter sits before authorization), then the whole request's deadline."""
+        limit = self.settings.max_requests_inflight
+        if self.shutting_down:
+            send = functools.partial(_closing_send, send)
+        if _exempt_from_limit(scope["path"]):
+            await self._deadline(scope, receive, send)
+            return
+        if limit and self.inflight >= limit:
+            await self._reject(send, too_many_requests(), scope["method"], time.perf_counter())
+            return
+        self.inflight += 1
+        try:
+            await self._deadline(scope, receive, send)
+        finally:
+            self.inflight -= 1
+
+    async def _deadline(self, scope: Scope, receive: Any, send: Send) -> None:
+        """Serve with a deadline. Not one `asyncio.timeout` per request (a timer started and
+        stopped each time costs ~5 us on a ~60 us path): the request's task is registered
+        with its deadline, and `_sweep` cancels overdue tasks (at most `_SWEEP_INTERVAL` late)."""
+        seconds = self.settings.request_timeout
+        task = asyncio.current_task()
+        if not seconds or task is None:
+            await self._http(scope, receive, send)
+            return
+        started = time.perf_counter()
+        tracked = _TrackedSend(send)
+        loop = asyncio.get_running_loop()
+        self._deadlines[task] = loop.time() + seconds
+        if self._sweeper is None or self._sweeper_loop is not loop:  # (tests change loops)
+            self._sweeper_loop = loop
+            self._sweeper = loop.call_later(min(_SWEEP_INTERVAL, seconds), self._sweep)
+        try:
+            await self._http(scope, receive, tracked)
+        except asyncio.CancelledError:
+            if task not in self._expired:
+                raise  # not ours (shutdown, client gone): let it through
+            task.uncancel()
+            # The work (gate, backend call, rendering) has been cancelled by now.
+            logger.warning(
+                "request %s %s exceeded --request-timeout (%ss)",
+                scope["method"],
+                scope["path"][:200],
+                seconds,
+            )
+            if not tracked.started:
+                await self._reject(
+                    send, request_timeout(), scope["method"], started, observe=not tracked.in_api
+                )
+        finally:
+            self._deadlines.pop(task, None)
+            self._expired.discard(task)
+
+    def _sweep(self) -> None:
+        """Cancel the requests past their deadline; re-arm while any request is registered."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for task, deadline in list(self._deadlines.items()):
+            if deadline <= now and task not in self._expired:
+                self._expired.add(task)
+                task.cancel()
+        self._sweeper = None
+        if self._deadlines:
+            interval = min(_SWEEP_INTERVAL, self.settings.request_timeout)
+            self._sweeper = loop.call_later(interval, self._sweep)
+
+    async def _http(self, scope: Scope, receive: Any, send: Send) -> None:
+        started = time.perf_counter()
+        # Before authentication, as Go's server bounds the head before any handler runs.
+        size = len(scope.get("raw_path") or scope["path"]) + len(scope["query_string"])
+        if size > MAX_URI_BYTES:
+            await self._reject(send, uri_too_long(size), scope["method"], started)
+            return
+        rejection = await self.gate.check(scope)
+        if rejection is not None:
+            await self._reject(send, rejection, scope["method"], started)
+            return
+        if is_api_path(scope["path"]):
+            if isinstance(send, _TrackedSend):
+                send.in_api = True
+            await self.api(scope, send)
             return
         await self.shell(scope, receive, send)
 
-    async def _reject(self, send: Send, error: StatusError, method: str, started: float) -> None:
+    async def _reject(
+        self, send: Send, error: StatusError, method: str, started: float, *, observe: bool = True
+    ) -> None:
         headers = _REJECTION_HEADERS + tuple(
             (name.lower().encode(), value.encode()) for name, value in error.headers.items()
         )
         await send_body(send, error.code, wire.status(error), headers)
+        if not observe:
+            return
         self.metrics.observe_request(
             group="",
             version="",

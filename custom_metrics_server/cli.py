@@ -11,6 +11,7 @@ import base64
 import functools
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
@@ -18,13 +19,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import uvicorn
 import yaml
 
 from custom_metrics_server import __version__
-from custom_metrics_server.app import AppSettings, create_app
+from custom_metrics_server.app import AppSettings, Server, create_app
 from custom_metrics_server.backends.base import ClusterView, MetricsBackend
 from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.backends.memory import load_fixture
@@ -43,6 +45,7 @@ from custom_metrics_server.security.options import (
     build_security,
 )
 from custom_metrics_server.security.options import duration as parse_duration
+from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_header_read_timeout
 
 logger = logging.getLogger("custom_metrics_server")
 
@@ -77,6 +80,33 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_duration,
         default=10.0,
         help="deadline of one backend call (default 10s)",
+    )
+    serving.add_argument(
+        "--max-requests-inflight",
+        type=int,
+        default=400,
+        help="requests served at once; beyond it 429 with Retry-After: 1 (health probes "
+        "exempt; 0: no limit; default 400)",
+    )
+    serving.add_argument(
+        "--request-timeout",
+        type=parse_duration,
+        default=60.0,
+        help="deadline of a whole request, then 504 Timeout (0: none; default 60s)",
+    )
+    serving.add_argument(
+        "--header-read-timeout",
+        type=parse_duration,
+        default=HEADER_READ_TIMEOUT,
+        help="close a connection whose request head is not complete in time (slowloris guard; "
+        "0: none; default 32s, Go's ReadHeaderTimeout)",
+    )
+    serving.add_argument(
+        "--shutdown-delay-duration",
+        type=parse_duration,
+        default=0.0,
+        help="after SIGTERM, keep serving this long with /readyz failing, then drain and exit "
+        "(default 0s as upstream; see docs/operations.md)",
     )
     kube = serve.add_argument_group("Kubernetes backend (without --demo)")
     kube.add_argument(
@@ -208,17 +238,55 @@ def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, plus a banner once the socket is bound (the real port is known only then)."""
+    """uvicorn, plus a banner once the socket is bound (the real port is known only then), and
+    upstream's graceful termination (docs/operations.md, "Shutdown"):
 
-    def __init__(self, config: uvicorn.Config, on_bound: Any) -> None:
+    1. the first SIGTERM/SIGINT fails `/readyz` at once and marks responses `Connection: close`;
+    2. requests are still served for `shutdown_delay` seconds (endpoints drop the pod meanwhile);
+    3. then uvicorn's own graceful shutdown: listener closed, in-flight requests finish (at most
+       `timeout_graceful_shutdown`), lifespan shutdown, exit status 0;
+    4. a second signal forces the exit at once (and the process dies of that signal).
+    """
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_bound: Any,
+        *,
+        app: Server | None = None,
+        shutdown_delay: float = 0.0,
+    ) -> None:
         super().__init__(config)
         self._on_bound = on_bound
+        self._app = app
+        self._shutdown_delay = shutdown_delay
+        self._exit_at: float | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if self.started:
             port = self.servers[0].sockets[0].getsockname()[1]
             self._on_bound(port)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Runs as a signal handler: only flags here; `on_tick` acts on them.
+        if self._exit_at is not None:
+            logger.warning("second termination signal: exiting at once")
+            self.force_exit = True
+            self.should_exit = True
+            self._captured_signals.append(sig)  # uvicorn re-raises it after its loop
+            return
+        logger.info(
+            "termination signal: /readyz fails now, serving for %gs more", self._shutdown_delay
+        )
+        self._exit_at = time.monotonic() + self._shutdown_delay
+        if self._app is not None:
+            self._app.begin_shutdown()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._exit_at is not None and time.monotonic() >= self._exit_at:
+            self.should_exit = True
+        return await super().on_tick(counter)
 
 
 @dataclass
@@ -294,7 +362,10 @@ def serve(args: argparse.Namespace) -> int:
         logger.error("cannot start %s: %s", source, err)
         return 2
     settings = AppSettings(
-        backend_timeout=args.backend_timeout, resource_exposition=served.exposition
+        backend_timeout=args.backend_timeout,
+        max_requests_inflight=args.max_requests_inflight,
+        request_timeout=args.request_timeout,
+        resource_exposition=served.exposition,
     )
     app = create_app(
         cluster=served.cluster, backends=served.backends, settings=settings, security=security
@@ -332,7 +403,7 @@ def serve(args: argparse.Namespace) -> int:
         host=bind,
         port=args.secure_port,
         ssl_context_factory=security.ssl_context_factory,
-        http=security.protocol_class,
+        http=with_header_read_timeout(security.protocol_class, args.header_read_timeout),
         ws="none",
         loop="uvloop",
         lifespan="on",
@@ -340,8 +411,10 @@ def serve(args: argparse.Namespace) -> int:
         server_header=False,
         access_log=False,
         log_config=None,
+        # In-flight requests drain for at most the request deadline (upstream's bound too).
+        timeout_graceful_shutdown=math.ceil(args.request_timeout) or None,
     )
-    _Server(config, on_bound).run()
+    _Server(config, on_bound, app=app, shutdown_delay=args.shutdown_delay_duration).run()
     return 0
 
 

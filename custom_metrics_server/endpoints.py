@@ -11,6 +11,7 @@ Per request: O(len(path)) parsing, the query layer's cost, and O(items) to join 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -130,6 +131,9 @@ class ApiEndpoints:
         except StatusError as error:
             code = error.code
             await self._send_status(send, error)
+        except asyncio.CancelledError:
+            code = 504  # the request deadline cancelled us; the app answers the 504
+            raise
         except Exception:
             request_id = uuid.uuid4().hex
             logger.exception(

@@ -8,6 +8,7 @@ Kubernetes `reason`, exact message and `details`, so the edge renders it as a `S
     ├── NotAcceptable       406  NotAcceptable
     ├── Unauthorized        401  Unauthorized
     ├── Forbidden           403  Forbidden
+    ├── UriTooLong          414  RequestEntityTooLarge (path + query over the bound)
     ├── TooManyRequests     429  TooManyRequests
     ├── InternalError       500  InternalError       (bugs; the cause is logged, never sent)
     ├── BackendUnavailable  503  ServiceUnavailable  (a backend is down or not synced)
@@ -75,6 +76,14 @@ class Forbidden(StatusError):
 
     code = 403
     reason = "Forbidden"
+
+
+class UriTooLong(StatusError):
+    """414: the path and query are longer than we parse. Kubernetes has no reason for 414;
+    `RequestEntityTooLarge` (its 413 reason) is the closest, and clients key on the code."""
+
+    code = 414
+    reason = "RequestEntityTooLarge"
 
 
 class TooManyRequests(StatusError):
@@ -159,6 +168,30 @@ def request_timeout() -> BackendTimeout:
     return BackendTimeout(
         "Timeout: request did not complete within the allotted timeout", details={}
     )
+
+
+#: Path plus query string, in bytes as received. Every URL this API serves is far shorter (the
+#: longest names are 253 bytes, a selector a few hundred); Go's only bound is the 1 MiB head.
+MAX_URI_BYTES = 16384
+
+
+def uri_too_long(size: int) -> UriTooLong:
+    """The request line's target is over `MAX_URI_BYTES`."""
+    return UriTooLong(
+        f"Request-URI Too Long: {size} bytes, at most {MAX_URI_BYTES} are accepted", details={}
+    )
+
+
+def too_many_requests(retry_after: int = 1) -> TooManyRequests:
+    """Over `--max-requests-inflight`. Upstream's max-in-flight filter writes this message as
+    plain text; we send it as the `Status` `apierrors.NewTooManyRequests` builds, so every error
+    body stays a `Status`; `Retry-After` travels in `headers`."""
+    error = TooManyRequests(
+        "Too many requests, please try again later.",
+        details={"retryAfterSeconds": retry_after},
+    )
+    error.headers["Retry-After"] = str(retry_after)
+    return error
 
 
 def internal_error() -> InternalError:

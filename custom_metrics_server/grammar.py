@@ -136,12 +136,32 @@ def check_timeout(text: str) -> None:
         )
 
 
+#: Bytes (UTF-8) per selector parameter; beyond it 400 before any parsing, so the selector
+#: parser never sees more than this. Real HPA selectors are a few hundred bytes.
+MAX_SELECTOR_BYTES: Final = 8192
+
+
+def check_selector_sizes(query: QueryParams) -> None:
+    """Selectors over `MAX_SELECTOR_BYTES` are a 400 BadRequest."""
+    for name, text in (
+        ("labelSelector", query.label_selector),
+        ("metricLabelSelector", query.metric_label_selector),
+        ("fieldSelector", query.field_selector),
+    ):
+        if len(text) > MAX_SELECTOR_BYTES // 4 and len(text.encode()) > MAX_SELECTOR_BYTES:
+            raise BadRequest(
+                f"{name} is too long: {len(text.encode())} bytes, at most "
+                f"{MAX_SELECTOR_BYTES} are accepted"
+            )
+
+
 def parse(path: str, query: QueryParams) -> ParsedRequest | None:
     """Parse a decoded request path; None when the path is outside every served group."""
     segments = split_api_path(path)
     if segments is None:
         return None
     check_timeout(query.timeout)
+    check_selector_sizes(query)
     if not segments:
         return RootDiscovery()
     group = segments[0]

@@ -52,7 +52,9 @@ async def test_served_health_version_and_metrics(asgi_client: httpx.AsyncClient)
         response = await asgi_client.get(endpoint)
         assert (response.status_code, response.text) == (200, "ok")
     verbose = await asgi_client.get("/readyz?verbose")
-    assert verbose.text == "[+]ping ok\n[+]cluster ok\n[+]backend-memory ok\nreadyz check passed\n"
+    assert verbose.text == (
+        "[+]ping ok\n[+]cluster ok\n[+]backend-memory ok\n[+]shutdown ok\nreadyz check passed\n"
+    )
     version = (await asgi_client.get("/version")).json()
     assert version["gitVersion"] == "v0.1.0"
     await asgi_client.get("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods/*/some-metric")

@@ -21,7 +21,9 @@ Cost: ~3 us per connection (PEM and subject conversion), one dict store per requ
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import ssl
 from typing import Any, Final
 
@@ -30,6 +32,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 TLS_VERSIONS: Final = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
+#: Go's generic apiserver `ReadHeaderTimeout` (secure_serving.go).
+HEADER_READ_TIMEOUT: Final = 32.0
+
+logger = logging.getLogger(__name__)
 
 
 def tls_extension(transport: Any) -> dict[str, Any] | None:
@@ -58,21 +64,66 @@ def tls_extension(transport: Any) -> dict[str, Any] | None:
 
 
 class TlsHttpToolsProtocol(HttpToolsProtocol):
-    """httptools protocol whose request scopes carry the TLS extension."""
+    """httptools protocol whose request scopes carry the TLS extension, with a header-read
+    timeout: uvicorn has none, so a client dripping a request head byte by byte would hold its
+    connection forever (slowloris). The timer runs from the connection's start (first request)
+    or the first byte of the next request on a kept-alive connection, until the head is
+    complete, as Go's `ReadHeaderTimeout`; when it fires, the connection is closed unanswered.
+    Idle kept-alive connections are uvicorn's keep-alive timeout's business (5 s)."""
 
     _tls: dict[str, Any] | None = None
+    #: Seconds; Go's generic apiserver uses 32 s. `with_header_read_timeout` changes it.
+    header_read_timeout: float = HEADER_READ_TIMEOUT
+    _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         """Read the peer certificate once, after uvicorn's own bookkeeping."""
         super().connection_made(transport)
         self._tls = tls_extension(transport)
+        self._arm_head_timer()
 
     def on_message_begin(self) -> None:
         """Attach the connection's TLS extension to the new request's scope."""
         super().on_message_begin()
+        if self._head_timer is None:
+            self._arm_head_timer()
         if self._tls is not None:
             scope: dict[str, Any] = self.scope  # type: ignore[assignment]
             scope["extensions"] = {"tls": self._tls}
+
+    def on_headers_complete(self) -> None:
+        """The head arrived in time: stop the timer before the app runs."""
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Drop the timer with the connection."""
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        if self.header_read_timeout > 0:
+            self._head_timer = self.loop.call_later(self.header_read_timeout, self._on_head_timeout)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _on_head_timeout(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            logger.debug(
+                "closing a connection whose request head took over %gs", self.header_read_timeout
+            )
+            self.transport.close()
+
+
+def with_header_read_timeout(protocol: type[Any], seconds: float) -> type[Any]:
+    """`protocol` with another header-read timeout (0: none); other protocols unchanged."""
+    if not issubclass(protocol, TlsHttpToolsProtocol):
+        return protocol
+    return type(protocol.__name__, (protocol,), {"header_read_timeout": seconds})
 
 
 async def _with_tls(app: Any, tls: dict[str, Any], scope: Any, receive: Any, send: Any) -> None:

@@ -345,6 +345,8 @@ async def test_direct_mode_reads_the_kubelet_port_of_each_node_s_address(
         node_address=addresses.get,
     ) as running:
         await wait_for(lambda: store.pod_usage("default", "n1-pod") is not None)
+        # scrapes are staggered: n1 may succeed before n2's first attempt has failed
+        await wait_for(lambda: bool(running.failing_nodes()))
         assert running.failing_nodes() == {"n2": "no_address"}
         assert running.stats().failures_by_reason["no_address"] >= 1
     await kube.aclose()

@@ -1,0 +1,303 @@
+"""Request limits in the outer ASGI app: the in-flight limit (429) and the request deadline (504).
+
+Driven in process with the scope uvicorn builds (tests/asgi.py), with a backend that blocks until
+released, so the number of requests in flight is exactly known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import time
+from collections.abc import Collection, Sequence
+from types import TracebackType
+from typing import Self
+
+import orjson
+
+from custom_metrics_server import cli
+from custom_metrics_server.app import AppSettings, Server, create_app
+from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.domain import (
+    BackendRequest,
+    ExternalBackendRequest,
+    ExternalSample,
+    GroupResource,
+    MetricInfo,
+    Readiness,
+    Sample,
+)
+from tests.asgi import call, scope_for
+from tests.conftest import RunningServer
+
+P = "/apis/custom.metrics.k8s.io/v1beta2"
+SLOW = (P + "/namespaces/ns/pods/*/slow").encode()
+
+
+class BlockingBackend:
+    """`fetch` waits for `release`; remembers whether it was cancelled."""
+
+    name = "blocking"
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.waiting = 0
+        self.cancelled = 0
+
+    def list_metrics(self) -> Collection[MetricInfo]:
+        return {MetricInfo(GroupResource("", "pods"), True, "slow")}
+
+    def list_external_metrics(self) -> Collection[str]:
+        return set()
+
+    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
+        self.waiting += 1
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.waiting -= 1
+        return []
+
+    async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
+        return []
+
+    def ready(self) -> Readiness:
+        return Readiness(ready=True)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+def _app(backend: BlockingBackend, **settings: float) -> Server:
+    cluster = InMemoryCluster()
+    cluster.add("pods", "p", namespace="ns")
+    return create_app(cluster=cluster, backends=[backend], settings=AppSettings(**settings))  # type: ignore[arg-type]
+
+
+async def _until(condition: object) -> None:
+    for _ in range(500):
+        if callable(condition) and condition():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError("condition never held")
+
+
+async def test_over_the_inflight_limit_is_429_with_retry_after_and_probes_pass() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, max_requests_inflight=2)
+    held = [asyncio.create_task(call(app, scope_for("GET", SLOW))) for _ in range(2)]
+    await _until(lambda: backend.waiting == 2)
+    assert app.inflight == 2
+
+    over = await call(app, scope_for("GET", P.encode()))
+    assert over.status == 429
+    assert over.headers["retry-after"] == "1"
+    assert over.headers["content-type"] == "application/json"
+    assert orjson.loads(over.body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Too many requests, please try again later.",
+        "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": 1},
+        "code": 429,
+    }
+    for probe in (b"/readyz", b"/livez", b"/healthz", b"/readyz/ping"):
+        assert (await call(app, scope_for("GET", probe))).status == 200, probe
+
+    backend.release.set()
+    assert [reply.status for reply in await asyncio.gather(*held)] == [200, 200]
+    assert app.inflight == 0
+    assert (await call(app, scope_for("GET", P.encode()))).status == 200
+
+
+async def test_zero_means_no_inflight_limit() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, max_requests_inflight=0)
+    held = [asyncio.create_task(call(app, scope_for("GET", SLOW))) for _ in range(5)]
+    await _until(lambda: backend.waiting == 5)
+    assert (await call(app, scope_for("GET", P.encode()))).status == 200
+    backend.release.set()
+    assert {reply.status for reply in await asyncio.gather(*held)} == {200}
+
+
+async def test_request_deadline_is_a_504_status_and_cancels_the_work() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, request_timeout=0.1, backend_timeout=30)
+    reply = await asyncio.wait_for(call(app, scope_for("GET", SLOW)), timeout=5)
+    assert reply.status == 504
+    assert orjson.loads(reply.body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Timeout: request did not complete within the allotted timeout",
+        "reason": "Timeout",
+        "details": {},
+        "code": 504,
+    }
+    assert backend.cancelled == 1
+    assert backend.waiting == 0
+    assert app.inflight == 0
+    counted = [
+        line
+        for line in app.metrics.exposition().decode().splitlines()
+        if line.startswith("apiserver_request_total{") and 'code="504"' in line
+    ]
+    assert len(counted) == 1, counted  # counted once, by the /apis handler, with its labels
+    assert 'resource="pods"' in counted[0]
+    assert counted[0].endswith(" 1") or counted[0].endswith(" 1.0")
+    assert (await call(app, scope_for("GET", P.encode()))).status == 200
+
+
+async def test_backend_deadline_shorter_than_the_request_deadline_answers_first() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, request_timeout=5, backend_timeout=0.05)
+    reply = await asyncio.wait_for(call(app, scope_for("GET", SLOW)), timeout=5)
+    assert reply.status == 504
+    assert b"blocking backend did not answer within 0.05s" in reply.body
+
+
+def test_limit_flags_parse_with_upstream_defaults() -> None:
+    parser = cli.build_parser()
+    defaults = parser.parse_args(["serve", "--demo"])
+    assert (defaults.max_requests_inflight, defaults.request_timeout) == (400, 60.0)
+    given = parser.parse_args(
+        ["serve", "--demo", "--max-requests-inflight", "10", "--request-timeout", "1m30s"]
+    )
+    assert (given.max_requests_inflight, given.request_timeout) == (10, 90.0)
+
+
+# URL and selector sizes.
+
+URI_STATUS_MESSAGE = "Request-URI Too Long: {} bytes, at most 16384 are accepted"
+
+
+async def test_url_over_16_kib_is_414_before_anything_else() -> None:
+    app = _app(BlockingBackend())
+    selector = b"labelSelector=" + b"a" * 100 * 1024  # checklist item 25: 100 KiB selector
+    reply = await call(app, scope_for("GET", SLOW, selector))
+    assert reply.status == 414
+    body = orjson.loads(reply.body)
+    assert (body["kind"], body["reason"], body["code"]) == ("Status", "RequestEntityTooLarge", 414)
+    assert body["message"] == URI_STATUS_MESSAGE.format(len(SLOW) + len(selector))
+    long_path = b"/apis/" + b"x" * 16384
+    assert (await call(app, scope_for("GET", long_path))).status == 414
+    assert (await call(app, scope_for("POST", b"/" + b"y" * 20000))).status == 414
+    at_bound = b"/apis/" + b"x" * (16384 - len("/apis/"))
+    assert (await call(app, scope_for("GET", at_bound))).status == 404
+
+
+async def test_selector_over_8_kib_is_a_400() -> None:
+    app = _app(BlockingBackend())
+    for name in (b"labelSelector", b"metricLabelSelector", b"fieldSelector"):
+        reply = await call(app, scope_for("GET", SLOW, name + b"=" + b"k" * 8193))
+        assert reply.status == 400, name
+        body = orjson.loads(reply.body)
+        assert body["reason"] == "BadRequest"
+        assert body["message"] == (
+            f"{name.decode()} is too long: 8193 bytes, at most 8192 are accepted"
+        )
+    # multi-byte characters count in bytes: 2731 x 3 bytes
+    reply = await call(app, scope_for("GET", SLOW, b"labelSelector=" + "€".encode() * 2731))
+    assert reply.status == 400
+    assert b"is too long: 8193 bytes" in reply.body
+    at_bound = await call(app, scope_for("GET", SLOW, b"labelSelector=" + b"k" * 8192))
+    assert b"too long" not in at_bound.body
+
+
+def _raw_exchange(server: RunningServer, head: bytes, body: bytes = b"") -> bytes:
+    """Send a request head (and part of a body) over TLS; return what arrives in 5 s."""
+    host, port = server.url.removeprefix("https://").rsplit(":", 1)
+    with (
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5) as raw,
+        server.ssl_context().wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        tls.sendall(head + body)
+        received = b""
+        with contextlib.suppress(TimeoutError, ssl.SSLError, ConnectionError):
+            while b"\r\n\r\n" not in received or len(received) < received.index(b"\r\n\r\n") + 4:
+                chunk = tls.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+            # the Status body follows the head
+            received += tls.recv(65536)
+        return received
+
+
+def test_post_with_a_huge_body_is_405_without_reading_the_body(demo_server: RunningServer) -> None:
+    path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/http_requests_per_second"
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {100 << 20}\r\n\r\n"
+    ).encode()
+    started = time.monotonic()
+    # 100 MiB announced, 256 KiB sent: the answer cannot depend on the rest.
+    received = _raw_exchange(demo_server, head, b"x" * (256 << 10))
+    assert received.startswith(b"HTTP/1.1 405 "), received[:200]
+    assert b'"reason":"MethodNotAllowed"' in received
+    assert time.monotonic() - started < 5
+    with demo_server.client() as client:
+        assert client.get("/readyz").status_code == 200
+
+
+def test_long_urls_over_the_real_server_are_414_or_the_parsers_400(
+    demo_server: RunningServer,
+) -> None:
+    target = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/m?labelSelector="
+
+    def head(size: int) -> bytes:
+        return f"GET {target}{'a' * size} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+
+    received = _raw_exchange(demo_server, head(60 << 10))
+    assert received.startswith(b"HTTP/1.1 414 "), received[:200]
+    assert b'"reason":"RequestEntityTooLarge"' in received
+    # From about 64 KiB httptools itself refuses the request line before the app runs.
+    received = _raw_exchange(demo_server, head(100 << 10))
+    assert received.startswith(b"HTTP/1.1 400 "), received[:200]
+    assert received.endswith(b"Invalid HTTP request received.")
+    with demo_server.client() as client:
+        assert client.get("/apis/custom.metrics.k8s.io/v1beta2").status_code == 200
+
+
+async def test_deadline_cancels_only_the_overdue_request() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, request_timeout=0.3, backend_timeout=30)
+    slow = asyncio.create_task(call(app, scope_for("GET", SLOW)))
+    await _until(lambda: backend.waiting == 1)
+    # Requests that finish in time meanwhile are untouched by the sweeper.
+    for _ in range(3):
+        assert (await call(app, scope_for("GET", P.encode()))).status == 200
+    reply = await asyncio.wait_for(slow, timeout=5)
+    assert reply.status == 504
+    assert (backend.cancelled, app.inflight) == (1, 0)
+    # A later slow request gets its own full deadline, and one released in time is a 200.
+    again = asyncio.create_task(call(app, scope_for("GET", SLOW)))
+    await _until(lambda: backend.waiting == 1)
+    backend.release.set()
+    assert (await asyncio.wait_for(again, timeout=5)).status == 200
+    assert backend.cancelled == 1
+
+
+async def test_a_cancellation_that_is_not_the_deadline_propagates() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, request_timeout=30)
+    task = asyncio.create_task(call(app, scope_for("GET", SLOW)))
+    await _until(lambda: backend.waiting == 1)
+    task.cancel()  # e.g. uvicorn giving up at the end of the graceful shutdown
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    assert app.inflight == 0

@@ -24,7 +24,6 @@ out instead of flapping to "no usage".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import time
@@ -41,6 +40,7 @@ from custom_metrics_server.domain import Readiness
 from custom_metrics_server.exposition import parse_resource_metrics
 from custom_metrics_server.kube.client import USER_AGENT, BearerAuth, KubeApiError, KubeClient
 from custom_metrics_server.kube.config import Connection
+from custom_metrics_server.tasks import cancel_and_wait
 from custom_metrics_server.usage import UsageStore
 
 __all__ = [
@@ -199,12 +199,7 @@ class KubeletScraper:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        tasks = [*self._tasks, *([self._runner] if self._runner else [])]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([*self._tasks, self._runner])
         self._tasks.clear()
         self._runner = None
         if self._owns_kubelet_client and self._kubelet_client is not None:

@@ -31,6 +31,7 @@ from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import DiscoveryRestMapper
 from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.kube.watcher import Reflector
+from custom_metrics_server.tasks import cancel_and_wait
 from custom_metrics_server.usage import UsageStore
 
 logger = logging.getLogger(__name__)
@@ -138,11 +139,7 @@ class KubernetesBackend(ResourceMetricsBackend):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self._stack.aclose()
         await self.client.aclose()

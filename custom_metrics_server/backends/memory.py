@@ -17,7 +17,7 @@ from collections.abc import Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, TypeVar
 
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import (
@@ -30,6 +30,7 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.tasks import drain
 
 Number = Decimal | int | float
 T = TypeVar("T")
@@ -148,15 +149,6 @@ class SnapshotBuilder:
             custom[info] = values
         external = {metric: tuple(series) for metric, series in self._external.items()}
         return Snapshot(custom=custom, external=external)
-
-
-def drain(steps: Generator[None, None, T]) -> T:
-    """Run a step generator to the end and return its result."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return cast("T", done.value)
 
 
 def _sum(values: Iterable[Number]) -> Number:

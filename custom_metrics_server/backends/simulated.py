@@ -24,14 +24,13 @@ snapshot (see `memory.MemoryBackend`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import random
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self, cast
+from typing import Self
 
 from custom_metrics_server.backends import demo_world
 from custom_metrics_server.backends.demo_world import crc as _hash
@@ -40,13 +39,13 @@ from custom_metrics_server.backends.memory import (
     MemoryBackend,
     Snapshot,
     SnapshotBuilder,
-    drain,
 )
 from custom_metrics_server.cluster_state import PODS, WATCHED, ClusterState
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
 from custom_metrics_server.exposition import parse_resource_metrics
 from custom_metrics_server.heap import settle_heap
 from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.tasks import cancel_and_wait, drain, run_cooperatively
 from custom_metrics_server.usage import UsageStore
 
 
@@ -154,17 +153,6 @@ class SimulatedCluster(MemoryBackend):
     def build_snapshot(self, now: float) -> Snapshot:
         """All values at the tick containing `now`; a pure function of seed and time."""
         return drain(self._snapshot_steps(now))
-
-    async def _build_cooperatively(self, now: float) -> Snapshot:
-        """`build_snapshot` in slices of about 1,000 objects, yielding to the event loop
-        between slices so requests wait at most one slice (a few ms), not the whole build."""
-        steps = self._snapshot_steps(now)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return cast("Snapshot", done.value)
-            await asyncio.sleep(0)
 
     def _snapshot_steps(self, now: float) -> Generator[None, None, Snapshot]:
         """The snapshot build, pausing every ~1,000 objects.
@@ -314,10 +302,9 @@ class SimulatedCluster(MemoryBackend):
         while True:
             now = self._clock()
             await asyncio.sleep(interval - now % interval + 0.001)
-            self.publish(await self._build_cooperatively(self._clock()))
-            steps = self._scrape_steps(self._clock())
-            for _ in steps:
-                await asyncio.sleep(0)
+            # Both in slices: a request waits at most one slice, not a whole build or scrape.
+            self.publish(await run_cooperatively(self._snapshot_steps(self._clock())))
+            await run_cooperatively(self._scrape_steps(self._clock()))
             settle_heap()
 
     async def __aenter__(self) -> Self:
@@ -330,11 +317,8 @@ class SimulatedCluster(MemoryBackend):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
 
     def ready(self) -> Readiness:
         """Ready once the first snapshot exists (built in the constructor)."""

@@ -22,6 +22,7 @@ from typing import Any, Self
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
+from custom_metrics_server.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -174,8 +175,5 @@ class LeaderElector:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait([self._task])
         await self.release()

@@ -289,6 +289,11 @@ class Server:
         self.security = security
         self.gate: Gate = security.gate if security is not None else AllowAllGate()
         self.metrics = ServerMetrics()
+        for backend in backends:
+            # Backends with self-metrics of their own (the Prometheus client's) expose them here.
+            collector = getattr(backend, "collector", None)
+            if callable(collector):
+                self.metrics.registry.register(collector())
         self.engine = QueryEngine(
             cluster=cluster,
             backends=backends,

@@ -30,6 +30,13 @@ from custom_metrics_server.app import AppSettings, Server, create_app
 from custom_metrics_server.backends.base import ClusterView, MetricsBackend
 from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.backends.memory import load_fixture
+from custom_metrics_server.backends.prometheus_options import (
+    add_prometheus_flags,
+)
+from custom_metrics_server.backends.prometheus_options import (
+    build_backend as build_prometheus_backend,
+)
+from custom_metrics_server.backends.prometheus_options import enabled as prometheus_enabled
 from custom_metrics_server.backends.resource_metrics import (
     ResourceMetricsBackend,
     render_state_exposition,
@@ -39,6 +46,7 @@ from custom_metrics_server.heap import tune_gc
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import KubeConfigError, load_connection
 from custom_metrics_server.observability import configure_logging
+from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.security.options import (
     SecurityConfigError,
     add_security_flags,
@@ -165,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--leader-elect-resource-name", default="custom-metrics-server", help="name of the Lease"
     )
     add_security_flags(serve)
+    add_prometheus_flags(serve)
     demo = serve.add_argument_group("demo (embedded simulated cluster)")
     demo.add_argument(
         "--demo",
@@ -299,6 +308,14 @@ class _Served:
     exposition: Callable[[], bytes] | None = None
 
 
+def _with_prometheus(args: argparse.Namespace, served: _Served) -> _Served:
+    """Add the Prometheus backend when its flags are given; it reads the same cluster view."""
+    if prometheus_enabled(args):
+        served.backends.append(build_prometheus_backend(args, served.cluster))
+        served.what += " with Prometheus metrics"
+    return served
+
+
 def _demo(args: argparse.Namespace) -> _Served:
     if args.demo_file:
         document = yaml.safe_load(args.demo_file.read_text())
@@ -356,7 +373,10 @@ def serve(args: argparse.Namespace) -> int:
         logger.error("--demo serves without authentication and binds loopback only, not %s", bind)
         return 2
     try:
-        served = _demo(args) if args.demo else _kubernetes(args)
+        served = _with_prometheus(args, _demo(args) if args.demo else _kubernetes(args))
+    except ConfigError as err:
+        logger.error("cannot start the Prometheus backend: %s", err)
+        return 2
     except (OSError, yaml.YAMLError, ValueError, KubeConfigError) as err:
         source = f"--demo-file {args.demo_file}" if args.demo else "the Kubernetes backend"
         logger.error("cannot start %s: %s", source, err)

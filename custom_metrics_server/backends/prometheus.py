@@ -1,0 +1,499 @@
+"""The Prometheus backend: custom and external metrics from PromQL, configured with
+prometheus-adapter's rules file (docs/prometheus.md).
+
+Background work (started in `__aenter__`):
+
+* the relist loop lists `/api/v1/series` for each distinct (server, seriesQuery) every
+  `relist_interval` (window `max_age`) and swaps in a new `Registry`; a failed listing keeps
+  that query's last good one, so discovery never empties because Prometheus blinked;
+* the reload loop re-reads the configuration file when its content changes; a broken file is
+  logged and counted, and the last good configuration stays in force.
+
+Requests never list: `list_metrics()` is the registry's key view. `fetch()` runs one instant
+query built from the rule, with the namespace as a label matcher and, for a single object, its
+name; for several objects it asks for the whole namespace (or the whole cluster for
+cluster-scoped resources) grouped by the resource label, and keeps the requested names.
+Query length is therefore bounded whatever the selector matched (no pod-name regex).
+
+Values keep the sample's timestamp; `windowSeconds` is the rule's `window` or the longest range
+selector of the query; NaN and infinities are dropped. Failures: unreachable or 5xx -> 503,
+slow -> 504 (`errors.BackendUnavailable` / `BackendTimeout`), a query the engine rejects
+(a configuration error) -> 500 with the rule named.
+
+Per request: O(len(query)) to build it, plus O(series returned) to match names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.registry import Collector
+
+from custom_metrics_server.backends.base import ClusterView
+from custom_metrics_server.domain import (
+    BackendRequest,
+    ExternalBackendRequest,
+    ExternalSample,
+    MetricInfo,
+    ObjectRef,
+    Readiness,
+    Sample,
+)
+from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, InternalError
+from custom_metrics_server.prometheus import registry as registry_module
+from custom_metrics_server.prometheus.client import PrometheusClient, PrometheusError
+from custom_metrics_server.prometheus.promql import range_window
+from custom_metrics_server.prometheus.queries import custom_query, external_query
+from custom_metrics_server.prometheus.registry import Registry, SeriesShape
+from custom_metrics_server.prometheus.rules import (
+    AdapterConfig,
+    ConfigError,
+    Rule,
+    ServerConfig,
+    parse_config,
+)
+from custom_metrics_server.tasks import cancel_and_wait
+
+logger = logging.getLogger(__name__)
+
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSettings:
+    """Flags of the Prometheus backend (names follow prometheus-adapter's)."""
+
+    config_path: Path | None = None
+    config_text: str | None = None  # tests: a document instead of a file
+    default_server: ServerConfig | None = None
+    relist_interval: float = 60.0
+    max_age: float | None = None  # series listing window; default: the relist interval
+    query_timeout: float = 10.0
+    retries: int = 2
+    verb: Literal["GET", "POST"] = "GET"
+    reload_interval: float = 5.0
+
+
+class _Metrics:
+    """The backend's own metrics, in a private registry the app forwards (`collector()`)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Histogram(
+            "custom_metrics_server_prometheus_request_duration_seconds",
+            "Calls to Prometheus servers by server, API (query/series) and outcome.",
+            ["server", "api", "outcome"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.listing_age = Gauge(
+            "custom_metrics_server_prometheus_listing_age_seconds",
+            "Seconds since the series listing of a server last fully succeeded.",
+            ["server"],
+            registry=self.registry,
+        )
+        self.discovered = Gauge(
+            "custom_metrics_server_prometheus_discovered_metrics",
+            "Metrics the rules yield from the last listings, by kind (custom/external).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.reloads = Counter(
+            "custom_metrics_server_prometheus_config_reloads_total",
+            "Configuration reloads by result (success/failure).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.config_ok = Gauge(
+            "custom_metrics_server_prometheus_config_last_reload_successful",
+            "1 when the configuration file in force is the one on disk.",
+            registry=self.registry,
+        )
+        self.config_ok.set(1)
+
+    def observe(self, server: str, api: str, outcome: str, seconds: float) -> None:
+        self.requests.labels(server, api, outcome).observe(seconds)
+
+
+class _Forward(Collector):
+    """Exposes a private registry through another registry, refreshed at each scrape."""
+
+    def __init__(self, source: CollectorRegistry, refresh: Callable[[], None]) -> None:
+        self._source = source
+        self._refresh = refresh
+
+    def collect(self) -> Any:
+        self._refresh()
+        yield from self._source.collect()
+
+
+def _point(raw: object) -> tuple[Decimal, float] | None:
+    """(value, timestamp) of a `[1700000000.123, "0.5"]` pair; None for NaN, +-Inf or junk."""
+    if not isinstance(raw, list | tuple) or len(raw) != 2:
+        return None
+    try:
+        value = Decimal(str(raw[1]))
+        timestamp = float(raw[0])
+    except (InvalidOperation, ValueError, TypeError):
+        return None
+    return (value, timestamp) if value.is_finite() and math.isfinite(timestamp) else None
+
+
+class PrometheusBackend:
+    """Serves the metrics of a prometheus-adapter configuration from PromQL."""
+
+    def __init__(
+        self,
+        cluster: ClusterView,
+        settings: PrometheusSettings,
+        *,
+        name: str = "prometheus",
+    ) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.settings = settings
+        self.metrics = _Metrics()
+        self._config = AdapterConfig()
+        self._config_digest = b""
+        self._clients: dict[str, PrometheusClient] = {}
+        self._registry = Registry()
+        self._listings: dict[tuple[str, str], Sequence[SeriesShape]] = {}
+        self._listed_at: dict[str, float] = {}
+        self._attempted = False
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def load_config(self) -> AdapterConfig:
+        """Read and compile the configuration; raises `ConfigError` (startup fails on it)."""
+        text, digest = self._read_config()
+        config = parse_config(
+            text,
+            default_server=self.settings.default_server,
+            source=str(self.settings.config_path or "the configuration"),
+        )
+        self._apply(config, digest)
+        return config
+
+    def _read_config(self) -> tuple[str, bytes]:
+        if self.settings.config_text is not None:
+            text = self.settings.config_text
+        elif self.settings.config_path is not None:
+            try:
+                text = self.settings.config_path.read_text(encoding="utf-8")
+            except OSError as err:
+                raise ConfigError(f"cannot read {self.settings.config_path}: {err}") from None
+        else:
+            text = ""
+        return text, hashlib.sha256(text.encode()).digest()
+
+    def _apply(self, config: AdapterConfig, digest: bytes) -> None:
+        for warning in config.warnings:
+            logger.warning("prometheus config: %s", warning)
+        old = self._clients
+        self._clients = {}
+        for name, server in config.servers.items():
+            previous = old.pop(name, None)
+            if previous is not None and previous.server == server:
+                self._clients[name] = previous
+            else:
+                self._clients[name] = PrometheusClient(
+                    server,
+                    timeout=self.settings.query_timeout,
+                    retries=self.settings.retries,
+                    verb=self.settings.verb,
+                    observe=self.metrics.observe,
+                )
+                if previous is not None:
+                    old[name] = previous
+        for client in old.values():
+            task = asyncio.get_running_loop().create_task(client.aclose()) if _loop() else None
+            if task is not None:
+                self._tasks.append(task)
+        self._config = config
+        self._config_digest = digest
+
+    async def reload(self) -> bool:
+        """Re-read the configuration if it changed; True when a new one took effect."""
+        try:
+            text, digest = self._read_config()
+        except ConfigError as err:
+            self._reload_failed(str(err))
+            return False
+        if digest == self._config_digest:
+            return False
+        try:
+            config = parse_config(
+                text,
+                default_server=self.settings.default_server,
+                source=str(self.settings.config_path),
+            )
+        except ConfigError as err:
+            self._reload_failed(str(err))
+            self._config_digest = digest  # report once per broken version
+            return False
+        self._apply(config, digest)
+        self.metrics.reloads.labels("success").inc()
+        self.metrics.config_ok.set(1)
+        logger.info(
+            "prometheus config reloaded: %d rules, %d external rules",
+            len(config.rules),
+            len(config.external_rules),
+        )
+        self._wake.set()
+        return True
+
+    def _reload_failed(self, message: str) -> None:
+        self.metrics.reloads.labels("failure").inc()
+        self.metrics.config_ok.set(0)
+        logger.error("prometheus config not reloaded, keeping the last good one: %s", message)
+
+    # -- discovery ----------------------------------------------------------------------------
+
+    async def relist(self) -> None:
+        """List every distinct (server, seriesQuery) and rebuild the registry."""
+        config = self._config
+        now = time.time()
+        window = self.settings.max_age or self.settings.relist_interval
+        queries = sorted({(rule.server, rule.series_query) for rule in config.all_rules})
+        results = await asyncio.gather(
+            *(
+                self._clients[server].series(query, start=now - window, end=now)
+                for server, query in queries
+            ),
+            return_exceptions=True,
+        )
+        failed_servers: set[str] = set()
+        listings: dict[tuple[str, str], Sequence[SeriesShape]] = {}
+        for key, result in zip(queries, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, PrometheusError):
+                    raise result
+                failed_servers.add(key[0])
+                logger.warning("series listing %r failed, keeping the last one: %s", key[1], result)
+                listings[key] = self._listings.get(key, ())
+            else:
+                listings[key] = sorted(registry_module.reduce_series(result))
+        for server in config.servers:
+            if server not in failed_servers:
+                self._listed_at[server] = now
+        self._listings = listings
+        self._registry = await registry_module.build(config, listings, self._resolve)
+        self._attempted = True
+        self.metrics.discovered.labels("custom").set(len(self._registry.custom))
+        self.metrics.discovered.labels("external").set(len(self._registry.external))
+
+    async def _resolve(self, text: str) -> Any:
+        return self.cluster.mapping(text) or await self.cluster.resolve(text)
+
+    async def _relist_loop(self) -> None:
+        while True:
+            try:
+                await self.relist()
+            except Exception:
+                logger.exception("series relist failed")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.relist_interval)
+
+    async def _reload_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reload_interval)
+            try:
+                await self.reload()
+            except Exception:
+                logger.exception("prometheus config reload failed")
+
+    # -- the backend contract -----------------------------------------------------------------
+
+    def list_metrics(self) -> Collection[MetricInfo]:
+        """See `MetricsBackend.list_metrics`: the registry's keys, from memory."""
+        return self._registry.custom.keys()
+
+    def list_external_metrics(self) -> Collection[str]:
+        """See `MetricsBackend.list_external_metrics`."""
+        return self._registry.external.keys()
+
+    def ready(self) -> Readiness:
+        """Ready once the first listing was attempted; later outages only fail its metrics."""
+        if self._attempted:
+            return Readiness(ready=True)
+        return Readiness(ready=False, reason="waiting for the first Prometheus series listing")
+
+    def listing_age(self, server: str = "default") -> float | None:
+        """Seconds since the last fully successful listing of `server`, if any."""
+        listed = self._listed_at.get(server)
+        return None if listed is None else time.time() - listed
+
+    def collector(self) -> Collector:
+        """This backend's self-metrics, for the server's `/metrics`."""
+        return _Forward(self.metrics.registry, self._refresh_gauges)
+
+    def _refresh_gauges(self) -> None:
+        for server in self._config.servers:
+            age = self.listing_age(server)
+            self.metrics.listing_age.labels(server).set(math.inf if age is None else age)
+
+    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
+        """See `MetricsBackend.fetch`."""
+        entry = self._registry.custom.get(request.metric)
+        if entry is None or not request.objects:
+            return ()
+        rule = entry.rule
+        mapping = request.mapping
+        label = rule.label_for(mapping.group_resource, mapping.singular or mapping.kind.lower())
+        if label is None:
+            return ()
+        names = [name for _, name in request.objects]
+        namespace = request.objects[0][0] if request.metric.namespaced else ""
+        query = custom_query(
+            rule,
+            series=entry.series,
+            metric=request.metric.metric,
+            object_label=label,
+            namespace=namespace,
+            names=names,
+            metric_selector=request.metric_selector,
+        )
+        if query is None:
+            return ()
+        data = await self._query(rule, query.promql, request.metric.metric)
+        window = rule.window if rule.window is not None else range_window(query.promql)
+        wanted = set(names)
+        found: dict[str, tuple[Decimal, float]] = {}
+        for series in self._vector(data, rule, request.metric.metric):
+            labels = series.get("metric") or {}
+            name = labels.get(label)
+            if name not in wanted or name in found:
+                continue
+            if query.namespace_label is not None and (
+                labels.get(query.namespace_label, namespace) != namespace
+            ):
+                continue
+            point = _point(series.get("value"))
+            if point is not None:
+                found[name] = point
+        now = time.time()
+        samples = []
+        for object_namespace, name in request.objects:
+            hit = found.get(name)
+            if hit is None:
+                if rule.absent != "zero":
+                    continue
+                hit = (Decimal(0), now)
+            samples.append(
+                Sample(
+                    described=ObjectRef(
+                        kind=mapping.kind,
+                        namespace=object_namespace,
+                        name=name,
+                        api_version=mapping.api_version,
+                    ),
+                    metric=request.metric.metric,
+                    value=hit[0],
+                    timestamp=hit[1],
+                    window=window,
+                )
+            )
+        return samples
+
+    async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
+        """See `MetricsBackend.fetch_external`: one item per series the query returns."""
+        entry = self._registry.external.get(request.metric)
+        if entry is None:
+            return ()
+        rule = entry.rule
+        promql = external_query(
+            rule,
+            series=entry.series,
+            metric=request.metric,
+            namespace=request.namespace,
+            metric_selector=request.metric_selector,
+        )
+        data = await self._query(rule, promql, request.metric)
+        window = rule.window if rule.window is not None else range_window(promql)
+        samples: list[ExternalSample] = []
+        if isinstance(data, Mapping) and data.get("resultType") == "scalar":
+            point = _point(data.get("result"))
+            if point is not None:
+                samples.append(ExternalSample(request.metric, {}, point[0], point[1], window))
+        else:
+            for series in self._vector(data, rule, request.metric):
+                point = _point(series.get("value"))
+                if point is not None:
+                    labels = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
+                    samples.append(
+                        ExternalSample(request.metric, labels, point[0], point[1], window)
+                    )
+        if not samples and rule.absent == "zero":
+            samples.append(ExternalSample(request.metric, {}, Decimal(0), time.time(), window))
+        return samples
+
+    async def _query(self, rule: Rule, query: str, metric: str) -> Any:
+        client = self._clients.get(rule.server)
+        if client is None:  # pragma: no cover - a reload dropped the server mid-request
+            raise BackendUnavailable(f"Prometheus server {rule.server!r} is not configured")
+        try:
+            return await client.query(query)
+        except PrometheusError as err:
+            message = f"metric {metric!r} ({rule.where}): {err}"
+            if err.kind == "timeout":
+                raise BackendTimeout(message) from err
+            if err.kind == "unavailable":
+                raise BackendUnavailable(message) from err
+            logger.error("prometheus rejected %r: %s", query, err)
+            raise InternalError(f"{message}; query: {query}") from err
+
+    @staticmethod
+    def _vector(data: Any, rule: Rule, metric: str) -> list[Mapping[str, Any]]:
+        if not isinstance(data, Mapping) or data.get("resultType") != "vector":
+            kind = data.get("resultType") if isinstance(data, Mapping) else type(data).__name__
+            raise InternalError(
+                f"metric {metric!r} ({rule.where}): metricsQuery returned a {kind}, "
+                "not an instant vector"
+            )
+        result = data.get("result") or []
+        return [series for series in result if isinstance(series, Mapping)]
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if not self._clients:
+            self.load_config()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._relist_loop(), name="prometheus-relist"))
+        if self.settings.config_path is not None and self.settings.reload_interval > 0:
+            self._tasks.append(loop.create_task(self._reload_loop(), name="prometheus-reload"))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await cancel_and_wait(self._tasks)
+        self._tasks.clear()
+        for client in self._clients.values():
+            await client.aclose()
+
+
+def _loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -1,0 +1,522 @@
+"""The prometheus-adapter configuration file, parsed, validated and compiled.
+
+PURE. Reads prometheus-adapter's YAML unchanged (`rules`, `externalRules`, `resourceRules`) and
+adds three optional keys of our own, each ignored by nothing else:
+
+* top-level `servers: [{name, url, caFile, tokenFile, headers, insecureSkipVerify}]`, and a
+  rule-level `server: <name>`: several Prometheus-compatible servers, each rule choosing one
+  (the default server is the `--prometheus-url` one, named `default`);
+* rule-level `absent: error | zero`: what a request for an object without a series gets, a 404
+  as upstream (`error`, the default) or the value 0 (an idle app has no request series, and an
+  HPA on `<unknown>` cannot scale it down);
+* rule-level `window: <duration>`: the `windowSeconds` to report, when the one read from the
+  query's range selector is not right.
+
+Every error names the rule (`rules[2]`, with its seriesQuery) and the field. Unknown fields are
+collected as warnings, not errors, because Go's YAML decoding ignores them and configurations
+in the wild carry typos (the upstream sample has `metricQuery`).
+
+Semantics follow prometheus-adapter (`pkg/config`, `pkg/naming`): series filters, `name.matches`
+with `name.as` defaulting to `$0` or `$1`, Go's `$name` expansion, resource association by
+`resources.overrides` and `resources.template`, `namespaced: false` for external rules.
+
+Cost: compiling is O(size of the file); `metric_name` and `label_resource` are O(len(name)).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import yaml
+
+from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.prometheus.gotemplate import Fields, Template, TemplateError
+from custom_metrics_server.prometheus.promql import LABEL_NAME, parse_duration
+
+DEFAULT_SERVER: Final = "default"
+NAMESPACES: Final = GroupResource("", "namespaces")
+NODES: Final = GroupResource("", "nodes")
+#: What prometheus-adapter renders when a rule has no `metricsQuery` would be an empty query
+#: (an error on every request); this is the query its docs use for plain gauges.
+DEFAULT_METRICS_QUERY: Final = "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)"
+_GROUP_SANITIZER: Final = str.maketrans({".": "_", "-": "_"})
+_MARK_GROUP: Final = "\x00group\x00"
+_MARK_RESOURCE: Final = "\x00resource\x00"
+_EXPAND: Final = re.compile(r"\$(?:\$|\{([A-Za-z0-9_]*)\}|([A-Za-z0-9_]+))")
+
+_RULE_KEYS: Final = frozenset(
+    {
+        "seriesQuery",
+        "seriesFilters",
+        "resources",
+        "name",
+        "metricsQuery",
+        "labelValueReplacements",
+        "server",
+        "absent",
+        "window",
+    }
+)
+_TOP_KEYS: Final = frozenset({"rules", "externalRules", "resourceRules", "servers"})
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the rule and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """One Prometheus-compatible HTTP API."""
+
+    name: str
+    url: str
+    ca_file: str | None = None
+    token_file: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    insecure_skip_verify: bool = False
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesFilter:
+    """`seriesFilters[]`: `is` keeps names matching, `isNot` drops them."""
+
+    regex: re.Pattern[str]
+    positive: bool
+
+    def keeps(self, name: str) -> bool:
+        """Go's `regexp.MatchString` is a search, not an anchored match."""
+        return (self.regex.search(name) is not None) == self.positive
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One compiled discovery rule (custom or external)."""
+
+    where: str  # "rules[2]" / "externalRules[0]", for messages
+    external: bool
+    series_query: str
+    filters: tuple[SeriesFilter, ...]
+    name_regex: re.Pattern[str]
+    name_as: str
+    overrides: Mapping[str, tuple[str, str]]  # label -> (group, resource) as written
+    resource_template: Template | None
+    label_pattern: re.Pattern[str] | None  # reverse of resource_template
+    metrics_query: Template
+    namespaced: bool  # external rules only: add the request's namespace matcher
+    server: str
+    absent: Literal["error", "zero"]
+    window: int | None
+    replacements: tuple[tuple[str, str], ...]
+
+    def keeps(self, series_name: str) -> bool:
+        """Whether a series name passes every filter (name.matches included)."""
+        return all(f.keeps(series_name) for f in self.filters)
+
+    def metric_name(self, series_name: str) -> str | None:
+        """The API name of a series (`name.matches` + `name.as`), or None when it does not
+        match."""
+        match = self.name_regex.search(series_name)
+        if match is None:
+            return None
+        return expand(self.name_as, match)
+
+    def label_for(self, group_resource: GroupResource, singular: str) -> str | None:
+        """The Prometheus label naming objects of `group_resource` (upstream
+        `LabelForResource`): an override, else the template, else None."""
+        for label, (group, resource) in self.overrides.items():
+            if group == group_resource.group and resource in (
+                group_resource.resource,
+                singular,
+            ):
+                return label
+        if self.resource_template is None:
+            return None
+        try:
+            label = self.resource_template.render(
+                Fields(
+                    "schema.GroupResource",
+                    {
+                        "Group": group_resource.group.translate(_GROUP_SANITIZER),
+                        "Resource": singular,
+                    },
+                )
+            )
+        except TemplateError:
+            return None
+        return label or None
+
+    def label_resource(self, label: str) -> tuple[str, str] | None:
+        """(group, resource) a label names, unresolved (`pod`, `deployment`), or None."""
+        override = self.overrides.get(label)
+        if override is not None:
+            return override
+        if self.label_pattern is None:
+            return None
+        match = self.label_pattern.fullmatch(label)
+        if match is None:
+            return None
+        groups = match.groupdict()
+        return groups.get("group") or "", groups["resource"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRules:
+    """`resourceRules`: validated and kept; not served (docs/prometheus.md says why)."""
+
+    raw: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterConfig:
+    """A whole configuration file."""
+
+    rules: tuple[Rule, ...] = ()
+    external_rules: tuple[Rule, ...] = ()
+    resource_rules: ResourceRules | None = None
+    servers: Mapping[str, ServerConfig] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def all_rules(self) -> tuple[Rule, ...]:
+        """Custom rules then external rules."""
+        return self.rules + self.external_rules
+
+
+def expand(template: str, match: re.Match[str]) -> str:
+    """Go `Regexp.Expand`: `$1`, `${1}`, `$name`, `${name}`, `$$`; `$1x` means `${1x}`, and a
+    group that does not exist expands to nothing."""
+
+    def one(found: re.Match[str]) -> str:
+        if found.group(0) == "$$":
+            return "$"
+        name = found.group(1) if found.group(1) is not None else found.group(2)
+        try:
+            value = match.group(int(name)) if name.isdigit() else match.group(name)
+        except IndexError:  # no such group: Go expands it to nothing
+            return ""
+        return value or ""
+
+    return _EXPAND.sub(one, template)
+
+
+def _label_pattern(template: Template) -> re.Pattern[str] | None:
+    """A regex recognising the labels a resource template produces (upstream
+    `labelGroupResExtractor`): the template rendered with markers, literals escaped."""
+    try:
+        rendered = template.render(
+            Fields("schema.GroupResource", {"Group": _MARK_GROUP, "Resource": _MARK_RESOURCE})
+        )
+    except TemplateError:
+        return None
+    if _MARK_RESOURCE not in rendered:
+        return None
+    pattern = re.escape(rendered)
+    pattern = pattern.replace(re.escape(_MARK_GROUP), "(?P<group>.+?)", 1)
+    pattern = pattern.replace(re.escape(_MARK_RESOURCE), "(?P<resource>.+?)", 1)
+    return re.compile(pattern)
+
+
+class _Reader:
+    """Walks one rule's mapping, collecting warnings and raising errors that name it."""
+
+    def __init__(self, where: str, warnings: list[str]) -> None:
+        self.where = where
+        self.warnings = warnings
+
+    def fail(self, path: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.where}: {path}: {message}")
+
+    def mapping(self, value: object, path: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"must be a mapping, not {type(value).__name__}")
+        return value
+
+    def string(self, value: object, path: str, *, required: bool = False) -> str:
+        if value is None:
+            if required:
+                raise self.fail(path, "is required")
+            return ""
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise self.fail(path, f"must be a string, not {type(value).__name__}")
+        return str(value)
+
+    def regex(self, value: str, path: str) -> re.Pattern[str]:
+        try:
+            return re.compile(value)
+        except re.error as err:
+            raise self.fail(path, f"invalid regular expression {value!r}: {err}") from None
+
+    def template(self, value: str, path: str, name: str) -> Template:
+        try:
+            return Template(value, name=name)
+        except TemplateError as err:
+            raise self.fail(path, str(err)) from None
+
+    def unknown(self, data: Mapping[str, Any], known: frozenset[str], path: str) -> None:
+        for key in data:
+            if key not in known:
+                self.warnings.append(f"{self.where}: {path}{key}: unknown field, ignored")
+
+
+def _filters(reader: _Reader, raw: object) -> list[SeriesFilter]:
+    filters: list[SeriesFilter] = []
+    raw_filters = raw or []
+    if not isinstance(raw_filters, list):
+        raise reader.fail("seriesFilters", "must be a list")
+    for index, raw_filter in enumerate(raw_filters):
+        path = f"seriesFilters[{index}]"
+        entry = reader.mapping(raw_filter, path)
+        is_ = reader.string(entry.get("is"), f"{path}.is")
+        is_not = reader.string(entry.get("isNot"), f"{path}.isNot")
+        if is_ and is_not:
+            raise reader.fail(path, "cannot have both an `is` and an `isNot` expression")
+        if not is_ and not is_not:
+            raise reader.fail(path, "must have either an `is` or an `isNot` expression")
+        filters.append(SeriesFilter(reader.regex(is_ or is_not, path), positive=bool(is_)))
+    return filters
+
+
+def _resources(
+    reader: _Reader, raw: object, *, external: bool
+) -> tuple[dict[str, tuple[str, str]], Template | None, bool]:
+    resources = reader.mapping(raw, "resources")
+    reader.unknown(resources, frozenset({"overrides", "template", "namespaced"}), "resources.")
+    overrides: dict[str, tuple[str, str]] = {}
+    for label, target in reader.mapping(resources.get("overrides"), "resources.overrides").items():
+        path = f"resources.overrides.{label}"
+        if not LABEL_NAME.fullmatch(str(label)):
+            raise reader.fail(path, "is not a valid Prometheus label name")
+        entry = reader.mapping(target, path)
+        reader.unknown(entry, frozenset({"group", "resource"}), f"{path}.")
+        resource = reader.string(entry.get("resource"), f"{path}.resource", required=True)
+        overrides[str(label)] = (reader.string(entry.get("group"), f"{path}.group"), resource)
+    template_text = reader.string(resources.get("template"), "resources.template")
+    template = (
+        reader.template(template_text, "resources.template", "resource-label")
+        if template_text
+        else None
+    )
+    if not external and not overrides and template is None:
+        raise reader.fail("resources", "needs `overrides` or a `template` to name any object")
+    namespaced = resources.get("namespaced", True)
+    if not isinstance(namespaced, bool):
+        raise reader.fail("resources.namespaced", "must be true or false")
+    if not external and "namespaced" in resources:
+        reader.warnings.append(f"{reader.where}: resources.namespaced: only external rules use it")
+    return overrides, template, namespaced
+
+
+def _replacements(reader: _Reader, raw: object) -> list[tuple[str, str]]:
+    replacements: list[tuple[str, str]] = []
+    raw_replacements = raw or []
+    if not isinstance(raw_replacements, list):
+        raise reader.fail("labelValueReplacements", "must be a list")
+    for index, raw_replacement in enumerate(raw_replacements):
+        path = f"labelValueReplacements[{index}]"
+        entry = reader.mapping(raw_replacement, path)
+        replacements.append(
+            (
+                reader.string(entry.get("find"), f"{path}.find"),
+                reader.string(entry.get("replace"), f"{path}.replace"),
+            )
+        )
+    return replacements
+
+
+def _rule(
+    raw: object,
+    where: str,
+    *,
+    external: bool,
+    servers: Mapping[str, ServerConfig],
+    warnings: list[str],
+) -> Rule:
+    reader = _Reader(where, warnings)
+    data = reader.mapping(raw, "rule")
+    series_query = reader.string(data.get("seriesQuery"), "seriesQuery", required=True)
+    reader.where = f"{where} (seriesQuery {series_query!r})"
+    reader.unknown(data, _RULE_KEYS, "")
+    if not series_query.strip():
+        raise reader.fail("seriesQuery", "must not be empty")
+
+    filters = _filters(reader, data.get("seriesFilters"))
+    name = reader.mapping(data.get("name"), "name")
+    reader.unknown(name, frozenset({"matches", "as"}), "name.")
+    matches_text = reader.string(name.get("matches"), "name.matches")
+    name_regex = reader.regex(matches_text or ".*", "name.matches")
+    if matches_text:
+        filters.append(SeriesFilter(name_regex, positive=True))
+    name_as = reader.string(name.get("as"), "name.as")
+    if not name_as:
+        if name_regex.groups == 0:
+            name_as = "$0"
+        elif name_regex.groups == 1:
+            name_as = "$1"
+        else:
+            raise reader.fail(
+                "name.as", f"must be set: {matches_text!r} has {name_regex.groups} capture groups"
+            )
+
+    overrides, resource_template, namespaced_raw = _resources(
+        reader, data.get("resources"), external=external
+    )
+    query_text = reader.string(data.get("metricsQuery"), "metricsQuery")
+    if not query_text:
+        warnings.append(f"{reader.where}: metricsQuery: missing; using {DEFAULT_METRICS_QUERY!r}")
+        query_text = DEFAULT_METRICS_QUERY
+    metrics_query = reader.template(query_text, "metricsQuery", "metrics-query")
+
+    replacements = _replacements(reader, data.get("labelValueReplacements"))
+    server = reader.string(data.get("server"), "server") or DEFAULT_SERVER
+    if server not in servers:
+        known = ", ".join(sorted(servers)) or "none"
+        raise reader.fail("server", f"names no configured Prometheus server (known: {known})")
+    absent = reader.string(data.get("absent"), "absent") or "error"
+    if absent not in ("error", "zero"):
+        raise reader.fail("absent", f"must be `error` or `zero`, not {absent!r}")
+    window: int | None = None
+    if data.get("window") is not None:
+        try:
+            window = max(1, round(parse_duration(reader.string(data["window"], "window"))))
+        except ValueError as err:
+            raise reader.fail("window", str(err)) from None
+    return Rule(
+        where=reader.where,
+        external=external,
+        series_query=series_query,
+        filters=tuple(filters),
+        name_regex=name_regex,
+        name_as=name_as,
+        overrides=overrides,
+        resource_template=resource_template,
+        label_pattern=_label_pattern(resource_template) if resource_template else None,
+        metrics_query=metrics_query,
+        namespaced=namespaced_raw,
+        server=server,
+        absent="zero" if absent == "zero" else "error",
+        window=window,
+        replacements=tuple(replacements),
+    )
+
+
+def _servers(
+    raw: object, default: ServerConfig | None, warnings: list[str]
+) -> dict[str, ServerConfig]:
+    servers: dict[str, ServerConfig] = {}
+    if default is not None:
+        servers[DEFAULT_SERVER] = default
+    if raw is None:
+        return servers
+    if not isinstance(raw, list):
+        raise ConfigError("servers: must be a list")
+    for index, entry in enumerate(raw):
+        reader = _Reader(f"servers[{index}]", warnings)
+        data = reader.mapping(entry, "server")
+        reader.unknown(
+            data,
+            frozenset(
+                {
+                    "name",
+                    "url",
+                    "caFile",
+                    "tokenFile",
+                    "headers",
+                    "insecureSkipVerify",
+                    "clientCertFile",
+                    "clientKeyFile",
+                }
+            ),
+            "",
+        )
+        name = reader.string(data.get("name"), "name", required=True)
+        url = reader.string(data.get("url"), "url", required=True)
+        if not url.startswith(("http://", "https://")):
+            raise reader.fail("url", f"must be an http:// or https:// URL, not {url!r}")
+        if name in servers:
+            raise reader.fail("name", f"{name!r} is defined twice")
+        headers = reader.mapping(data.get("headers"), "headers")
+        skip = data.get("insecureSkipVerify", False)
+        if not isinstance(skip, bool):
+            raise reader.fail("insecureSkipVerify", "must be true or false")
+        servers[name] = ServerConfig(
+            name=name,
+            url=url,
+            ca_file=reader.string(data.get("caFile"), "caFile") or None,
+            token_file=reader.string(data.get("tokenFile"), "tokenFile") or None,
+            headers=tuple((str(k), str(v)) for k, v in headers.items()),
+            insecure_skip_verify=skip,
+            client_cert_file=reader.string(data.get("clientCertFile"), "clientCertFile") or None,
+            client_key_file=reader.string(data.get("clientKeyFile"), "clientKeyFile") or None,
+        )
+    return servers
+
+
+def _resource_rules(raw: object, warnings: list[str]) -> ResourceRules | None:
+    if raw is None:
+        return None
+    reader = _Reader("resourceRules", warnings)
+    data = reader.mapping(raw, "resourceRules")
+    reader.unknown(data, frozenset({"cpu", "memory", "window"}), "")
+    for part in ("cpu", "memory"):
+        rule = reader.mapping(data.get(part), part)
+        reader.unknown(
+            rule,
+            frozenset({"containerQuery", "nodeQuery", "resources", "containerLabel"}),
+            f"{part}.",
+        )
+        for query in ("containerQuery", "nodeQuery"):
+            text = reader.string(rule.get(query), f"{part}.{query}", required=True)
+            reader.template(text, f"{part}.{query}", "resource-query")
+    if data.get("window") is not None:
+        try:
+            parse_duration(reader.string(data["window"], "window"))
+        except ValueError as err:
+            raise reader.fail("window", str(err)) from None
+    return ResourceRules(raw=data)
+
+
+def parse_config(
+    text: str, *, default_server: ServerConfig | None = None, source: str = "the configuration"
+) -> AdapterConfig:
+    """Parse and compile a configuration document; raise `ConfigError` naming what is wrong."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    if document is None:
+        document = {}
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"{source} must be a mapping with `rules`/`externalRules`")
+    warnings: list[str] = [
+        f"{key}: unknown top-level field, ignored" for key in document if key not in _TOP_KEYS
+    ]
+    servers = _servers(document.get("servers"), default_server, warnings)
+    compiled: dict[str, list[Rule]] = {"rules": [], "externalRules": []}
+    for key in ("rules", "externalRules"):
+        raw_rules = document.get(key) or []
+        if not isinstance(raw_rules, Sequence) or isinstance(raw_rules, str):
+            raise ConfigError(f"{key}: must be a list of rules")
+        for index, raw in enumerate(raw_rules):
+            compiled[key].append(
+                _rule(
+                    raw,
+                    f"{key}[{index}]",
+                    external=key == "externalRules",
+                    servers=servers,
+                    warnings=warnings,
+                )
+            )
+    return AdapterConfig(
+        rules=tuple(compiled["rules"]),
+        external_rules=tuple(compiled["externalRules"]),
+        resource_rules=_resource_rules(document.get("resourceRules"), warnings),
+        servers=servers,
+        warnings=tuple(warnings),
+    )

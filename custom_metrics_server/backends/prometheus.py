@@ -375,7 +375,9 @@ class PrometheusBackend:
         wanted = set(names)
         found: dict[str, tuple[Decimal, float]] = {}
         for series in self._vector(data, rule, request.metric.metric):
-            labels = series.get("metric") or {}
+            labels = series.get("metric")
+            if not isinstance(labels, Mapping):
+                continue
             name = labels.get(label)
             if name not in wanted or name in found:
                 continue
@@ -433,8 +435,9 @@ class PrometheusBackend:
         else:
             for series in self._vector(data, rule, request.metric):
                 point = _point(series.get("value"))
-                if point is not None:
-                    labels = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
+                raw_labels = series.get("metric")
+                if point is not None and isinstance(raw_labels, Mapping):
+                    labels = {str(k): str(v) for k, v in raw_labels.items()}
                     samples.append(
                         ExternalSample(request.metric, labels, point[0], point[1], window)
                     )
@@ -459,13 +462,19 @@ class PrometheusBackend:
 
     @staticmethod
     def _vector(data: Any, rule: Rule, metric: str) -> list[Mapping[str, Any]]:
-        if not isinstance(data, Mapping) or data.get("resultType") != "vector":
-            kind = data.get("resultType") if isinstance(data, Mapping) else type(data).__name__
+        """The series of an instant-vector answer. Another result type is the rule's fault
+        (500, naming it); a malformed answer is the engine's (503)."""
+        kind = data.get("resultType") if isinstance(data, Mapping) else None
+        if kind in ("matrix", "string", "scalar"):
             raise InternalError(
                 f"metric {metric!r} ({rule.where}): metricsQuery returned a {kind}, "
                 "not an instant vector"
             )
-        result = data.get("result") or []
+        result = data.get("result") if isinstance(data, Mapping) else None
+        if kind != "vector" or not isinstance(result, list):
+            raise BackendUnavailable(
+                f"metric {metric!r} ({rule.where}): Prometheus sent a malformed query answer"
+            )
         return [series for series in result if isinstance(series, Mapping)]
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -31,7 +31,6 @@ from custom_metrics_server.prometheus.rules import ServerConfig
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
 #: Longer encoded forms go as POST bodies; many proxies cap request lines at 4-8 KiB.
 MAX_GET_QUERY: Final = 4096
-_RETRY_STATUS: Final = frozenset({429, 502, 503, 504})
 
 ErrorKind = Literal["unavailable", "timeout", "rejected"]
 
@@ -122,7 +121,7 @@ class PrometheusClient:
             form.append(("time", f"{at:.3f}"))
         data = await self._call("/api/v1/query", form, "query")
         if not isinstance(data, Mapping):
-            raise PrometheusError("rejected", "query answer has no data object")
+            raise PrometheusError("unavailable", "query answer has no data object")
         return data
 
     async def series(self, match: str, *, start: float, end: float) -> Sequence[Mapping[str, str]]:
@@ -130,7 +129,7 @@ class PrometheusClient:
         form = [("match[]", match), ("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
         data = await self._call("/api/v1/series", form, "series")
         if not isinstance(data, list):
-            raise PrometheusError("rejected", "series listing did not return a list")
+            raise PrometheusError("unavailable", "series listing did not return a list")
         return data
 
     async def _call(self, path: str, form: list[tuple[str, str]], kind: str) -> Any:
@@ -192,13 +191,18 @@ class PrometheusClient:
         if isinstance(document, dict):
             detail = str(document.get("error", ""))
             error_type = str(document.get("errorType", ""))
+        if status == 200:
+            # Not the API's envelope: a proxy's page, a truncated body, another service.
+            raise PrometheusError(
+                "unavailable", f"{self._where()} answered 200 with a malformed body"
+            )
         if not detail:
             detail = response.text.strip()[:300] or response.reason_phrase
         message = f"{self._where()} answered {status}: {detail}"
         if error_type == "timeout" or status == 504:
             raise PrometheusError("timeout", message)
-        if status in _RETRY_STATUS or status >= 500 or status in (401, 403, 404):
-            # 401/403/404: credentials or URL; an operator must fix it, but the metric is
-            # unavailable rather than wrongly configured.
-            raise PrometheusError("unavailable", message)
-        raise PrometheusError("rejected", message)
+        if status in (400, 422) and error_type in ("bad_data", "execution"):
+            raise PrometheusError("rejected", message)
+        # 5xx, 429, 401/403 (credentials), 404 (wrong URL): unavailable until an operator or
+        # the engine fixes it; the metric's configuration is not at fault.
+        raise PrometheusError("unavailable", message)

@@ -1,0 +1,233 @@
+"""A Prometheus that misbehaves (checklist item 35 of security.md §6): a local HTTP server
+speaking the Prometheus API wire format, answering what a test tells it to, through the real
+app. Every answer must be a Kubernetes Status with the right code, never a traceback or 500
+for the engine's faults; the next good answer is served again."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+from custom_metrics_server.app import create_app
+from custom_metrics_server.backends.prometheus import PrometheusBackend
+from tests.prometheus.conftest import fixture_cluster, settings_for
+
+RULES = """
+rules:
+- seriesQuery: 'requests_total{namespace!="",pod!=""}'
+  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
+  name: {matches: "^(.*)_total$", as: "${1}_per_second"}
+  metricsQuery: 'sum(rate(<<.Series>>{<<.LabelMatchers>>}[2m])) by (<<.GroupBy>>)'
+externalRules:
+- seriesQuery: 'queue_depth{namespace!=""}'
+  metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (queue)'
+"""
+SERIES = [
+    {"__name__": "requests_total", "namespace": "default", "pod": "web-0"},
+    {"__name__": "queue_depth", "namespace": "default", "queue": "a"},
+]
+
+
+def vector(*items: tuple[dict[str, str], Any]) -> bytes:
+    result = [{"metric": labels, "value": [time.time(), value]} for labels, value in items]
+    return json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": result}}
+    ).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    answer: ClassVar[tuple[int, bytes, float]] = (200, vector(), 0.0)
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        self.rfile.read(length)
+        self._serve()
+
+    def _serve(self) -> None:
+        if self.path.startswith("/api/v1/series"):
+            status, body, delay = (
+                200,
+                json.dumps({"status": "success", "data": SERIES}).encode(),
+                0.0,
+            )
+        else:
+            status, body, delay = type(self).answer
+        time.sleep(delay)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the slow-answer test's client gave up first, as it should
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[tuple[str, type[_Handler]]]:
+    handler = type("Handler", (_Handler,), {})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+
+
+@pytest.fixture
+async def client(fake: tuple[str, type[_Handler]]) -> AsyncIterator[httpx.AsyncClient]:
+    url, _ = fake
+    backend = PrometheusBackend(
+        fixture_cluster(), settings_for(url, RULES, query_timeout=1.0, retries=0)
+    )
+    app = create_app(cluster=backend.cluster, backends=[backend])
+    transport = httpx.ASGITransport(app=app)
+    async with backend, httpx.AsyncClient(transport=transport, base_url="https://t") as http:
+        await backend.relist()
+        yield http
+
+
+POD = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/web-0/requests_per_second"
+WEB0 = {"namespace": "default", "pod": "web-0"}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code", "reason", "phrase"),
+    [
+        (200, b"<html>proxy error</html>", 503, "ServiceUnavailable", "malformed body"),
+        (
+            200,
+            b'{"status":"success","data":{"resultType":"vector","result":"x"}}',
+            503,
+            "ServiceUnavailable",
+            "malformed query answer",
+        ),
+        (200, b'{"status":"success","data":[]}', 503, "ServiceUnavailable", "no data object"),
+        (
+            200,
+            b'{"status":"success","data":{"resultType":"matrix","result":[]}}',
+            500,
+            "InternalError",
+            "returned a matrix, not an instant vector",
+        ),
+        (503, b"upstream connect error", 503, "ServiceUnavailable", "answered 503"),
+        (401, b"Unauthorized", 503, "ServiceUnavailable", "answered 401"),
+        (
+            422,
+            b'{"status":"error","errorType":"execution","error":"many-to-many matching"}',
+            500,
+            "InternalError",
+            "many-to-many matching",
+        ),
+        (
+            503,
+            b'{"status":"error","errorType":"timeout","error":"query timed out"}',
+            504,
+            "Timeout",
+            "query timed out",
+        ),
+    ],
+)
+async def test_engine_faults_map_to_status(
+    client: httpx.AsyncClient,
+    fake: tuple[str, type[_Handler]],
+    status: int,
+    body: bytes,
+    code: int,
+    reason: str,
+    phrase: str,
+) -> None:
+    _, handler = fake
+    handler.answer = (status, body, 0.0)
+    response = await client.get(POD)
+    assert response.status_code == code, response.text
+    document = response.json()
+    assert document["kind"] == "Status"
+    assert document["reason"] == reason
+    assert phrase in document["message"]
+    assert "Traceback" not in response.text
+    handler.answer = (200, vector((WEB0, "1.5")), 0.0)
+    recovered = await client.get(POD)
+    assert recovered.status_code == 200
+    assert recovered.json()["items"][0]["value"] == "1500m"
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [(WEB0, "NaN")],
+        [(WEB0, "+Inf")],
+        [(WEB0, "-Inf")],
+        [(WEB0, "not a number")],
+        [(WEB0, None)],
+        [({"namespace": "default", "pod": "other"}, "1")],
+        [({"namespace": "shop", "pod": "web-0"}, "1")],  # wrong namespace: not this object
+    ],
+)
+async def test_unusable_values_are_absent_not_errors(
+    client: httpx.AsyncClient, fake: tuple[str, type[_Handler]], items: list[Any]
+) -> None:
+    _, handler = fake
+    handler.answer = (200, vector(*items), 0.0)
+    response = await client.get(POD)
+    assert response.status_code == 404
+    assert response.json()["reason"] == "NotFound"
+
+
+async def test_malformed_series_entries_are_skipped(
+    client: httpx.AsyncClient, fake: tuple[str, type[_Handler]]
+) -> None:
+    _, handler = fake
+    body = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                "junk",
+                {"metric": "junk", "value": [1, "1"]},
+                {"metric": WEB0, "value": "junk"},
+                {"metric": WEB0, "value": [time.time(), "123456789012345678901234567890"]},
+            ],
+        },
+    }
+    handler.answer = (200, json.dumps(body).encode(), 0.0)
+    response = await client.get(POD)
+    assert response.status_code == 200
+    assert response.json()["items"][0]["value"] == "123456789012345678901234567890"
+
+
+async def test_a_slow_engine_is_a_504(
+    client: httpx.AsyncClient, fake: tuple[str, type[_Handler]]
+) -> None:
+    _, handler = fake
+    handler.answer = (200, vector((WEB0, "1")), 2.0)
+    response = await client.get(POD)
+    assert response.status_code == 504
+    assert response.json()["reason"] == "Timeout"
+    assert "did not answer within 1s" in response.json()["message"]
+    handler.answer = (200, vector((WEB0, "1")), 0.0)
+
+
+async def test_external_values_with_odd_labels(
+    client: httpx.AsyncClient, fake: tuple[str, type[_Handler]]
+) -> None:
+    _, handler = fake
+    labels = {"queue": 'a"b\\c\u2028</script>', "namespace": "default"}
+    handler.answer = (200, vector((labels, "3")), 0.0)
+    response = await client.get(
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth"
+    )
+    assert response.status_code == 200
+    assert response.json()["items"][0]["metricLabels"] == labels

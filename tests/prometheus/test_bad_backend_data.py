@@ -84,6 +84,7 @@ def fake() -> Iterator[tuple[str, type[_Handler]]]:
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", handler
     server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture

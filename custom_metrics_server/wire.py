@@ -8,6 +8,7 @@ byte fragments: O(items) with a small constant, no per-item dicts on the hot pat
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -52,7 +53,13 @@ def format_time(timestamp: float) -> str | None:
     """metav1.Time: RFC 3339 in UTC with second precision; the zero time is null."""
     if timestamp <= 0:
         return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(timestamp)))
+    return _format_second(int(timestamp))
+
+
+@functools.lru_cache(maxsize=4096)
+def _format_second(second: int) -> str:
+    # Items of one answer mostly share their second (a Prometheus evaluation time, a scrape).
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 def object_ref(ref: ObjectRef) -> dict[str, str]:

@@ -173,6 +173,9 @@ class PrometheusBackend:
         self._listed_at: dict[str, float] = {}
         self._attempted = False
         self._wake = asyncio.Event()
+        # describedObject values are reused across requests (their rendered JSON is not, as
+        # every answer carries a new evaluation time); bounded by the objects asked about.
+        self._refs: dict[tuple[str, str, str, str], ObjectRef] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- configuration ------------------------------------------------------------------------
@@ -390,20 +393,23 @@ class PrometheusBackend:
                 found[name] = point
         now = time.time()
         samples = []
+        refs = self._refs
+        if len(refs) > 200_000:
+            refs.clear()
+        kind, api_version = mapping.kind, mapping.api_version
         for object_namespace, name in request.objects:
             hit = found.get(name)
             if hit is None:
                 if rule.absent != "zero":
                     continue
                 hit = (Decimal(0), now)
+            key = (kind, api_version, object_namespace, name)
+            ref = refs.get(key)
+            if ref is None:
+                ref = refs[key] = ObjectRef(kind, object_namespace, name, api_version)
             samples.append(
                 Sample(
-                    described=ObjectRef(
-                        kind=mapping.kind,
-                        namespace=object_namespace,
-                        name=name,
-                        api_version=mapping.api_version,
-                    ),
+                    described=ref,
                     metric=request.metric.metric,
                     value=hit[0],
                     timestamp=hit[1],

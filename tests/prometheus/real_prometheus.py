@@ -99,6 +99,8 @@ class RealPrometheus:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     started_at: int = 0
+    before: int = BEFORE
+    after: int = AFTER
 
     @staticmethod
     def available() -> str | None:
@@ -116,7 +118,9 @@ class RealPrometheus:
         self.started_at = int(time.time())
         data = self.workdir / "data.om"
         data.write_text(
-            openmetrics(self.series, start=self.started_at - BEFORE, end=self.started_at + AFTER)
+            openmetrics(
+                self.series, start=self.started_at - self.before, end=self.started_at + self.after
+            )
         )
         tsdb = self.workdir / "tsdb"
         shutil.rmtree(tsdb, ignore_errors=True)

@@ -130,6 +130,27 @@ def split(base: str, context: ssl.SSLContext, resource: str) -> dict[str, float]
     return {"requests": count, "total_s": total, "prometheus_s": prom}
 
 
+def measure(
+    pid: int, base: str, path: str, context: ssl.SSLContext, seconds: float, connections: int
+) -> dict[str, Any]:
+    """wrk against one path, with the time split between Prometheus and the server."""
+    run_wrk(base + path, min(2.0, seconds), connections)  # warm-up
+    before_split = split(base, context, "pods")
+    before_cpu = cpu_seconds(pid)
+    result = run_wrk(base + path, seconds, connections)
+    used = cpu_seconds(pid) - before_cpu
+    after_split = split(base, context, "pods")
+    requests = after_split["requests"] - before_split["requests"]
+    total = after_split["total_s"] - before_split["total_s"]
+    prom = after_split["prometheus_s"] - before_split["prometheus_s"]
+    result["server_cpu_ms_per_request"] = round(used / max(1, result["requests"]) * 1e3, 2)
+    result["mean_ms"] = round(total / max(1, requests) * 1e3, 2)
+    result["prometheus_mean_ms"] = round(prom / max(1, requests) * 1e3, 2)
+    result["server_share"] = round(1 - prom / total, 3) if total else None
+    result["rss_mib"] = round(rss_mib(pid), 1)
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -166,23 +187,7 @@ def main() -> int:
             direct = direct_latency(prometheus, seconds)
             results: dict[str, Any] = {"machine": machine(), "prometheus_direct": direct}
             for name, path in (("list_1000", LIST), ("single", SINGLE)):
-                run_wrk(base + path, min(2.0, seconds), args.connections)  # warm-up
-                before_split = split(base, context, "pods")
-                before_cpu = cpu_seconds(process.pid)
-                result = run_wrk(base + path, seconds, args.connections)
-                used = cpu_seconds(process.pid) - before_cpu
-                after_split = split(base, context, "pods")
-                requests = after_split["requests"] - before_split["requests"]
-                total = after_split["total_s"] - before_split["total_s"]
-                prom = after_split["prometheus_s"] - before_split["prometheus_s"]
-                result["server_cpu_ms_per_request"] = round(
-                    used / max(1, result["requests"]) * 1e3, 2
-                )
-                result["mean_ms"] = round(total / max(1, requests) * 1e3, 2)
-                result["prometheus_mean_ms"] = round(prom / max(1, requests) * 1e3, 2)
-                result["server_share"] = round(1 - prom / total, 3) if total else None
-                result["rss_mib"] = round(rss_mib(process.pid), 1)
-                results[name] = result
+                results[name] = measure(process.pid, base, path, context, seconds, args.connections)
         finally:
             process.terminate()
             process.wait(timeout=30)

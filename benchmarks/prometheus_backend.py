@@ -131,7 +131,7 @@ def split(base: str, context: ssl.SSLContext, resource: str) -> dict[str, float]
 
 
 def measure(
-    pid: int, base: str, path: str, context: ssl.SSLContext, seconds: float, connections: int
+    pid: int, base: str, path: str, context: ssl.SSLContext, *, seconds: float, connections: int
 ) -> dict[str, Any]:
     """wrk against one path, with the time split between Prometheus and the server."""
     run_wrk(base + path, min(2.0, seconds), connections)  # warm-up
@@ -187,7 +187,9 @@ def main() -> int:
             direct = direct_latency(prometheus, seconds)
             results: dict[str, Any] = {"machine": machine(), "prometheus_direct": direct}
             for name, path in (("list_1000", LIST), ("single", SINGLE)):
-                results[name] = measure(process.pid, base, path, context, seconds, args.connections)
+                results[name] = measure(
+                    process.pid, base, path, context, seconds=seconds, connections=args.connections
+                )
         finally:
             process.terminate()
             process.wait(timeout=30)

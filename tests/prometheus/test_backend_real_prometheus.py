@@ -245,3 +245,36 @@ async def test_upstream_default_configuration_answers_the_walkthrough(
         assert item["describedObject"]["name"] == "sample-app-1"
         assert close(value(item), 0.25)
         assert item["window"] == 60  # rate(...[1m]) in the default rule
+
+
+async def test_each_rule_chooses_its_server(running_prometheus: RealPrometheus) -> None:
+    """Two named servers (here the same engine, one through a tenant header): each rule's
+    discovery and queries go to the server it names."""
+    config = f"""
+servers:
+- name: tenant-a
+  url: {running_prometheus.url}
+  headers: {{X-Scope-OrgID: team-a}}
+rules:
+- seriesQuery: 'node_load{{node!=""}}'
+  resources: {{template: "<<.Resource>>"}}
+  metricsQuery: 'max(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
+  server: tenant-a
+- seriesQuery: 'memory_bytes{{namespace!="",pod!=""}}'
+  resources: {{overrides: {{namespace: {{resource: namespace}}, pod: {{resource: pod}}}}}}
+"""
+    backend = PrometheusBackend(
+        fixture_cluster(), settings_for("http://127.0.0.1:9", config, retries=0)
+    )
+    app = create_app(cluster=backend.cluster, backends=[backend])
+    transport = httpx.ASGITransport(app=app)
+    async with backend, httpx.AsyncClient(transport=transport, base_url="https://t") as client:
+        await backend.relist()
+        # the default server (port 9) is unreachable: only tenant-a's rule was discovered
+        metrics = {info.metric for info in backend.list_metrics()}
+        assert metrics == {"node_load"}
+        response = await client.get(f"{BASE}/nodes/node-a/node_load")
+        assert response.status_code == 200
+        assert value(response.json()["items"][0]) == Decimal("1.5")
+        assert backend.listing_age("tenant-a") is not None
+        assert backend.listing_age("default") is None

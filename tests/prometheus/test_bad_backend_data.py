@@ -44,6 +44,9 @@ def vector(*items: tuple[dict[str, str], Any]) -> bytes:
 
 class _Handler(BaseHTTPRequestHandler):
     answer: ClassVar[tuple[int, bytes, float]] = (200, vector(), 0.0)
+    # Answers served before `answer`, one per query (to test retries).
+    first: ClassVar[list[tuple[int, bytes, float]]] = []
+    queries: ClassVar[int] = 0
 
     def do_GET(self) -> None:
         self._serve()
@@ -61,7 +64,9 @@ class _Handler(BaseHTTPRequestHandler):
                 0.0,
             )
         else:
-            status, body, delay = type(self).answer
+            cls = type(self)
+            cls.queries += 1
+            status, body, delay = cls.first.pop(0) if cls.first else cls.answer
         time.sleep(delay)
         try:
             self.send_response(status)
@@ -232,3 +237,28 @@ async def test_external_values_with_odd_labels(
     )
     assert response.status_code == 200
     assert response.json()["items"][0]["metricLabels"] == labels
+
+
+async def test_transient_failures_are_retried(fake: tuple[str, type[_Handler]]) -> None:
+    url, handler = fake
+    backend = PrometheusBackend(
+        fixture_cluster(), settings_for(url, RULES, query_timeout=1.0, retries=2)
+    )
+    app = create_app(cluster=backend.cluster, backends=[backend])
+    transport = httpx.ASGITransport(app=app)
+    async with backend, httpx.AsyncClient(transport=transport, base_url="https://t") as client:
+        await backend.relist()
+        handler.answer = (200, vector((WEB0, "2")), 0.0)
+        handler.first = [(503, b"busy", 0.0), (502, b"bad gateway", 0.0)]
+        before = handler.queries
+        response = await client.get(POD)
+        assert response.status_code == 200
+        assert response.json()["items"][0]["value"] == "2"
+        assert handler.queries - before == 3
+        # a rejected query is not retried
+        handler.first = [
+            (400, b'{"status":"error","errorType":"bad_data","error":"parse error"}', 0.0)
+        ]
+        before = handler.queries
+        assert (await client.get(POD)).status_code == 500
+        assert handler.queries - before == 1

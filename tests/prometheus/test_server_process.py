@@ -99,6 +99,9 @@ def test_outage_gives_503_and_recovers_without_restart(
                     in client.get("/apis/custom.metrics.k8s.io/v1beta2").text
                 )
                 assert client.get("/readyz").status_code == 200
+                other = client.get(f"{PODS}/web-0/fixture_metric")
+                assert other.status_code == 200
+                assert other.json()["items"][0]["value"] == "5"
                 external = client.get(
                     "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth"
                 )

@@ -188,6 +188,7 @@ class PrometheusBackend:
             default_server=self.settings.default_server,
             source=str(self.settings.config_path or "the configuration"),
         )
+        # Called before the event loop runs (startup): there are no clients to close yet.
         self._apply(config, digest)
         return config
 
@@ -203,15 +204,16 @@ class PrometheusBackend:
             text = ""
         return text, hashlib.sha256(text.encode()).digest()
 
-    def _apply(self, config: AdapterConfig, digest: bytes) -> None:
+    def _apply(self, config: AdapterConfig, digest: bytes) -> list[PrometheusClient]:
+        """Swap in a configuration; returns the clients it no longer uses (to be closed)."""
         for warning in config.warnings:
             logger.warning("prometheus config: %s", warning)
         old = self._clients
         self._clients = {}
         for name, server in config.servers.items():
-            previous = old.pop(name, None)
+            previous = old.get(name)
             if previous is not None and previous.server == server:
-                self._clients[name] = previous
+                self._clients[name] = old.pop(name)
             else:
                 self._clients[name] = PrometheusClient(
                     server,
@@ -220,14 +222,9 @@ class PrometheusBackend:
                     verb=self.settings.verb,
                     observe=self.metrics.observe,
                 )
-                if previous is not None:
-                    old[name] = previous
-        for client in old.values():
-            task = asyncio.get_running_loop().create_task(client.aclose()) if _loop() else None
-            if task is not None:
-                self._tasks.append(task)
         self._config = config
         self._config_digest = digest
+        return list(old.values())
 
     async def reload(self) -> bool:
         """Re-read the configuration if it changed; True when a new one took effect."""
@@ -248,7 +245,8 @@ class PrometheusBackend:
             self._reload_failed(str(err))
             self._config_digest = digest  # report once per broken version
             return False
-        self._apply(config, digest)
+        for unused in self._apply(config, digest):
+            await unused.aclose()
         self.metrics.reloads.labels("success").inc()
         self.metrics.config_ok.set(1)
         logger.info(
@@ -504,11 +502,3 @@ class PrometheusBackend:
         self._tasks.clear()
         for client in self._clients.values():
             await client.aclose()
-
-
-def _loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True

@@ -52,12 +52,13 @@ from custom_metrics_server.errors import (
     too_many_requests,
     uri_too_long,
 )
-from custom_metrics_server.grammar import is_api_path
 from custom_metrics_server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
 from custom_metrics_server.query import QueryEngine
 from custom_metrics_server.security.gate import AllowAllGate, Gate
 
 if TYPE_CHECKING:
+    from custom_metrics_server.core_api import DemoCoreApi
+    from custom_metrics_server.resource_api import ResourceMetricsApi
     from custom_metrics_server.security.options import SecurityConfig
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,11 @@ class AppSettings:
     request_timeout: float = 60.0
     #: Renders the KEP-1748 `/metrics/resources` exposition; None: the endpoint is a 404.
     resource_exposition: Callable[[], bytes] | None = None
+    #: Serves `metrics.k8s.io/v1beta1` (`kubectl top`); None: the group is not served.
+    metrics_api: ResourceMetricsApi | None = None
+    #: The demo's read-only `/api` nodes and pods (what `kubectl top` reads besides
+    #: metrics.k8s.io); never set outside `--demo`.
+    demo_core_api: DemoCoreApi | None = None
 
 
 def _status_response(error: StatusError) -> Response:
@@ -296,7 +302,11 @@ class Server:
             observe=self.metrics.observe_backend,
         )
         self.api = ApiEndpoints(
-            engine=self.engine, metrics=self.metrics, server_address=self.settings.server_address
+            engine=self.engine,
+            metrics=self.metrics,
+            server_address=self.settings.server_address,
+            metrics_api=self.settings.metrics_api,
+            demo_core_api=self.settings.demo_core_api,
         )
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
         self.extra_checks = {**self.settings.extra_checks, "shutdown": Readiness(ready=True)}
@@ -408,7 +418,7 @@ class Server:
         if rejection is not None:
             await self._reject(send, rejection, scope["method"], started)
             return
-        if is_api_path(scope["path"]):
+        if self.api.serves(scope["path"]):
             if isinstance(send, _TrackedSend):
                 send.in_api = True
             await self.api(scope, send)

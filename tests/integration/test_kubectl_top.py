@@ -21,8 +21,7 @@ V = "/apis/metrics.k8s.io/v1beta1"
 
 
 def rows(output: str) -> list[list[str]]:
-    lines = [line.split() for line in output.strip().splitlines()]
-    return lines
+    return [line.split() for line in output.strip().splitlines()]
 
 
 def millicores(text: str) -> int:
@@ -75,7 +74,8 @@ def test_kubectl_top_nodes(demo_server: RunningServer) -> None:
     assert [row[0] for row in table[1:]] == sorted(names)
     for row in table[1:]:
         # Percentages come from the nodes' allocatable (the demo's /api/v1/nodes).
-        assert row[2].endswith("%") and row[4].endswith("%"), row
+        assert row[2].endswith("%"), row
+        assert row[4].endswith("%"), row
         assert "<unknown>" not in row
 
 
@@ -95,7 +95,8 @@ def test_kubectl_get_podmetrics_uses_the_table_form(demo_server: RunningServer) 
     assert table[0] == ["NAME", "CPU", "MEMORY", "WINDOW"]
     assert len(table) > 1
     # Go durations from the scrape pair (15s at start, then the simulated scrapes' spacing).
-    assert all(row[3].endswith("s") and row[3][0].isdigit() for row in table[1:])
+    assert all(row[3].endswith("s") for row in table[1:])
+    assert all(row[3][0].isdigit() for row in table[1:])
     nodes = kubectl(demo_server, "get", "nodemetrics", "-o", "name")
     assert nodes.returncode == 0, nodes.stderr
     assert nodes.stdout.startswith("nodemetrics.metrics.k8s.io/")

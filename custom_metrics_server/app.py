@@ -218,8 +218,12 @@ def _build_shell(
             return PlainTextResponse("404 page not found\n", status_code=404)
         return Response(settings.resource_exposition(), media_type=EXPOSITION_CONTENT_TYPE)
 
-    spec_v2 = orjson.dumps(openapi.build_v2(title=settings.title))
-    spec_v3 = {gv: orjson.dumps(doc) for gv, doc in openapi.build_v3(title=settings.title).items()}
+    with_metrics_api = settings.metrics_api is not None
+    spec_v2 = orjson.dumps(openapi.build_v2(title=settings.title, metrics_api=with_metrics_api))
+    spec_v3 = {
+        gv: orjson.dumps(doc)
+        for gv, doc in openapi.build_v3(title=settings.title, metrics_api=with_metrics_api).items()
+    }
     v3_root = orjson.dumps(openapi.v3_root(spec_v3))
 
     @shell.get("/openapi/v2", include_in_schema=False)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from custom_metrics_server import schemas
 from custom_metrics_server.app import AppSettings, create_app
 from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, WATCHED, ClusterState
 from custom_metrics_server.core_api import DemoCoreApi
@@ -580,3 +581,26 @@ def test_requests_are_authorized_as_metrics_server_requests(
     )
     if query:
         assert attributes.label_requirements[0].key == "app"
+
+
+# --- OpenAPI ----------------------------------------------------------------------------------------
+
+
+def test_responses_validate_against_the_openapi_models() -> None:
+    schemas.PodMetricsList.model_validate_json(get(f"{V}/pods"))
+    schemas.PodMetrics.model_validate_json(get(f"{V}/namespaces/ns/pods/web-a"))
+    schemas.NodeMetricsList.model_validate_json(get(f"{V}/nodes"))
+    schemas.NodeMetrics.model_validate_json(get(f"{V}/nodes/n1"))
+    schemas.APIResourceList.model_validate_json(get(V))
+
+
+async def test_openapi_describes_the_group_only_when_it_is_served() -> None:
+    on = json.loads((await call(app(), scope_for("GET", b"/openapi/v3"))).body)
+    off = json.loads((await call(app(enabled=False), scope_for("GET", b"/openapi/v3"))).body)
+    assert "apis/metrics.k8s.io/v1beta1" in on["paths"]
+    assert "apis/metrics.k8s.io/v1beta1" not in off["paths"]
+    v2 = json.loads((await call(app(), scope_for("GET", b"/openapi/v2"))).body)
+    assert f"{V}/namespaces/{{namespace}}/pods/{{name}}" in v2["paths"]
+    assert "io.k8s.metrics.pkg.apis.metrics.v1beta1.PodMetrics" in v2["definitions"]
+    v2_off = json.loads((await call(app(enabled=False), scope_for("GET", b"/openapi/v2"))).body)
+    assert not [path for path in v2_off["paths"] if "/metrics.k8s.io/" in path]

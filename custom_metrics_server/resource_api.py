@@ -348,6 +348,13 @@ class ResourceMetricsApi:
         self.cluster = cluster
         self.usage = usage
         self._clock = clock
+        # (namespace, name) -> (usage, labels, body, sorted labels): the rendered parts of an
+        # item, reused while the store returns the same usage object (until the next scrape
+        # of the node) and the record the same labels mapping. Bounded by the pods served.
+        self._pod_parts: dict[
+            tuple[str, str],
+            tuple[ResourceUsage, Mapping[str, str], dict[str, Any], dict[str, str]],
+        ] = {}
 
     # -- discovery --
 
@@ -554,21 +561,34 @@ class ResourceMetricsApi:
         usage = self.usage.pod_resource_usage(namespace, name)
         if usage is None:
             return None
-        return {
-            "metadata": _metadata(name, namespace, created, labels),
-            "timestamp": wire.format_time(usage.timestamp),
-            "window": go_duration(usage.window_ns),
-            "containers": [
-                {
-                    "name": container.name,
-                    "usage": {
-                        "cpu": nanocores_quantity(container.nanocores),
-                        "memory": _memory_quantity(container.memory_bytes),
-                    },
-                }
-                for container in usage.containers
-            ],
+        key = (namespace, name)
+        parts = self._pod_parts.get(key)
+        if parts is None or parts[0] is not usage or parts[1] is not labels:
+            body = {
+                "timestamp": wire.format_time(usage.timestamp),
+                "window": go_duration(usage.window_ns),
+                "containers": [
+                    {
+                        "name": container.name,
+                        "usage": {
+                            "cpu": nanocores_quantity(container.nanocores),
+                            "memory": _memory_quantity(container.memory_bytes),
+                        },
+                    }
+                    for container in usage.containers
+                ],
+            }
+            if len(self._pod_parts) > 2 * len(self.cluster.pods) + 1024:
+                self._pod_parts.clear()
+            parts = self._pod_parts[key] = (usage, labels, body, dict(sorted(labels.items())))
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "creationTimestamp": created,
         }
+        if parts[3]:
+            metadata["labels"] = parts[3]
+        return {"metadata": metadata, **parts[2]}
 
     def _node_items(
         self, label_selector: Selector, field_selector: FieldSelector

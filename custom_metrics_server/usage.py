@@ -180,6 +180,9 @@ class UsageStore:
         self._nodes: dict[str, _NodeState] = {}
         self._pod_node: dict[PodKey, str] = {}
         self._generation = 0
+        # pod -> (its stored array, the ResourceUsage derived from it): memoised per array,
+        # which `apply` replaces whenever the pod's node is scraped.
+        self._resource_usage: dict[PodKey, tuple[array[float], ResourceUsage | None]] = {}
 
     @property
     def generation(self) -> int:
@@ -290,38 +293,21 @@ class UsageStore:
         None until every container has two samples (``pod_usage`` is None then too). A
         container left out of the pod's sums (counter or start time went back) is left out
         here. Timestamp and window are those of the container with the earliest timestamp.
-        O(containers)."""
+        O(containers) after each scrape of the pod's node, then O(1) (memoised; the same
+        object is returned until the node is scraped again)."""
         key = (namespace, pod)
         node = self._pod_node.get(key)
         if node is None:
             return None
         names, data = self._nodes[node].pods[key]
-        if isnan(data[_CORES]):
-            return None
-        containers: list[ContainerResourceUsage] = []
-        earliest = math.inf
-        window = 0
-        total_cores = total_memory = 0
-        offset = _HEADER
-        for name in names:
-            cpu, when, start, previous_cpu, previous_time, previous_start, memory = data[
-                offset : offset + _STRIDE
-            ]
-            offset += _STRIDE
-            if _before(start, previous_start) or cpu < previous_cpu:
-                continue  # skipped by upstream's resourceUsage (and by the pod's sums)
-            span = _window_ns(when, previous_time)
-            if span <= 0:
-                continue
-            cores = _nanocores(cpu, previous_cpu, span)
-            containers.append(ContainerResourceUsage(name, cores, int(memory)))
-            total_cores += cores
-            total_memory += int(memory)
-            if when < earliest:
-                earliest, window = when, span
-        if not containers:
-            return None
-        return ResourceUsage(earliest, window, tuple(containers), total_cores, total_memory)
+        cache = self._resource_usage
+        cached = cache.get(key)
+        if cached is not None and cached[0] is data:
+            return cached[1]
+        if len(cache) > 2 * len(self._pod_node) + 1024:
+            cache.clear()  # pods that went away
+        found = cache[key] = (data, _resource_usage(names, data))
+        return found[1]
 
     def node_resource_usage(self, node: str) -> ResourceUsage | None:
         """The node's own usage for the Resource Metrics API (``NodeMetrics``), None until
@@ -435,3 +421,33 @@ def _pod_entry(
         values[_TIME] = earliest
         values[_WINDOW] = window
     return names, array("d", values)
+
+
+def _resource_usage(names: tuple[str, ...], data: array[float]) -> ResourceUsage | None:
+    """A pod's per-container usage from its stored entry. O(containers)."""
+    if isnan(data[_CORES]):
+        return None
+    containers: list[ContainerResourceUsage] = []
+    earliest = math.inf
+    window = 0
+    total_cores = total_memory = 0
+    offset = _HEADER
+    for name in names:
+        cpu, when, start, previous_cpu, previous_time, previous_start, memory = data[
+            offset : offset + _STRIDE
+        ]
+        offset += _STRIDE
+        if _before(start, previous_start) or cpu < previous_cpu:
+            continue  # skipped by upstream's resourceUsage (and by the pod's sums)
+        span = _window_ns(when, previous_time)
+        if span <= 0:
+            continue
+        cores = _nanocores(cpu, previous_cpu, span)
+        containers.append(ContainerResourceUsage(name, cores, int(memory)))
+        total_cores += cores
+        total_memory += int(memory)
+        if when < earliest:
+            earliest, window = when, span
+    if not containers:
+        return None
+    return ResourceUsage(earliest, window, tuple(containers), total_cores, total_memory)

@@ -604,3 +604,33 @@ async def test_openapi_describes_the_group_only_when_it_is_served() -> None:
     assert "io.k8s.metrics.pkg.apis.metrics.v1beta1.PodMetrics" in v2["definitions"]
     v2_off = json.loads((await call(app(enabled=False), scope_for("GET", b"/openapi/v2"))).body)
     assert not [path for path in v2_off["paths"] if "/metrics.k8s.io/" in path]
+
+
+def test_memoised_usage_and_items_follow_new_scrapes_and_labels() -> None:
+    state = cluster()
+    usage = store()
+    metrics = ResourceMetricsApi(state, usage, clock=lambda: NOW)
+    first = metrics.pod_metrics("other", "db")
+    assert usage.pod_resource_usage("other", "db") is usage.pod_resource_usage("other", "db")
+    assert first["containers"][0]["usage"]["cpu"] == "2"  # 30 core-seconds over 15 s
+    t3 = T0 + 30.0
+    usage.apply(
+        "n1",
+        scrape(
+            {
+                ("ns", "web-a"): containers(("app", 13.0, t3, 1.0), ("proxy", 1.1, t3, 1.0)),
+                ("other", "db"): containers(("db", 145.0, t3, 2**30)),
+            },
+            (1060.0, t3, 1.0),
+        ),
+        t3,
+    )
+    second = metrics.pod_metrics("other", "db")
+    assert second["containers"][0]["usage"] == {"cpu": "1", "memory": "1Gi"}
+    assert second["timestamp"] == "2023-11-14T22:13:50Z"
+    state.apply(PODS, pod("db", "other", app="db", tier="data"))
+    third = metrics.pod_metrics("other", "db")
+    assert third["metadata"]["labels"] == {"app": "db", "tier": "data"}
+    # web-b was not in the last scrape: gone from the node, gone from the API.
+    with pytest.raises(NotFound):
+        metrics.pod_metrics("ns", "web-b")

@@ -414,6 +414,7 @@ def serve(args: argparse.Namespace) -> int:
                 "Try:",
                 f"  kubectl --kubeconfig {kubeconfig} get --raw '{pods}'",
                 f"  kubectl --kubeconfig {kubeconfig} get --raw '{external}'",
+                f"  kubectl --kubeconfig {kubeconfig} top pods -A",
             ]
         print("\n".join(lines) + "\n", flush=True)
 

@@ -40,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from custom_metrics_server import __version__, health, openapi, wire
 from custom_metrics_server.backends.base import ClusterView, MetricsBackend
+from custom_metrics_server.core_api import is_core_api_path
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.endpoints import ApiEndpoints, Message, Scope, Send, send_body
 from custom_metrics_server.errors import (
@@ -52,6 +53,7 @@ from custom_metrics_server.errors import (
     too_many_requests,
     uri_too_long,
 )
+from custom_metrics_server.grammar import is_api_path
 from custom_metrics_server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
 from custom_metrics_server.query import QueryEngine
 from custom_metrics_server.security.gate import AllowAllGate, Gate
@@ -422,7 +424,10 @@ class Server:
         if rejection is not None:
             await self._reject(send, rejection, scope["method"], started)
             return
-        if self.api.serves(scope["path"]):
+        path = scope["path"]
+        if is_api_path(path) or (
+            self.settings.demo_core_api is not None and is_core_api_path(path)
+        ):
             if isinstance(send, _TrackedSend):
                 send.in_api = True
             await self.api(scope, send)

@@ -34,7 +34,6 @@ from custom_metrics_server.grammar import (
     QueryParams,
     RootDiscovery,
     VersionDiscovery,
-    is_api_path,
     parse,
     parse_query,
 )
@@ -113,12 +112,6 @@ class ApiEndpoints:
         self._extra_groups = resource_api.GROUP_VERSIONS if metrics_api is not None else None
         #: The demo's read-only `/api` subset (nodes, pods) that `kubectl top` also reads.
         self.demo_core_api = demo_core_api
-
-    def serves(self, path: str) -> bool:
-        """Whether a decoded path is this handler's: `/apis`, and `/api` in the demo."""
-        return is_api_path(path) or (
-            self.demo_core_api is not None and core_api.is_core_api_path(path)
-        )
 
     async def __call__(self, scope: Scope, send: Send) -> None:
         """Answer one HTTP request whose path is under `/apis`."""

@@ -151,9 +151,11 @@ def parse_request(
     if resource == "pods" and namespace is None and len(parts) == 2:
         raise route_not_found()  # pods are namespaced: no cluster-scoped get route
     name = parts[1] if len(parts) == 2 else None
-    for segment in (namespace, name):
-        if segment is not None and (segment in (".", "..") or "%" in segment):
-            raise BadRequest(f"invalid resource name \"{segment}\": may not contain '%'")
+    for what, segment in (("namespace", namespace), ("resource", name)):
+        problem = _path_segment_problem(segment)
+        if problem:
+            # handlers' `path.IsValidPathSegmentName` check, its error list printed with %v
+            raise BadRequest(f'invalid {what} name "{segment}": [{problem}]')
     kind: Kind = "pods" if resource == "pods" else "nodes"
     if name is not None:
         return MetricsApiRequest(kind, namespace, name)
@@ -170,6 +172,17 @@ def parse_request(
         _field_selector(query.field_selector),
         _include_object(raw_query),
     )
+
+
+def _path_segment_problem(segment: str | None) -> str:
+    """apimachinery `IsValidPathSegmentName` ("" when valid or absent)."""
+    if segment is None:
+        return ""
+    if segment in (".", ".."):
+        return f"may not be '{segment}'"
+    if "%" in segment:
+        return "may not contain '%'"
+    return ""
 
 
 def _label_selector(text: str) -> Selector:

@@ -366,6 +366,13 @@ def test_not_found_uses_metrics_servers_wording(
             'watch is not supported on resources of kind "pods.metrics.k8s.io"',
         ),
         (f"{V}/pods/web-a", "", NotFound, "the server could not find the requested resource"),
+        (f"{V}/nodes/a%b", "", BadRequest, "invalid resource name \"a%b\": [may not contain '%']"),
+        (
+            f"{V}/namespaces/../pods",
+            "",
+            BadRequest,
+            "invalid namespace name \"..\": [may not be '..']",
+        ),
         (
             f"{V}/namespaces/ns/nodes",
             "",

@@ -23,18 +23,26 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotFound, route_not_found
-from custom_metrics_server.grammar import QueryParams, check_selector_sizes, check_timeout
+from custom_metrics_server.grammar import (
+    QueryParams,
+    check_selector_sizes,
+    check_timeout,
+    parse_label_selector,
+    resource_route,
+)
 from custom_metrics_server.selectors import (
+    EVERYTHING,
+    FIELD_EVERYTHING,
     FieldSelector,
     Selector,
     SelectorError,
     parse_field_selector_cached,
-    parse_selector_cached,
 )
 
 __all__ = ["CoreApiRequest", "DemoCoreApi", "is_core_api_path"]
 
 _KINDS: Final = {"nodes": "Node", "pods": "Pod"}
+_NAMESPACED: Final = {"nodes": False, "pods": True}
 
 
 def is_core_api_path(path: str) -> bool:
@@ -50,17 +58,14 @@ class CoreApiRequest:
     resource: str = ""
     namespace: str | None = None
     name: str | None = None
-    label_selector: Selector | None = None
-    field_selector: FieldSelector | None = None
+    label_selector: Selector = EVERYTHING
+    field_selector: FieldSelector = FIELD_EVERYTHING
 
 
 class DemoCoreApi:
     """Nodes and pods (their JSON objects) behind the core API's read routes."""
 
-    def __init__(
-        self, objects: Mapping[str, Iterable[Mapping[str, Any]]], server_address: str = ""
-    ):
-        self.server_address = server_address
+    def __init__(self, objects: Mapping[str, Iterable[Mapping[str, Any]]]) -> None:
         self._objects: dict[str, dict[tuple[str, str], Mapping[str, Any]]] = {}
         for resource in _KINDS:
             table: dict[tuple[str, str], Mapping[str, Any]] = {}
@@ -77,43 +82,34 @@ class DemoCoreApi:
         parts = path.strip("/").split("/")[1:]
         if not parts:
             return CoreApiRequest()
-        if parts[0] != "v1" or "" in parts:
+        if parts[0] != "v1":
             raise route_not_found()
         parts = parts[1:]
         if not parts:
             return CoreApiRequest("v1")
-        namespace: str | None = None
-        if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] == "pods":
-            namespace, parts = parts[1], parts[2:]
-        if len(parts) > 2 or parts[0] not in _KINDS:
-            raise route_not_found()
-        resource = parts[0]
-        if resource == "pods" and namespace is None and len(parts) == 2:
-            raise route_not_found()
-        if len(parts) == 2:
-            return CoreApiRequest("v1", resource, namespace, parts[1])
+        resource, namespace, name = resource_route(parts, _NAMESPACED)
+        if name is not None:
+            return CoreApiRequest("v1", resource, namespace, name)
         if query.watch:
             raise MethodNotAllowed(
                 f'watch is not supported on resources of kind "{resource}"',
                 details={"kind": resource},
             )
         try:
-            labels = parse_selector_cached(query.label_selector) if query.label_selector else None
-            fields = (
-                parse_field_selector_cached(query.field_selector) if query.field_selector else None
-            )
+            fields = parse_field_selector_cached(query.field_selector)
         except SelectorError as err:
             raise BadRequest(str(err)) from err
+        labels = parse_label_selector(query.label_selector)
         return CoreApiRequest("v1", resource, namespace, None, labels, fields)
 
-    def document(self, request: CoreApiRequest) -> dict[str, Any]:
+    def document(self, request: CoreApiRequest, server_address: str = "") -> dict[str, Any]:
         """The JSON-shaped answer (APIVersions, APIResourceList, an object or a list)."""
         if not request.version:
             return {
                 "kind": "APIVersions",
                 "versions": ["v1"],
                 "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": self.server_address}
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
                 ],
             }
         if not request.resource:
@@ -140,9 +136,9 @@ class DemoCoreApi:
             if request.namespace is not None and namespace != request.namespace:
                 continue
             labels = (obj.get("metadata") or {}).get("labels") or {}
-            if request.label_selector is not None and not request.label_selector.matches(labels):
+            if not request.label_selector.matches(labels):
                 continue
-            if request.field_selector is not None:
+            if not request.field_selector.is_everything():
                 fields = {"metadata.name": name}
                 if request.resource == "pods":
                     fields["metadata.namespace"] = namespace

@@ -93,7 +93,7 @@ def _header(scope: Scope, name: bytes) -> str:
 
 
 class ApiEndpoints:
-    """Serves everything below `/apis`."""
+    """Serves everything below `/apis` (and, in the demo, the read-only `/api` subset)."""
 
     def __init__(
         self,
@@ -201,11 +201,10 @@ class ApiEndpoints:
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
         request = api.parse(scope["path"], query)
-        api.server_address = self.server_address
         representation = negotiate(_header(scope, b"accept"), discovery_root=not request.version)
         if isinstance(representation, NotAcceptable):
             raise representation
-        body = wire.dumps(api.document(request))
+        body = wire.dumps(api.document(request, self.server_address))
         pretty = query.pretty
         if pretty is None:
             pretty = representation.pretty or pretty_user_agent(_header(scope, b"user-agent"))

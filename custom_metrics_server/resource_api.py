@@ -43,9 +43,14 @@ from custom_metrics_server.errors import (
     NotAcceptable,
     NotFound,
     not_acceptable,
-    route_not_found,
 )
-from custom_metrics_server.grammar import QueryParams, check_selector_sizes, check_timeout
+from custom_metrics_server.grammar import (
+    QueryParams,
+    check_selector_sizes,
+    check_timeout,
+    parse_label_selector,
+    resource_route,
+)
 from custom_metrics_server.quantity import Format, Quantity, format_quantity
 from custom_metrics_server.selectors import (
     EVERYTHING,
@@ -54,7 +59,6 @@ from custom_metrics_server.selectors import (
     Selector,
     SelectorError,
     parse_field_selector_cached,
-    parse_selector_cached,
 )
 from custom_metrics_server.usage import ResourceUsage
 
@@ -89,6 +93,7 @@ _SERVED_MEDIA_TYPES: Final = ("application/json",)
 _JSON_MEDIA: Final = frozenset({"application/json", "application/*", "*/*"})
 _CONVERSION_PARAMS: Final = frozenset({"as", "g", "v", "stream", "sv"})
 _INCLUDE_OBJECT: Final = frozenset({"None", "Metadata", "Object"})
+_NAMESPACED: Final = {"pods": True, "nodes": False}
 
 
 class ResourceUsageSource(Protocol):
@@ -139,23 +144,7 @@ def parse_request(
     parts = parts[1:]
     if not parts:
         return MetricsApiRequest("version")
-    if "" in parts:
-        raise route_not_found()
-    namespace: str | None = None
-    if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] == "pods":
-        namespace = parts[1]
-        parts = parts[2:]
-    if len(parts) > 2 or parts[0] not in ("pods", "nodes"):
-        raise route_not_found()
-    resource = parts[0]
-    if resource == "pods" and namespace is None and len(parts) == 2:
-        raise route_not_found()  # pods are namespaced: no cluster-scoped get route
-    name = parts[1] if len(parts) == 2 else None
-    for what, segment in (("namespace", namespace), ("resource", name)):
-        problem = _path_segment_problem(segment)
-        if problem:
-            # handlers' `path.IsValidPathSegmentName` check, its error list printed with %v
-            raise BadRequest(f'invalid {what} name "{segment}": [{problem}]')
+    resource, namespace, name = resource_route(parts, _NAMESPACED)
     kind: Kind = "pods" if resource == "pods" else "nodes"
     if name is not None:
         return MetricsApiRequest(kind, namespace, name)
@@ -168,30 +157,10 @@ def parse_request(
         kind,
         namespace,
         None,
-        _label_selector(query.label_selector),
+        parse_label_selector(query.label_selector),
         _field_selector(query.field_selector),
         _include_object(raw_query),
     )
-
-
-def _path_segment_problem(segment: str | None) -> str:
-    """apimachinery `IsValidPathSegmentName` ("" when valid or absent)."""
-    if segment is None:
-        return ""
-    if segment in (".", ".."):
-        return f"may not be '{segment}'"
-    if "%" in segment:
-        return "may not contain '%'"
-    return ""
-
-
-def _label_selector(text: str) -> Selector:
-    if not text:
-        return EVERYTHING
-    try:
-        return parse_selector_cached(text)
-    except SelectorError as err:
-        raise BadRequest(str(err)) from err
 
 
 def _field_selector(text: str) -> FieldSelector:

@@ -40,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from custom_metrics_server import __version__, health, openapi, wire
 from custom_metrics_server.backends.base import ClusterView, MetricsBackend
+from custom_metrics_server.core_api import is_core_api_path
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.endpoints import ApiEndpoints, Message, Scope, Send, send_body
 from custom_metrics_server.errors import (
@@ -58,6 +59,8 @@ from custom_metrics_server.query import QueryEngine
 from custom_metrics_server.security.gate import AllowAllGate, Gate
 
 if TYPE_CHECKING:
+    from custom_metrics_server.core_api import DemoCoreApi
+    from custom_metrics_server.resource_api import ResourceMetricsApi
     from custom_metrics_server.security.options import SecurityConfig
 
 logger = logging.getLogger(__name__)
@@ -84,6 +87,11 @@ class AppSettings:
     request_timeout: float = 60.0
     #: Renders the KEP-1748 `/metrics/resources` exposition; None: the endpoint is a 404.
     resource_exposition: Callable[[], bytes] | None = None
+    #: Serves `metrics.k8s.io/v1beta1` (`kubectl top`); None: the group is not served.
+    metrics_api: ResourceMetricsApi | None = None
+    #: The demo's read-only `/api` nodes and pods (what `kubectl top` reads besides
+    #: metrics.k8s.io); never set outside `--demo`.
+    demo_core_api: DemoCoreApi | None = None
 
 
 def _status_response(error: StatusError) -> Response:
@@ -212,8 +220,12 @@ def _build_shell(
             return PlainTextResponse("404 page not found\n", status_code=404)
         return Response(settings.resource_exposition(), media_type=EXPOSITION_CONTENT_TYPE)
 
-    spec_v2 = orjson.dumps(openapi.build_v2(title=settings.title))
-    spec_v3 = {gv: orjson.dumps(doc) for gv, doc in openapi.build_v3(title=settings.title).items()}
+    with_metrics_api = settings.metrics_api is not None
+    spec_v2 = orjson.dumps(openapi.build_v2(title=settings.title, metrics_api=with_metrics_api))
+    spec_v3 = {
+        gv: orjson.dumps(doc)
+        for gv, doc in openapi.build_v3(title=settings.title, metrics_api=with_metrics_api).items()
+    }
     v3_root = orjson.dumps(openapi.v3_root(spec_v3))
 
     @shell.get("/openapi/v2", include_in_schema=False)
@@ -301,7 +313,11 @@ class Server:
             observe=self.metrics.observe_backend,
         )
         self.api = ApiEndpoints(
-            engine=self.engine, metrics=self.metrics, server_address=self.settings.server_address
+            engine=self.engine,
+            metrics=self.metrics,
+            server_address=self.settings.server_address,
+            metrics_api=self.settings.metrics_api,
+            demo_core_api=self.settings.demo_core_api,
         )
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
         self.extra_checks = {**self.settings.extra_checks, "shutdown": Readiness(ready=True)}
@@ -413,7 +429,10 @@ class Server:
         if rejection is not None:
             await self._reject(send, rejection, scope["method"], started)
             return
-        if is_api_path(scope["path"]):
+        path = scope["path"]
+        if is_api_path(path) or (
+            self.settings.demo_core_api is not None and is_core_api_path(path)
+        ):
             if isinstance(send, _TrackedSend):
                 send.in_api = True
             await self.api(scope, send)

@@ -42,11 +42,13 @@ from custom_metrics_server.backends.resource_metrics import (
     render_state_exposition,
 )
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
+from custom_metrics_server.core_api import DemoCoreApi
 from custom_metrics_server.heap import tune_gc
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import KubeConfigError, load_connection
 from custom_metrics_server.observability import configure_logging
 from custom_metrics_server.prometheus.rules import ConfigError
+from custom_metrics_server.resource_api import ResourceMetricsApi
 from custom_metrics_server.security.options import (
     SecurityConfigError,
     add_security_flags,
@@ -158,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_duration,
         default=600.0,
         help="API discovery refresh (default 10m; unknown resources refresh it at once)",
+    )
+    kube.add_argument(
+        "--enable-metrics-api",
+        action="store_true",
+        help="also serve metrics.k8s.io/v1beta1 (kubectl top) from the kubelet usage this "
+        "server scrapes anyway; needs the resource-metrics overlay's APIService (always on "
+        "with --demo)",
     )
     kube.add_argument(
         "--leader-elect",
@@ -306,6 +315,8 @@ class _Served:
     backends: list[MetricsBackend]
     what: str
     exposition: Callable[[], bytes] | None = None
+    metrics_api: ResourceMetricsApi | None = None
+    demo_core_api: DemoCoreApi | None = None
 
 
 def _with_prometheus(args: argparse.Namespace, served: _Served) -> _Served:
@@ -334,6 +345,8 @@ def _demo(args: argparse.Namespace) -> _Served:
         [simulated, ResourceMetricsBackend(simulated.cluster, simulated.usage)],
         f"the simulated cluster ({args.demo_pods} pods)",
         functools.partial(render_state_exposition, simulated.cluster),
+        ResourceMetricsApi(simulated.cluster, simulated.usage),
+        DemoCoreApi({str(gr): objs for gr, objs in simulated.world.objects.items()}),
     )
 
 
@@ -355,7 +368,11 @@ def _kubernetes(args: argparse.Namespace) -> _Served:
         ),
     )
     return _Served(
-        backend.state, [backend], f"the cluster at {connection.host}", backend.resource_exposition
+        backend.state,
+        [backend],
+        f"the cluster at {connection.host}",
+        backend.resource_exposition,
+        ResourceMetricsApi(backend.state, backend.usage_store) if args.enable_metrics_api else None,
     )
 
 
@@ -386,6 +403,8 @@ def serve(args: argparse.Namespace) -> int:
         max_requests_inflight=args.max_requests_inflight,
         request_timeout=args.request_timeout,
         resource_exposition=served.exposition,
+        metrics_api=served.metrics_api,
+        demo_core_api=served.demo_core_api,
     )
     app = create_app(
         cluster=served.cluster, backends=served.backends, settings=settings, security=security
@@ -415,6 +434,7 @@ def serve(args: argparse.Namespace) -> int:
                 "Try:",
                 f"  kubectl --kubeconfig {kubeconfig} get --raw '{pods}'",
                 f"  kubectl --kubeconfig {kubeconfig} get --raw '{external}'",
+                f"  kubectl --kubeconfig {kubeconfig} top pods -A",
             ]
         print("\n".join(lines) + "\n", flush=True)
 

@@ -9,7 +9,7 @@ every entry of one parent resource agrees.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from custom_metrics_server.domain import MetricInfo
@@ -32,10 +32,13 @@ def api_group(group: str) -> dict[str, Any]:
     }
 
 
-def api_group_list(server_address: str) -> dict[str, Any]:
-    """`APIGroupList` of every served group, as the Go root handler encodes it."""
+def api_group_list(
+    server_address: str, extra_groups: Mapping[str, tuple[str, ...]] | None = None
+) -> dict[str, Any]:
+    """`APIGroupList` of every served group, as the Go root handler encodes it; groups served
+    outside the grammar (`metrics.k8s.io` when enabled) come last."""
     groups = []
-    for group, versions in GROUP_VERSIONS.items():
+    for group, versions in {**GROUP_VERSIONS, **(extra_groups or {})}.items():
         groups.append(
             {
                 "name": group,

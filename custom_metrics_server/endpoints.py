@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
-from custom_metrics_server import discovery, wire
+from custom_metrics_server import core_api, discovery, resource_api, wire
 from custom_metrics_server.domain import ExternalMetricRequest, ItemShape, MetricRequest
 from custom_metrics_server.errors import (
     NotAcceptable,
@@ -93,12 +93,25 @@ def _header(scope: Scope, name: bytes) -> str:
 
 
 class ApiEndpoints:
-    """Serves everything below `/apis`."""
+    """Serves everything below `/apis` (and, in the demo, the read-only `/api` subset)."""
 
-    def __init__(self, *, engine: QueryEngine, metrics: ServerMetrics, server_address: str) -> None:
+    def __init__(
+        self,
+        *,
+        engine: QueryEngine,
+        metrics: ServerMetrics,
+        server_address: str,
+        metrics_api: resource_api.ResourceMetricsApi | None = None,
+        demo_core_api: core_api.DemoCoreApi | None = None,
+    ) -> None:
         self.engine = engine
         self.metrics = metrics
         self.server_address = server_address
+        #: `metrics.k8s.io` (the Resource Metrics API), when enabled.
+        self.metrics_api = metrics_api
+        self._extra_groups = resource_api.GROUP_VERSIONS if metrics_api is not None else None
+        #: The demo's read-only `/api` subset (nodes, pods) that `kubectl top` also reads.
+        self.demo_core_api = demo_core_api
 
     async def __call__(self, scope: Scope, send: Send) -> None:
         """Answer one HTTP request whose path is under `/apis`."""
@@ -107,6 +120,14 @@ class ApiEndpoints:
         group = version = resource = ""
         code = 500
         try:
+            if self.metrics_api is not None and resource_api.is_metrics_api_path(scope["path"]):
+                group, version, resource = resource_api.GROUP, resource_api.VERSION, ""
+                code = await self._serve_metrics_api(self.metrics_api, scope, query, send)
+                return
+            if self.demo_core_api is not None and core_api.is_core_api_path(scope["path"]):
+                group, version, resource = "", "v1", ""
+                code = await self._serve_core_api(self.demo_core_api, scope, query, send)
+                return
             try:
                 parsed = parse(scope["path"], query)
             except NotFound:
@@ -150,6 +171,45 @@ class ApiEndpoints:
                 code=code,
                 seconds=time.perf_counter() - started,
             )
+
+    async def _serve_metrics_api(
+        self, api: resource_api.ResourceMetricsApi, scope: Scope, query: QueryParams, send: Send
+    ) -> int:
+        """`metrics.k8s.io`: parse, negotiate (JSON or Table), render; returns the code sent.
+        Errors propagate as `StatusError` to `__call__`."""
+        request = resource_api.parse_request(scope["path"], query, scope["query_string"])
+        if request is None:
+            await send_not_found_text(send)
+            return 404
+        if scope["method"] not in _READ_METHODS:
+            raise method_not_allowed()
+        chosen = resource_api.negotiate(_header(scope, b"accept"))
+        if isinstance(chosen, NotAcceptable):
+            raise chosen
+        view, pretty = chosen
+        if query.pretty is not None:
+            pretty = query.pretty
+        elif not pretty:
+            pretty = pretty_user_agent(_header(scope, b"user-agent"))
+        await send_body(send, 200, api.render(request, view, pretty=pretty))
+        return 200
+
+    async def _serve_core_api(
+        self, api: core_api.DemoCoreApi, scope: Scope, query: QueryParams, send: Send
+    ) -> int:
+        """The demo's `/api` subset (JSON only); errors propagate as `StatusError`."""
+        if scope["method"] not in _READ_METHODS:
+            raise method_not_allowed()
+        request = api.parse(scope["path"], query)
+        representation = negotiate(_header(scope, b"accept"), discovery_root=not request.version)
+        if isinstance(representation, NotAcceptable):
+            raise representation
+        body = wire.dumps(api.document(request, self.server_address))
+        pretty = query.pretty
+        if pretty is None:
+            pretty = representation.pretty or pretty_user_agent(_header(scope, b"user-agent"))
+        await send_body(send, 200, wire.prettify(body) if pretty else body)
+        return 200
 
     async def _send_status(self, send: Send, error: StatusError, *, request_id: str = "") -> None:
         headers = _JSON_HEADERS + tuple(
@@ -197,7 +257,7 @@ class ApiEndpoints:
             )
         if isinstance(parsed, GroupDiscovery):
             return wire.dumps(discovery.api_group(parsed.group))
-        return wire.dumps(discovery.api_group_list(self.server_address))
+        return wire.dumps(discovery.api_group_list(self.server_address, self._extra_groups))
 
 
 def _labels(parsed: ParsedRequest, engine: QueryEngine) -> tuple[str, str, str]:

@@ -13,6 +13,7 @@ Cost: O(len(path) + len(query)) per request; selectors are parsed through a cach
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl
@@ -291,7 +292,7 @@ def _parse_external(version: str, parts: list[str], query: QueryParams) -> Exter
     _check_metric_name(metric)
     if query.watch:
         raise watch_not_supported()
-    metric_selector = _label_selector(query.label_selector)
+    metric_selector = parse_label_selector(query.label_selector)
     _check_field_selector(query.field_selector, name=None)
     return ExternalMetricRequest(
         namespace=namespace, metric=metric, metric_selector=metric_selector
@@ -300,13 +301,14 @@ def _parse_external(version: str, parts: list[str], query: QueryParams) -> Exter
 
 def _selectors(query: QueryParams, *, name: str) -> tuple[Selector, Selector]:
     """Parse labelSelector, fieldSelector and metricLabelSelector; any error is a 400."""
-    label_selector = _label_selector(query.label_selector)
+    label_selector = parse_label_selector(query.label_selector)
     _check_field_selector(query.field_selector, name=name)
-    metric_selector = _label_selector(query.metric_label_selector)
+    metric_selector = parse_label_selector(query.metric_label_selector)
     return label_selector, metric_selector
 
 
-def _label_selector(text: str) -> Selector:
+def parse_label_selector(text: str) -> Selector:
+    """A `labelSelector`/`metricLabelSelector` value; a parse error is a 400."""
     if not text:
         return EVERYTHING
     try:
@@ -329,19 +331,21 @@ def _check_field_selector(text: str, *, name: str | None) -> None:
 
 def _check_metric_name(metric: str) -> None:
     """Metric names are path segments: never `.`/`..`, never `%`, `/` or `?` inside."""
-    problem = _path_segment_problem(metric) or ("may not contain '?'" if "?" in metric else "")
+    problem = path_segment_problem(metric) or ("may not contain '?'" if "?" in metric else "")
     if problem:
         raise BadRequest(f'invalid metric name "{metric}": {problem}')
 
 
 def _check_object_name(name: str, *, what: str) -> None:
-    problem = _path_segment_problem(name)
+    problem = path_segment_problem(name)
     if problem:
         raise BadRequest(f'invalid {what} name "{name}": {problem}')
 
 
-def _path_segment_problem(segment: str) -> str:
-    """apimachinery `IsValidPathSegmentName`, as a message ("" when valid)."""
+def path_segment_problem(segment: str | None) -> str:
+    """apimachinery `IsValidPathSegmentName`, as a message ("" when valid or absent)."""
+    if segment is None:
+        return ""
     if segment in {".", ".."}:
         return f"may not be '{segment}'"
     if "/" in segment:
@@ -349,3 +353,31 @@ def _path_segment_problem(segment: str) -> str:
     if "%" in segment:
         return "may not contain '%'"
     return ""
+
+
+def resource_route(
+    parts: list[str], namespaced: Mapping[str, bool]
+) -> tuple[str, str | None, str | None]:
+    """`(resource, namespace, name)` of a generic apiserver resource path below a group
+    version (`{r}`, `{r}/{name}`, `namespaces/{ns}/{r}[/{name}]`), for the resources named in
+    `namespaced` (resource -> namespace-scoped). A namespaced resource has no cluster-scoped
+    get route, a cluster-scoped one no namespaced route; anything else (subresources, `//`)
+    is go-restful's 404 Status. Segment names are checked as the handlers check them (400).
+    O(len(parts))."""
+    if not parts or "" in parts:
+        raise route_not_found()
+    namespace: str | None = None
+    if parts[0] == "namespaces" and len(parts) >= 3 and namespaced.get(parts[2]):
+        namespace, parts = parts[1], parts[2:]
+    resource = parts[0]
+    if len(parts) > 2 or resource not in namespaced:
+        raise route_not_found()
+    name = parts[1] if len(parts) == 2 else None
+    if namespaced[resource] and namespace is None and name is not None:
+        raise route_not_found()
+    for what, segment in (("namespace", namespace), ("resource", name)):
+        problem = path_segment_problem(segment)
+        if problem:
+            # the handlers' IsValidPathSegmentName check, its error list printed with %v
+            raise BadRequest(f'invalid {what} name "{segment}": [{problem}]')
+    return resource, namespace, name

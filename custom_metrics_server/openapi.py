@@ -23,6 +23,11 @@ from pydantic.json_schema import models_json_schema
 from custom_metrics_server import __version__, schemas
 from custom_metrics_server.grammar import CUSTOM_GROUP, EXTERNAL_GROUP, GROUP_VERSIONS
 
+#: metrics.k8s.io (the Resource Metrics API), described only when it is served.
+METRICS_GROUP: Final = "metrics.k8s.io"
+METRICS_VERSION: Final = "v1beta1"
+_ALL_DEFINITIONS: Final = {**schemas.DEFINITIONS, **schemas.METRICS_API_DEFINITIONS}
+
 _DEFS: Final = "#/definitions/"
 _QUERY_PARAMS: Final = {
     "labelSelector": "A selector to restrict the list of returned objects by their labels.",
@@ -32,6 +37,11 @@ _QUERY_PARAMS: Final = {
 }
 _EXTERNAL_QUERY_PARAMS: Final = {
     "labelSelector": "A selector on the metric's own labels.",
+    "pretty": _QUERY_PARAMS["pretty"],
+}
+_LIST_QUERY_PARAMS: Final = {
+    "labelSelector": _QUERY_PARAMS["labelSelector"],
+    "fieldSelector": _QUERY_PARAMS["fieldSelector"],
     "pretty": _QUERY_PARAMS["pretty"],
 }
 
@@ -62,13 +72,13 @@ def _strip(node: Any) -> Any:
     return out
 
 
-def definitions() -> dict[str, Any]:
-    """Every wire definition, keyed by its Kubernetes name, with `#/definitions/` refs."""
-    models: list[tuple[type[BaseModel], Any]] = [
-        (model, "serialization") for model in schemas.DEFINITIONS
-    ]
+def definitions(*, metrics_api: bool = False) -> dict[str, Any]:
+    """Every wire definition, keyed by its Kubernetes name, with `#/definitions/` refs (the
+    metrics.k8s.io ones only with `metrics_api`)."""
+    table = _ALL_DEFINITIONS if metrics_api else schemas.DEFINITIONS
+    models: list[tuple[type[BaseModel], Any]] = [(model, "serialization") for model in table]
     _, top = models_json_schema(models, by_alias=True, ref_template=_DEFS + "{model}")
-    renames = {model.__name__: name for model, name in schemas.DEFINITIONS.items()}
+    renames = {model.__name__: name for model, name in table.items()}
     raw = orjson.dumps(top.get("$defs", {})).decode()
     for short, long in sorted(renames.items(), key=lambda item: -len(item[0])):
         raw = raw.replace(f'"{_DEFS}{short}"', f'"{_DEFS}{long}"')
@@ -78,7 +88,7 @@ def definitions() -> dict[str, Any]:
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
-    return {"$ref": _DEFS + schemas.DEFINITIONS[model]}
+    return {"$ref": _DEFS + _ALL_DEFINITIONS[model]}
 
 
 def _params(names: list[str], query: dict[str, str]) -> list[dict[str, Any]]:
@@ -122,6 +132,8 @@ def group_version_paths(group: str, version: str) -> dict[str, Any]:
             )
         }
     }
+    if group == METRICS_GROUP:
+        return {**paths, **_metrics_api_paths(base, tag)}
     if group == EXTERNAL_GROUP:
         paths[f"{base}/namespaces/{{namespace}}/{{metric}}"] = {
             "get": _operation(
@@ -164,6 +176,54 @@ def group_version_paths(group: str, version: str) -> dict[str, Any]:
     return paths
 
 
+def _metrics_api_paths(base: str, tag: str) -> dict[str, Any]:
+    """metrics.k8s.io/v1beta1: get and list of PodMetrics and NodeMetrics."""
+    return {
+        f"{base}/nodes": {
+            "get": _operation(
+                f"list{tag}NodeMetrics", "list NodeMetrics", schemas.NodeMetricsList, tag
+            ),
+            "parameters": _params([], _LIST_QUERY_PARAMS),
+        },
+        f"{base}/nodes/{{name}}": {
+            "get": _operation(
+                f"read{tag}NodeMetrics", "read NodeMetrics", schemas.NodeMetrics, tag
+            ),
+            "parameters": _params(["name"], {"pretty": _QUERY_PARAMS["pretty"]}),
+        },
+        f"{base}/pods": {
+            "get": _operation(
+                f"list{tag}PodMetricsForAllNamespaces",
+                "list PodMetrics of every namespace",
+                schemas.PodMetricsList,
+                tag,
+            ),
+            "parameters": _params([], _LIST_QUERY_PARAMS),
+        },
+        f"{base}/namespaces/{{namespace}}/pods": {
+            "get": _operation(
+                f"list{tag}NamespacedPodMetrics",
+                "list PodMetrics of a namespace",
+                schemas.PodMetricsList,
+                tag,
+            ),
+            "parameters": _params(["namespace"], _LIST_QUERY_PARAMS),
+        },
+        f"{base}/namespaces/{{namespace}}/pods/{{name}}": {
+            "get": _operation(
+                f"read{tag}NamespacedPodMetrics", "read PodMetrics", schemas.PodMetrics, tag
+            ),
+            "parameters": _params(["namespace", "name"], {"pretty": _QUERY_PARAMS["pretty"]}),
+        },
+    }
+
+
+def _served(metrics_api: bool) -> dict[str, tuple[str, ...]]:
+    if metrics_api:
+        return {**GROUP_VERSIONS, METRICS_GROUP: (METRICS_VERSION,)}
+    return GROUP_VERSIONS
+
+
 def _reachable(document: Any, defs: dict[str, Any], prefix: str) -> dict[str, Any]:
     """The definitions a document refers to, transitively."""
     wanted: dict[str, Any] = {}
@@ -183,17 +243,18 @@ def _reachable(document: Any, defs: dict[str, Any], prefix: str) -> dict[str, An
     return dict(sorted(wanted.items()))
 
 
-def build_v2(*, title: str = "custom-metrics-server") -> dict[str, Any]:
-    """The Swagger 2.0 document of every served group version."""
+def build_v2(*, title: str = "custom-metrics-server", metrics_api: bool = False) -> dict[str, Any]:
+    """The Swagger 2.0 document of every served group version (metrics.k8s.io with
+    `metrics_api`)."""
     paths: dict[str, Any] = {}
-    for group, versions in GROUP_VERSIONS.items():
+    for group, versions in _served(metrics_api).items():
         for version in versions:
             paths.update(group_version_paths(group, version))
     return {
         "swagger": "2.0",
         "info": {"title": title, "version": __version__},
         "paths": dict(sorted(paths.items())),
-        "definitions": definitions(),
+        "definitions": definitions(metrics_api=metrics_api),
     }
 
 
@@ -239,11 +300,13 @@ def _v3_path_item(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_v3(*, title: str = "custom-metrics-server") -> dict[str, dict[str, Any]]:
+def build_v3(
+    *, title: str = "custom-metrics-server", metrics_api: bool = False
+) -> dict[str, dict[str, Any]]:
     """One OpenAPI 3.0 document per served group version, keyed `apis/<group>/<version>`."""
-    defs = definitions()
+    defs = definitions(metrics_api=metrics_api)
     documents = {}
-    for group, versions in GROUP_VERSIONS.items():
+    for group, versions in _served(metrics_api).items():
         for version in versions:
             paths = group_version_paths(group, version)
             schemas_v3 = _to_v3(_reachable(paths, defs, _DEFS))
@@ -270,9 +333,10 @@ def v3_root(documents: dict[str, bytes]) -> dict[str, Any]:
 
 
 def rendered_files() -> dict[str, bytes]:
-    """Checked-in file name -> content for `openapi/`."""
+    """Checked-in file name -> content for `openapi/`: the default Swagger document, and
+    every v3 group document (metrics.k8s.io's included, served only when enabled)."""
     files = {"swagger.json": orjson.dumps(build_v2(), option=orjson.OPT_INDENT_2) + b"\n"}
-    for key, document in build_v3().items():
+    for key, document in build_v3(metrics_api=True).items():
         name = "v3/" + key.replace("/", "__") + "_openapi.json"
         files[name] = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
     return files

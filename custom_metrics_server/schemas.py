@@ -234,6 +234,70 @@ class Status(_Wire):
     code: int
 
 
+Duration = Annotated[
+    str,
+    WithJsonSchema(
+        {"type": "string", "description": "A Go duration (time.Duration.String), e.g. 15s."}
+    ),
+]
+
+
+class ObjectMeta(_Wire):
+    """The metadata a PodMetrics/NodeMetrics carries (a subset of metav1.ObjectMeta)."""
+
+    name: str | None = None
+    namespace: str | None = None
+    creation_timestamp: Time = Field(default=None, alias="creationTimestamp")
+    labels: dict[str, str] | None = None
+
+
+class ContainerMetrics(_Wire):
+    """metrics.k8s.io/v1beta1 ContainerMetrics: one container's usage."""
+
+    name: str
+    usage: dict[str, Quantity]
+
+
+class PodMetrics(_Wire):
+    """metrics.k8s.io/v1beta1 PodMetrics (kind and apiVersion only on a single object)."""
+
+    kind: str | None = None
+    api_version: str | None = Field(default=None, alias="apiVersion")
+    metadata: ObjectMeta
+    timestamp: Time
+    window: Duration
+    containers: list[ContainerMetrics]
+
+
+class PodMetricsList(_Wire):
+    """metrics.k8s.io/v1beta1 PodMetricsList."""
+
+    kind: str
+    api_version: str = Field(alias="apiVersion")
+    metadata: ListMeta
+    items: list[PodMetrics]
+
+
+class NodeMetrics(_Wire):
+    """metrics.k8s.io/v1beta1 NodeMetrics (kind and apiVersion only on a single object)."""
+
+    kind: str | None = None
+    api_version: str | None = Field(default=None, alias="apiVersion")
+    metadata: ObjectMeta
+    timestamp: Time
+    window: Duration
+    usage: dict[str, Quantity]
+
+
+class NodeMetricsList(_Wire):
+    """metrics.k8s.io/v1beta1 NodeMetricsList."""
+
+    kind: str
+    api_version: str = Field(alias="apiVersion")
+    metadata: ListMeta
+    items: list[NodeMetrics]
+
+
 _META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 _CUSTOM = "io.k8s.metrics.pkg.apis.custom_metrics"
 _EXTERNAL = "io.k8s.metrics.pkg.apis.external_metrics.v1beta1"
@@ -260,4 +324,17 @@ DEFINITIONS: Final[dict[type[BaseModel], str]] = {
     StatusCause: f"{_META}.StatusCause",
     StatusDetails: f"{_META}.StatusDetails",
     Status: f"{_META}.Status",
+}
+
+_RESOURCE = "io.k8s.metrics.pkg.apis.metrics.v1beta1"
+
+#: metrics.k8s.io/v1beta1 models -> definition names: in the OpenAPI documents only when the
+#: Resource Metrics API is served (`--enable-metrics-api`, `--demo`).
+METRICS_API_DEFINITIONS: Final[dict[type[BaseModel], str]] = {
+    ObjectMeta: f"{_META}.ObjectMeta",
+    ContainerMetrics: f"{_RESOURCE}.ContainerMetrics",
+    PodMetrics: f"{_RESOURCE}.PodMetrics",
+    PodMetricsList: f"{_RESOURCE}.PodMetricsList",
+    NodeMetrics: f"{_RESOURCE}.NodeMetrics",
+    NodeMetricsList: f"{_RESOURCE}.NodeMetricsList",
 }

@@ -42,9 +42,11 @@ from custom_metrics_server.exposition import ContainerSample, CpuSample, PodKey,
 
 __all__ = [
     "FRESH_CONTAINER_MIN_AGE",
+    "ContainerResourceUsage",
     "NodeUsage",
     "PodUsage",
     "Rate",
+    "ResourceUsage",
     "StoreStats",
     "UsageStore",
     "cpu_rate",
@@ -86,6 +88,42 @@ class NodeUsage(NamedTuple):
     memory_bytes: float
     timestamp: float
     window: float
+
+
+class ContainerResourceUsage(NamedTuple):
+    """One container's usage as metrics-server's ``resourceUsage`` computes it: whole
+    nanocores (``uint64`` truncation of nanocore-seconds over the window) and whole bytes."""
+
+    name: str
+    nanocores: int
+    memory_bytes: int
+
+
+class ResourceUsage(NamedTuple):
+    """A pod's per-container usage, or a node's (``containers`` empty, totals set), for the
+    Resource Metrics API: ``timestamp`` in Unix seconds, ``window_ns`` in nanoseconds."""
+
+    timestamp: float
+    window_ns: int
+    containers: tuple[ContainerResourceUsage, ...]
+    nanocores: int
+    memory_bytes: int
+
+
+def _nanos(seconds: float) -> int:
+    """metrics-server's ``uint64(value * 1e9)`` of a CPU counter (truncation)."""
+    return int(seconds * 1e9)
+
+
+def _window_ns(later: float, earlier: float) -> int:
+    """A window between two timestamps in whole nanoseconds. Kubelet timestamps are
+    milliseconds; rounding to microseconds removes float noise and keeps them exact."""
+    return round((later - earlier) * 1e6) * 1000
+
+
+def _nanocores(cpu: float, previous_cpu: float, window_ns: int) -> int:
+    """``uint64(float64(last - prev) / window.Seconds())``, as upstream."""
+    return int((_nanos(cpu) - _nanos(previous_cpu)) / (window_ns / 1e9))
 
 
 def cpu_rate(previous: CpuSample, current: CpuSample) -> Rate | None:
@@ -142,6 +180,9 @@ class UsageStore:
         self._nodes: dict[str, _NodeState] = {}
         self._pod_node: dict[PodKey, str] = {}
         self._generation = 0
+        # pod -> (its stored array, the ResourceUsage derived from it): memoised per array,
+        # which `apply` replaces whenever the pod's node is scraped.
+        self._resource_usage: dict[PodKey, tuple[array[float], ResourceUsage | None]] = {}
 
     @property
     def generation(self) -> int:
@@ -247,6 +288,40 @@ class UsageStore:
             return None
         return PodUsage(cores, data[_MEMORY], data[_TIME], data[_WINDOW])
 
+    def pod_resource_usage(self, namespace: str, pod: str) -> ResourceUsage | None:
+        """The pod's usage per container, for the Resource Metrics API (``PodMetrics``):
+        None until every container has two samples (``pod_usage`` is None then too). A
+        container left out of the pod's sums (counter or start time went back) is left out
+        here. Timestamp and window are those of the container with the earliest timestamp.
+        O(containers) after each scrape of the pod's node, then O(1) (memoised; the same
+        object is returned until the node is scraped again)."""
+        key = (namespace, pod)
+        node = self._pod_node.get(key)
+        if node is None:
+            return None
+        names, data = self._nodes[node].pods[key]
+        cache = self._resource_usage
+        cached = cache.get(key)
+        if cached is not None and cached[0] is data:
+            return cached[1]
+        if len(cache) > 2 * len(self._pod_node) + 1024:
+            cache.clear()  # pods that went away
+        found = cache[key] = (data, _resource_usage(names, data))
+        return found[1]
+
+    def node_resource_usage(self, node: str) -> ResourceUsage | None:
+        """The node's own usage for the Resource Metrics API (``NodeMetrics``), None until
+        it has two samples. O(1)."""
+        state = self._nodes.get(node)
+        if state is None or state.usage is None or state.last is None or state.previous is None:
+            return None
+        cpu, when, memory = state.last
+        previous_cpu, previous_time = state.previous
+        span = _window_ns(when, previous_time)
+        if span <= 0:
+            return None
+        return ResourceUsage(when, span, (), _nanocores(cpu, previous_cpu, span), int(memory))
+
     def pod_node(self, namespace: str, pod: str) -> str | None:
         """The node whose kubelet last reported the pod. O(1)."""
         return self._pod_node.get((namespace, pod))
@@ -346,3 +421,33 @@ def _pod_entry(
         values[_TIME] = earliest
         values[_WINDOW] = window
     return names, array("d", values)
+
+
+def _resource_usage(names: tuple[str, ...], data: array[float]) -> ResourceUsage | None:
+    """A pod's per-container usage from its stored entry. O(containers)."""
+    if isnan(data[_CORES]):
+        return None
+    containers: list[ContainerResourceUsage] = []
+    earliest = math.inf
+    window = 0
+    total_cores = total_memory = 0
+    offset = _HEADER
+    for name in names:
+        cpu, when, start, previous_cpu, previous_time, previous_start, memory = data[
+            offset : offset + _STRIDE
+        ]
+        offset += _STRIDE
+        if _before(start, previous_start) or cpu < previous_cpu:
+            continue  # skipped by upstream's resourceUsage (and by the pod's sums)
+        span = _window_ns(when, previous_time)
+        if span <= 0:
+            continue
+        cores = _nanocores(cpu, previous_cpu, span)
+        containers.append(ContainerResourceUsage(name, cores, int(memory)))
+        total_cores += cores
+        total_memory += int(memory)
+        if when < earliest:
+            earliest, window = when, span
+    if not containers:
+        return None
+    return ResourceUsage(earliest, window, tuple(containers), total_cores, total_memory)

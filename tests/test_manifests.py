@@ -762,3 +762,98 @@ def _no_certificates_left_in_the_repository() -> Iterator[None]:
     yield
     after = sorted(certs.iterdir()) if certs.exists() else None
     assert before == after, "a test wrote into manifests/overlays/production/certs"
+
+
+# --- the optional metrics.k8s.io component ------------------------------------------------------
+
+COMPONENT = MANIFESTS / "components" / "resource-metrics"
+
+
+def with_component(overlay: Path) -> list[Obj]:
+    """Build `overlay` with the resource-metrics component added, as docs/metrics-api.md says."""
+    kustomization = overlay / "kustomization.yaml"
+    kustomization.write_text(
+        kustomization.read_text() + "components:\n  - ../../components/resource-metrics\n"
+    )
+    return kustomize(overlay)
+
+
+@pytest.fixture(scope="module")
+def production_with_metrics_api(
+    production_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> list[Obj]:
+    copy = tmp_path_factory.mktemp("with-component") / "manifests"
+    shutil.copytree(production_dir.parent.parent, copy)
+    return with_component(copy / "overlays" / "production")
+
+
+@pytest.fixture(scope="module")
+def cert_manager_with_metrics_api(tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
+    copy = tmp_path_factory.mktemp("cm-with-component") / "manifests"
+    shutil.copytree(MANIFESTS, copy, ignore=shutil.ignore_patterns("certs"))
+    return with_component(copy / "overlays" / "cert-manager")
+
+
+def test_component_files_hold_one_object_each_and_are_all_listed() -> None:
+    listed = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
+    assert listed["kind"] == "Component"
+    on_disk = sorted(p.name for p in COMPONENT.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(listed["resources"]) == on_disk
+    for name in on_disk:
+        documents = [d for d in yaml.safe_load_all((COMPONENT / name).read_text()) if d]
+        assert len(documents) == 1
+
+
+def test_the_base_does_not_take_metrics_k8s_io_over(base: list[Obj]) -> None:
+    assert not [o for o in select(base, "APIService") if o["spec"]["group"] == "metrics.k8s.io"]
+    assert "--enable-metrics-api" not in container(base)["args"]
+
+
+def test_production_with_the_component_registers_v1beta1_metrics_k8s_io(
+    production_with_metrics_api: list[Obj],
+) -> None:
+    objects = production_with_metrics_api
+    services = {o["metadata"]["name"]: o for o in select(objects, "APIService")}
+    assert set(services) == {*API_SERVICES, "v1beta1.metrics.k8s.io"}
+    spec = services["v1beta1.metrics.k8s.io"]["spec"]
+    assert (spec["group"], spec["version"]) == ("metrics.k8s.io", "v1beta1")
+    assert (spec["groupPriorityMinimum"], spec["versionPriority"]) == (100, 100)
+    assert spec["service"] == {"name": NAME, "namespace": NAMESPACE, "port": 443}
+    assert "insecureSkipTLSVerify" not in spec
+    # The overlay's replacement ran after the component: the same generated CA everywhere.
+    bundles = {s["spec"]["caBundle"] for s in services.values()}
+    assert len(bundles) == 1
+    assert base64.b64decode(bundles.pop()).startswith(b"-----BEGIN CERTIFICATE-----")
+    args = container(objects)["args"]
+    assert "--enable-metrics-api" in args
+    assert "--enable-metrics-api" in serve_parser()._option_string_actions
+
+
+def test_cert_manager_with_the_component_injects_the_ca_into_the_new_api_service(
+    cert_manager_with_metrics_api: list[Obj],
+) -> None:
+    service = one(cert_manager_with_metrics_api, "APIService", "v1beta1.metrics.k8s.io")
+    assert "caBundle" not in service["spec"] or service["spec"]["caBundle"] is None
+    annotations = service["metadata"]["annotations"]
+    assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{NAME}-serving"
+
+
+def test_the_component_grants_kubectl_top_like_metrics_server(
+    production_with_metrics_api: list[Obj],
+) -> None:
+    role = one(production_with_metrics_api, "ClusterRole", "system:aggregated-metrics-reader")
+    labels = role["metadata"]["labels"]
+    for verb in ("view", "edit", "admin"):
+        assert labels[f"rbac.authorization.k8s.io/aggregate-to-{verb}"] == "true"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["metrics.k8s.io"],
+            "resources": ["pods", "nodes"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    # What the server itself reads for it (pods, nodes, the kubelets) is already in the base role.
+    rules = one(production_with_metrics_api, "ClusterRole", NAME)["rules"]
+    core = [r for r in rules if r["apiGroups"] == [""]]
+    assert {"pods", "nodes"} <= set(core[0]["resources"])
+    assert any("nodes/proxy" in r["resources"] for r in core)

@@ -1,0 +1,632 @@
+"""The Resource Metrics API, `metrics.k8s.io/v1beta1` (what `kubectl top` and the HPA's
+resource metrics read), served as metrics-server serves it.
+
+PURE request/response logic: a decoded path, query and `Accept` header in, a JSON-shaped
+document (plain dicts and lists, exactly the JSON wire form) or a `StatusError` out. No I/O, no
+web framework; `endpoints` routes `/apis/metrics.k8s.io/...` here.
+
+Sources: the cluster's pods and nodes (`ClusterState`, the same records the watches or the demo
+feed) and the usage store the kubelet scraper (or the simulated kubelets) already fill
+(`usage.UsageStore`); nothing is scraped twice. Rules, from metrics-server (`pkg/api/pod.go`,
+`node.go`, `filter.go`, `table.go`, `pkg/storage/*`):
+
+* a pod appears when it is running (in the pod lister) and every container of its latest
+  kubelet sample has two points (a container whose counter or start time went back is left
+  out); its `timestamp`/`window` are those of its container with the earliest timestamp;
+* a node appears once it has two samples; `timestamp` is the later sample's time, `window` the
+  span between the two, rendered as a Go duration (`15s`, `20.038s`, `1m0s`);
+* usage is `cpu` in whole nanocores (truncated, then a canonical quantity: `12345678n`,
+  `1500u`, `2`) and `memory` in bytes (BinarySI: `128Mi`, `1k` below 1024 as Go prints it);
+* lists are sorted by namespace then name; `labelSelector` and `fieldSelector`
+  (`metadata.name`, `metadata.namespace`; nodes carry no namespace field) filter them;
+* a `Table` (`as=Table;g=meta.k8s.io;v=v1` or `v1beta1`) has metrics-server's columns: Name,
+  one quantity column per resource (sorted) and Window.
+
+Costs: a list is O(pods matched x containers), plus the label index lookup (memoised per
+selector); a get is O(containers). No pydantic, no per-item objects beyond the output dicts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any, Final, Literal, Protocol
+
+from custom_metrics_server import wire
+from custom_metrics_server.cluster_state import NODES, PODS, ClusterState
+from custom_metrics_server.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotFound,
+    not_acceptable,
+)
+from custom_metrics_server.grammar import (
+    QueryParams,
+    check_selector_sizes,
+    check_timeout,
+    parse_label_selector,
+    resource_route,
+)
+from custom_metrics_server.quantity import Format, Quantity, format_quantity
+from custom_metrics_server.selectors import (
+    EVERYTHING,
+    FIELD_EVERYTHING,
+    FieldSelector,
+    Selector,
+    SelectorError,
+    parse_field_selector_cached,
+)
+from custom_metrics_server.usage import ResourceUsage
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "GROUP_VERSIONS",
+    "PREFIX",
+    "VERSION",
+    "MetricsApiRequest",
+    "ResourceMetricsApi",
+    "ResourceUsageSource",
+    "go_duration",
+    "is_metrics_api_path",
+    "nanocores_quantity",
+    "negotiate",
+    "parse_request",
+]
+
+GROUP: Final = "metrics.k8s.io"
+VERSION: Final = "v1beta1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+#: For the root `/apis` group list.
+GROUP_VERSIONS: Final[dict[str, tuple[str, ...]]] = {GROUP: (VERSION,)}
+PREFIX: Final = f"/apis/{GROUP}"
+
+Kind = Literal["group", "version", "pods", "nodes"]
+#: What an `Accept` header chose: plain JSON, or a Table of meta.k8s.io/v1 or v1beta1.
+View = Literal["json", "v1", "v1beta1"]
+
+_SERVED_MEDIA_TYPES: Final = ("application/json",)
+_JSON_MEDIA: Final = frozenset({"application/json", "application/*", "*/*"})
+_CONVERSION_PARAMS: Final = frozenset({"as", "g", "v", "stream", "sv"})
+_INCLUDE_OBJECT: Final = frozenset({"None", "Metadata", "Object"})
+_NAMESPACED: Final = {"pods": True, "nodes": False}
+
+
+class ResourceUsageSource(Protocol):
+    """Per-container pod usage and node usage (`usage.UsageStore` provides both)."""
+
+    def pod_resource_usage(self, namespace: str, pod: str) -> ResourceUsage | None: ...
+
+    def node_resource_usage(self, node: str) -> ResourceUsage | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsApiRequest:
+    """One parsed request below `/apis/metrics.k8s.io`.
+
+    `namespace` None: every namespace (pods) or cluster scope (nodes); `name` None: a list.
+    """
+
+    kind: Kind
+    namespace: str | None = None
+    name: str | None = None
+    label_selector: Selector = EVERYTHING
+    field_selector: FieldSelector = FIELD_EVERYTHING
+    include_object: str = "Metadata"
+
+
+def is_metrics_api_path(path: str) -> bool:
+    """Whether a decoded path belongs to this group. O(1)."""
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+# Parsing ------------------------------------------------------------------------------------
+
+
+def parse_request(
+    path: str, query: QueryParams, raw_query: bytes | str = b""
+) -> MetricsApiRequest | None:
+    """The request a path names, None for a version this server does not serve (Go's plain
+    404 text, as for other unknown paths), or a `StatusError` (404 Status for an unknown
+    route, 400 for a bad selector, 405 for `watch`). O(len(path) + len(query))."""
+    check_timeout(query.timeout)
+    check_selector_sizes(query)
+    rest = path[len(PREFIX) :].strip("/")
+    parts = rest.split("/") if rest else []
+    if not parts:
+        return MetricsApiRequest("group")
+    if parts[0] != VERSION:
+        return None
+    parts = parts[1:]
+    if not parts:
+        return MetricsApiRequest("version")
+    resource, namespace, name = resource_route(parts, _NAMESPACED)
+    kind: Kind = "pods" if resource == "pods" else "nodes"
+    if name is not None:
+        return MetricsApiRequest(kind, namespace, name)
+    if query.watch:
+        raise MethodNotAllowed(
+            f'watch is not supported on resources of kind "{resource}.{GROUP}"',
+            details={"group": GROUP, "kind": resource},
+        )
+    return MetricsApiRequest(
+        kind,
+        namespace,
+        None,
+        parse_label_selector(query.label_selector),
+        _field_selector(query.field_selector),
+        _include_object(raw_query),
+    )
+
+
+def _field_selector(text: str) -> FieldSelector:
+    if not text:
+        return FIELD_EVERYTHING
+    try:
+        return parse_field_selector_cached(text)
+    except SelectorError as err:
+        raise BadRequest(str(err)) from err
+
+
+def _include_object(raw_query: bytes | str) -> str:
+    """`includeObject` of a Table request (default Metadata, as the generic apiserver)."""
+    text = raw_query.decode("latin-1") if isinstance(raw_query, bytes) else raw_query
+    if "includeObject=" not in text:
+        return "Metadata"
+    for pair in text.split("&"):
+        key, _, value = pair.partition("=")
+        if key == "includeObject":
+            if value not in _INCLUDE_OBJECT:
+                raise BadRequest(
+                    f'includeObject: Unsupported value: "{value}": supported values: '
+                    '"Metadata", "None", "Object"'
+                )
+            return value
+    return "Metadata"
+
+
+@lru_cache(maxsize=256)
+def negotiate(accept: str) -> tuple[View, bool] | NotAcceptable:
+    """The view an `Accept` header asks for and whether to indent, or the 406 to send.
+
+    JSON clauses (`application/json`, `application/*`, `*/*`) without conversion parameters
+    give the object itself; `as=Table;g=meta.k8s.io;v=v1|v1beta1` gives a Table; other
+    conversions (`as=PartialObjectMetadata`, streams) and other media types are skipped. The
+    highest q wins, the first clause on ties. Cached per header value.
+    """
+    if not accept.strip():
+        return ("json", False)
+    best: tuple[float, View, bool] | None = None
+    for clause in accept.split(","):
+        media, _, raw_params = clause.strip().partition(";")
+        media = media.strip().lower()
+        params: dict[str, str] = {}
+        for param in raw_params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key:
+                params[key.strip().lower()] = value.strip()
+        try:
+            quality = float(params.get("q", "1"))
+        except ValueError:
+            quality = 1.0
+        if quality <= 0 or media not in _JSON_MEDIA:
+            continue
+        view: View = "json"
+        if _CONVERSION_PARAMS & params.keys():
+            table_version = params.get("v", "")
+            if (
+                params.get("as") != "Table"
+                or params.get("g") != "meta.k8s.io"
+                or table_version not in ("v1", "v1beta1")
+                or "stream" in params
+                or "sv" in params
+            ):
+                continue
+            view = "v1" if table_version == "v1" else "v1beta1"
+        pretty = params.get("pretty", "") in ("1", "true")
+        if best is None or quality > best[0]:
+            best = (quality, view, pretty)
+    if best is None:
+        return not_acceptable(_SERVED_MEDIA_TYPES)
+    return (best[1], best[2])
+
+
+# Rendering helpers --------------------------------------------------------------------------
+
+_NANO_SUFFIXES: Final = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T"}
+
+
+def nanocores_quantity(nanocores: int) -> str:
+    """`resource.NewScaledQuantity(n, -9).String()` (DecimalSI): `12345678n`, `1500u`, `3m`,
+    `2`. O(digits)."""
+    if nanocores == 0:
+        return "0"
+    sign = "-" if nanocores < 0 else ""
+    digits = str(abs(nanocores))
+    stripped = digits.rstrip("0")
+    zeros = len(digits) - len(stripped)
+    zeros -= zeros % 3
+    exponent = -9 + zeros
+    suffix = _NANO_SUFFIXES.get(exponent)
+    if suffix is None:  # beyond tera-cores: the general (exact) formatter decides
+        return format_quantity(Decimal(nanocores).scaleb(-9))
+    mantissa = digits[: len(digits) - zeros] if zeros else digits
+    return sign + mantissa + suffix
+
+
+def _memory_quantity(memory_bytes: int) -> str:
+    return format_quantity(memory_bytes, Format.BINARY_SI)
+
+
+def go_duration(nanoseconds: int) -> str:
+    """Go's `time.Duration.String()`: `0s`, `1.5ms`, `15s`, `20.038s`, `1m0s`, `1h2m3s`."""
+    if nanoseconds == 0:
+        return "0s"
+    sign = "-" if nanoseconds < 0 else ""
+    value = abs(nanoseconds)
+    if value < 1_000:
+        return f"{sign}{value}ns"
+    if value < 1_000_000:
+        return f"{sign}{_fraction(value, 3)}\u00b5s"
+    if value < 1_000_000_000:
+        return f"{sign}{_fraction(value, 6)}ms"
+    hours, rest = divmod(value, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    seconds = _fraction(rest, 9) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{seconds}"
+    if minutes:
+        return f"{sign}{minutes}m{seconds}"
+    return sign + seconds
+
+
+def _fraction(value: int, precision: int) -> str:
+    whole, part = divmod(value, 10**precision)
+    if not part:
+        return str(whole)
+    return f"{whole}.{str(part).rjust(precision, '0').rstrip('0')}"
+
+
+def _metadata(
+    name: str, namespace: str | None, created: str | None, labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """ObjectMeta in Go field order: name, namespace, creationTimestamp, labels (omitempty)."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["creationTimestamp"] = created
+    if labels:
+        metadata["labels"] = dict(sorted(labels.items()))
+    return metadata
+
+
+def _not_found(group: str, resource: str, name: str) -> NotFound:
+    """`apierrors.NewNotFound`: `resource.group "name" not found`, with its details."""
+    qualified = f"{resource}.{group}" if group else resource
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    return NotFound(f'{qualified} "{name}" not found', details=details)
+
+
+# The API --------------------------------------------------------------------------------------
+
+
+class ResourceMetricsApi:
+    """`PodMetrics` and `NodeMetrics` from the cluster records and the usage store."""
+
+    def __init__(
+        self,
+        cluster: ClusterState,
+        usage: ResourceUsageSource,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cluster = cluster
+        self.usage = usage
+        self._clock = clock
+        # (namespace, name) -> (usage, labels, body, sorted labels): the rendered parts of an
+        # item, reused while the store returns the same usage object (until the next scrape
+        # of the node) and the record the same labels mapping. Bounded by the pods served.
+        self._pod_parts: dict[
+            tuple[str, str],
+            tuple[ResourceUsage, Mapping[str, str], dict[str, Any], dict[str, str]],
+        ] = {}
+
+    # -- discovery --
+
+    @staticmethod
+    def api_group() -> dict[str, Any]:
+        """`APIGroup` of `/apis/metrics.k8s.io`."""
+        version = {"groupVersion": API_VERSION, "version": VERSION}
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": GROUP,
+            "versions": [version],
+            "preferredVersion": dict(version),
+        }
+
+    @staticmethod
+    def api_resource_list() -> dict[str, Any]:
+        """`APIResourceList` of `/apis/metrics.k8s.io/v1beta1`, as metrics-server lists it."""
+
+        def entry(name: str, namespaced: bool, kind: str) -> dict[str, Any]:
+            return {
+                "name": name,
+                "singularName": "",
+                "namespaced": namespaced,
+                "kind": kind,
+                "verbs": ["get", "list"],
+            }
+
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": API_VERSION,
+            "resources": [
+                entry("nodes", False, "NodeMetrics"),
+                entry("pods", True, "PodMetrics"),
+            ],
+        }
+
+    # -- the JSON-shaped documents (also the input of a protobuf encoder) --
+
+    def document(self, request: MetricsApiRequest) -> dict[str, Any]:
+        """The JSON-shaped answer to a parsed request (discovery, an object or a list), or a
+        `StatusError`. Dicts and lists exactly as the JSON wire form, in Go field order."""
+        if request.kind == "group":
+            return self.api_group()
+        if request.kind == "version":
+            return self.api_resource_list()
+        if request.kind == "pods":
+            if request.name is not None:
+                return self.pod_metrics(request.namespace or "", request.name)
+            return self.pod_metrics_list(
+                request.namespace, request.label_selector, request.field_selector
+            )
+        if request.name is not None:
+            return self.node_metrics(request.name)
+        return self.node_metrics_list(request.label_selector, request.field_selector)
+
+    def pod_metrics_list(
+        self,
+        namespace: str | None,
+        label_selector: Selector = EVERYTHING,
+        field_selector: FieldSelector = FIELD_EVERYTHING,
+    ) -> dict[str, Any]:
+        """`PodMetricsList` (items without kind/apiVersion, as Go encodes list items).
+        O(matched pods x containers)."""
+        return {
+            "kind": "PodMetricsList",
+            "apiVersion": API_VERSION,
+            "metadata": {},
+            "items": self._pod_items(namespace, label_selector, field_selector),
+        }
+
+    def pod_metrics(self, namespace: str, name: str) -> dict[str, Any]:
+        """One `PodMetrics`; 404 `pods "name" not found` for an unknown (or not running) pod,
+        404 `podmetrics.metrics.k8s.io "ns/name" not found` while it has no usage."""
+        pod = self.cluster.pods.get((namespace, name))
+        if pod is None or pod.lifecycle != "Runnable":
+            raise _not_found("", "pods", name)
+        record = self.cluster.inventory.get(PODS, (namespace, name))
+        labels = record.labels if record is not None else {}
+        item = self._pod_item(namespace, name, labels, wire.format_time(self._clock()))
+        if item is None:
+            raise _not_found(GROUP, "podmetrics", f"{namespace}/{name}")
+        return {"kind": "PodMetrics", "apiVersion": API_VERSION, **item}
+
+    def node_metrics_list(
+        self,
+        label_selector: Selector = EVERYTHING,
+        field_selector: FieldSelector = FIELD_EVERYTHING,
+    ) -> dict[str, Any]:
+        """`NodeMetricsList`, sorted by name. O(matched nodes)."""
+        return {
+            "kind": "NodeMetricsList",
+            "apiVersion": API_VERSION,
+            "metadata": {},
+            "items": self._node_items(label_selector, field_selector),
+        }
+
+    def node_metrics(self, name: str) -> dict[str, Any]:
+        """One `NodeMetrics`; 404 `node "name" not found` (the node lister's wording) for an
+        unknown node, 404 `nodemetrics.metrics.k8s.io "name" not found` without usage."""
+        record = self.cluster.inventory.get(NODES, ("", name))
+        if record is None:
+            raise _not_found("", "node", name)
+        item = self._node_item(name, record.labels, wire.format_time(self._clock()))
+        if item is None:
+            raise _not_found(GROUP, "nodemetrics", name)
+        return {"kind": "NodeMetrics", "apiVersion": API_VERSION, **item}
+
+    def table(
+        self, document: dict[str, Any], *, version: str = "v1", include_object: str = "Metadata"
+    ) -> dict[str, Any]:
+        """A `meta.k8s.io` Table of a PodMetrics/NodeMetrics object or list, with
+        metrics-server's columns (Name, one quantity column per resource, Window) and rows
+        whose `object` follows `includeObject` (None, Metadata as PartialObjectMetadata, or
+        the Object). No items: null columns and rows, as Go encodes nil slices."""
+        kind = document.get("kind", "")
+        single = kind in ("PodMetrics", "NodeMetrics")
+        item_kind = kind if single else kind.removesuffix("List")
+        items = [document] if single else list(document.get("items", ()))
+        columns: list[dict[str, Any]] | None = None
+        rows: list[dict[str, Any]] = []
+        names: list[str] = []
+        for item in items:
+            usage = _table_usage(item)
+            if columns is None:
+                names = sorted(usage)
+                columns = [_column("Name", "name", "Name of the resource")]
+                columns += [_column(name, "quantity") for name in names]
+                columns.append(_column("Window", "duration"))
+            cells: list[Any] = [item["metadata"]["name"]]
+            cells += [usage.get(name, "0") for name in names]
+            cells.append(item["window"])
+            row_object = self._row_object(item, item_kind, version, include_object)
+            rows.append({"cells": cells, "object": row_object})
+        return {
+            "kind": "Table",
+            "apiVersion": f"meta.k8s.io/{version}",
+            "metadata": {},
+            "columnDefinitions": columns,
+            "rows": rows or None,
+        }
+
+    @staticmethod
+    def _row_object(
+        item: dict[str, Any], kind: str, version: str, include_object: str
+    ) -> dict[str, Any] | None:
+        if include_object == "None":
+            return None
+        if include_object == "Object":
+            if "kind" in item:
+                return item
+            return {"kind": kind, "apiVersion": API_VERSION, **item}
+        return {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": f"meta.k8s.io/{version}",
+            "metadata": item["metadata"],
+        }
+
+    # -- bytes --
+
+    def render(
+        self, request: MetricsApiRequest, view: View = "json", *, pretty: bool = False
+    ) -> bytes:
+        """The response body: the document (or its Table) through the Go-compatible encoder."""
+        document = self.document(request)
+        if view != "json" and request.kind in ("pods", "nodes"):
+            document = self.table(document, version=view, include_object=request.include_object)
+        elif view != "json":
+            raise not_acceptable(_SERVED_MEDIA_TYPES)
+        body = wire.dumps(document)
+        return wire.prettify(body) if pretty else body
+
+    # -- items --
+
+    def _pod_items(
+        self, namespace: str | None, label_selector: Selector, field_selector: FieldSelector
+    ) -> list[dict[str, Any]]:
+        cluster = self.cluster
+        keys = cluster.inventory.select(PODS, namespace, label_selector)
+        records = cluster.inventory.table(PODS)
+        pods = cluster.pods
+        created = wire.format_time(self._clock())
+        check_fields = not field_selector.is_everything()
+        items: list[dict[str, Any]] = []
+        append = items.append
+        for key in keys:
+            pod = pods.get(key)
+            if pod is None or pod.lifecycle != "Runnable":
+                continue
+            if check_fields and not field_selector.matches(
+                {"metadata.name": key[1], "metadata.namespace": key[0]}
+            ):
+                continue
+            record = records.get(key)
+            item = self._pod_item(key[0], key[1], record.labels if record else {}, created)
+            if item is not None:
+                append(item)
+        return items
+
+    def _pod_item(
+        self, namespace: str, name: str, labels: Mapping[str, str], created: str | None
+    ) -> dict[str, Any] | None:
+        usage = self.usage.pod_resource_usage(namespace, name)
+        if usage is None:
+            return None
+        key = (namespace, name)
+        parts = self._pod_parts.get(key)
+        if parts is None or parts[0] is not usage or parts[1] is not labels:
+            body = {
+                "timestamp": wire.format_time(usage.timestamp),
+                "window": go_duration(usage.window_ns),
+                "containers": [
+                    {
+                        "name": container.name,
+                        "usage": {
+                            "cpu": nanocores_quantity(container.nanocores),
+                            "memory": _memory_quantity(container.memory_bytes),
+                        },
+                    }
+                    for container in usage.containers
+                ],
+            }
+            if len(self._pod_parts) > 2 * len(self.cluster.pods) + 1024:
+                self._pod_parts.clear()
+            parts = self._pod_parts[key] = (usage, labels, body, dict(sorted(labels.items())))
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "creationTimestamp": created,
+        }
+        if parts[3]:
+            metadata["labels"] = parts[3]
+        return {"metadata": metadata, **parts[2]}
+
+    def _node_items(
+        self, label_selector: Selector, field_selector: FieldSelector
+    ) -> list[dict[str, Any]]:
+        inventory = self.cluster.inventory
+        records = inventory.table(NODES)
+        created = wire.format_time(self._clock())
+        check_fields = not field_selector.is_everything()
+        items: list[dict[str, Any]] = []
+        for key in inventory.select(NODES, None, label_selector):
+            # Nodes have no namespace field (AddObjectMetaFieldsSet(..., false)).
+            if check_fields and not field_selector.matches({"metadata.name": key[1]}):
+                continue
+            record = records.get(key)
+            item = self._node_item(key[1], record.labels if record else {}, created)
+            if item is not None:
+                items.append(item)
+        return items
+
+    def _node_item(
+        self, name: str, labels: Mapping[str, str], created: str | None
+    ) -> dict[str, Any] | None:
+        usage = self.usage.node_resource_usage(name)
+        if usage is None:
+            return None
+        return {
+            "metadata": _metadata(name, None, created, labels),
+            "timestamp": wire.format_time(usage.timestamp),
+            "window": go_duration(usage.window_ns),
+            "usage": {
+                "cpu": nanocores_quantity(usage.nanocores),
+                "memory": _memory_quantity(usage.memory_bytes),
+            },
+        }
+
+
+def _column(name: str, fmt: str, description: str = "") -> dict[str, Any]:
+    """`TableColumnDefinition` (every field written, Go has no omitempty on them)."""
+    return {
+        "name": name,
+        "type": "string",
+        "format": fmt,
+        "description": description,
+        "priority": 0,
+    }
+
+
+def _table_usage(item: dict[str, Any]) -> dict[str, str]:
+    """The usage cells of a row: a node's usage, or a pod's containers summed per resource
+    (Go's `Quantity.Add` keeps the addend's format, then `String()`). O(containers)."""
+    if "usage" in item:
+        return dict(item["usage"])
+    totals: dict[str, Quantity] = {}
+    for container in item.get("containers", ()):
+        for resource, text in container["usage"].items():
+            value = Quantity.parse(text)
+            total = totals.get(resource)
+            totals[resource] = value if total is None else total + value
+    return {resource: str(total) for resource, total in totals.items()}

@@ -320,10 +320,22 @@ class _Served:
 
 
 def _with_prometheus(args: argparse.Namespace, served: _Served) -> _Served:
-    """Add the Prometheus backend when its flags are given; it reads the same cluster view."""
-    if prometheus_enabled(args):
-        served.backends.append(build_prometheus_backend(args, served.cluster))
-        served.what += " with Prometheus metrics"
+    """Add the Prometheus backend when its flags are given; it reads the same cluster view.
+    With `--resource-metrics-source=prometheus` it also feeds metrics.k8s.io."""
+    if not prometheus_enabled(args):
+        if args.resource_metrics_source == "prometheus":
+            raise ConfigError("--resource-metrics-source=prometheus needs --prometheus-url")
+        return served
+    backend = build_prometheus_backend(args, served.cluster)
+    served.backends.append(backend)
+    served.what += " with Prometheus metrics"
+    if args.resource_metrics_source == "prometheus":
+        if served.metrics_api is None:
+            raise ConfigError(
+                "--resource-metrics-source=prometheus serves metrics.k8s.io: it needs "
+                "--enable-metrics-api with the Kubernetes backend, or --demo"
+            )
+        served.metrics_api = ResourceMetricsApi(served.metrics_api.cluster, backend.resource_usage)
     return served
 
 

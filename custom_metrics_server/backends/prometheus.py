@@ -42,6 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.registry import Collector
 
 from custom_metrics_server.backends.base import ClusterView
+from custom_metrics_server.backends.prometheus_usage import PrometheusResourceUsage
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -84,6 +85,8 @@ class PrometheusSettings:
     retries: int = 2
     verb: Literal["GET", "POST"] = "GET"
     reload_interval: float = 5.0
+    # > 0: refresh `resourceRules` usage (metrics.k8s.io) this often; 0: not served from here.
+    resource_usage_interval: float = 0.0
 
 
 class _Metrics:
@@ -176,9 +179,21 @@ class PrometheusBackend:
         # describedObject values are reused across requests (their rendered JSON is not, as
         # every answer carries a new evaluation time); bounded by the objects asked about.
         self._refs: dict[tuple[str, str, str, str], ObjectRef] = {}
+        self.resource_usage = PrometheusResourceUsage(
+            self, interval=settings.resource_usage_interval or 30.0
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- configuration ------------------------------------------------------------------------
+
+    @property
+    def config(self) -> AdapterConfig:
+        """The configuration in force (the last good one)."""
+        return self._config
+
+    def client(self, server: str) -> PrometheusClient:
+        """The client of a configured server (KeyError if it is not configured)."""
+        return self._clients[server]
 
     def load_config(self) -> AdapterConfig:
         """Read and compile the configuration; raises `ConfigError` (startup fails on it)."""
@@ -490,6 +505,10 @@ class PrometheusBackend:
         self._tasks.append(loop.create_task(self._relist_loop(), name="prometheus-relist"))
         if self.settings.config_path is not None and self.settings.reload_interval > 0:
             self._tasks.append(loop.create_task(self._reload_loop(), name="prometheus-reload"))
+        if self.settings.resource_usage_interval > 0:
+            self._tasks.append(
+                loop.create_task(self.resource_usage.run(), name="prometheus-resource-usage")
+            )
         return self
 
     async def __aexit__(

@@ -103,6 +103,13 @@ def add_prometheus_flags(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="how often --config is checked for changes (0: never)",
     )
+    group.add_argument(
+        "--resource-metrics-source",
+        choices=("kubelet", "prometheus"),
+        default="kubelet",
+        help="where metrics.k8s.io usage comes from: the kubelet scrape, or the config's "
+        "resourceRules (refreshed every --metric-resolution)",
+    )
     # Accepted so prometheus-adapter argument lists keep working; they have no effect here.
     group.add_argument("--rate-interval", default=None, help=argparse.SUPPRESS)
     group.add_argument("--logtostderr", default=None, help=argparse.SUPPRESS)
@@ -157,7 +164,14 @@ def build_backend(args: argparse.Namespace, cluster: ClusterView) -> PrometheusB
             query_timeout=args.prometheus_query_timeout,
             verb=args.prometheus_verb,
             reload_interval=args.config_reload_interval,
+            resource_usage_interval=(
+                args.metric_resolution
+                if args.resource_metrics_source == "prometheus"
+                else 0.0
+            ),
         ),
     )
     backend.load_config()
+    if args.resource_metrics_source == "prometheus" and backend.config.resource_rules is None:
+        raise ConfigError("--resource-metrics-source=prometheus needs resourceRules in --config")
     return backend

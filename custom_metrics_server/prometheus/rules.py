@@ -165,10 +165,40 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True)
-class ResourceRules:
-    """`resourceRules`: validated and kept; not served (docs/prometheus.md says why)."""
+class ResourceRule:
+    """`resourceRules.cpu` or `.memory`: the queries for containers and nodes."""
 
-    raw: Mapping[str, Any]
+    container_query: Template
+    node_query: Template
+    container_label: str
+    overrides: Mapping[str, tuple[str, str]]
+    resource_template: Template | None
+
+    def label_for(self, resource: str) -> str | None:
+        """The label of a core resource (`namespace`, `pod`, `node`): an override naming it
+        (singular or plural), else the template."""
+        for label, (group, name) in self.overrides.items():
+            if not group and name in (resource, resource + "s"):
+                return label
+        if self.resource_template is None:
+            return None
+        try:
+            rendered = self.resource_template.render(
+                Fields("schema.GroupResource", {"Group": "", "Resource": resource})
+            )
+        except TemplateError:
+            return None
+        return rendered or None
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRules:
+    """`resourceRules`: what `metrics.k8s.io` is served from when its source is Prometheus."""
+
+    cpu: ResourceRule
+    memory: ResourceRule
+    window: int  # seconds
+    server: str = DEFAULT_SERVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,28 +488,51 @@ def _servers(
     return servers
 
 
-def _resource_rules(raw: object, warnings: list[str]) -> ResourceRules | None:
+def _resource_rule(reader: _Reader, raw: object, part: str) -> ResourceRule:
+    rule = reader.mapping(raw, part)
+    reader.unknown(
+        rule, frozenset({"containerQuery", "nodeQuery", "resources", "containerLabel"}), f"{part}."
+    )
+    queries = {
+        query: reader.template(
+            reader.string(rule.get(query), f"{part}.{query}", required=True),
+            f"{part}.{query}",
+            "resource-query",
+        )
+        for query in ("containerQuery", "nodeQuery")
+    }
+    overrides, template, _ = _resources(reader, rule.get("resources"), external=True)
+    return ResourceRule(
+        container_query=queries["containerQuery"],
+        node_query=queries["nodeQuery"],
+        container_label=reader.string(rule.get("containerLabel"), f"{part}.containerLabel")
+        or "container",
+        overrides=overrides,
+        resource_template=template,
+    )
+
+
+def _resource_rules(
+    raw: object, servers: Mapping[str, ServerConfig], warnings: list[str]
+) -> ResourceRules | None:
     if raw is None:
         return None
     reader = _Reader("resourceRules", warnings)
     data = reader.mapping(raw, "resourceRules")
-    reader.unknown(data, frozenset({"cpu", "memory", "window"}), "")
-    for part in ("cpu", "memory"):
-        rule = reader.mapping(data.get(part), part)
-        reader.unknown(
-            rule,
-            frozenset({"containerQuery", "nodeQuery", "resources", "containerLabel"}),
-            f"{part}.",
-        )
-        for query in ("containerQuery", "nodeQuery"):
-            text = reader.string(rule.get(query), f"{part}.{query}", required=True)
-            reader.template(text, f"{part}.{query}", "resource-query")
+    reader.unknown(data, frozenset({"cpu", "memory", "window", "server"}), "")
+    cpu = _resource_rule(reader, data.get("cpu"), "cpu")
+    memory = _resource_rule(reader, data.get("memory"), "memory")
+    window = 60
     if data.get("window") is not None:
         try:
-            parse_duration(reader.string(data["window"], "window"))
+            window = max(1, round(parse_duration(reader.string(data["window"], "window"))))
         except ValueError as err:
             raise reader.fail("window", str(err)) from None
-    return ResourceRules(raw=data)
+    server = reader.string(data.get("server"), "server") or DEFAULT_SERVER
+    if server not in servers:
+        known = ", ".join(sorted(servers)) or "none"
+        raise reader.fail("server", f"names no configured Prometheus server (known: {known})")
+    return ResourceRules(cpu=cpu, memory=memory, window=window, server=server)
 
 
 def parse_config(
@@ -516,7 +569,7 @@ def parse_config(
     return AdapterConfig(
         rules=tuple(compiled["rules"]),
         external_rules=tuple(compiled["externalRules"]),
-        resource_rules=_resource_rules(document.get("resourceRules"), warnings),
+        resource_rules=_resource_rules(document.get("resourceRules"), servers, warnings),
         servers=servers,
         warnings=tuple(warnings),
     )

@@ -34,6 +34,14 @@ MEMORY = {("default", "web-0"): 1048576.0, ("default", "web-1"): 2097152.0}
 NODE_LOAD = {"node-a": 1.5, "node-b": 0.25}
 QUEUES = {("default", "emails"): 42.0, ("default", "jobs"): 7.0, ("shop", "orders"): 13.0}
 INGRESS_RATE = 7.0
+#: Container usage for resourceRules (metrics.k8s.io): cores (a counter's slope) and bytes.
+CONTAINERS = {
+    ("default", "web-0", "app"): (0.25, 64 * 2**20),
+    ("default", "web-0", "sidecar"): (0.01, 16 * 2**20),
+    ("default", "web-1", "app"): (1.5, 256 * 2**20),
+    ("default", "api-0", "app"): (0.5, None),  # no memory series: left out, as metrics-server
+}
+NODE_USAGE = {"node-a": (1.75, 3 * 2**30), "node-b": (0.5, 2**30)}
 
 
 def series() -> list[Gauge | CounterLine]:
@@ -55,6 +63,14 @@ def series() -> list[Gauge | CounterLine]:
             INGRESS_RATE,
         )
     )
+    for (namespace, pod, container), (cores, memory) in CONTAINERS.items():
+        labels = {"namespace": namespace, "pod": pod, "container": container, "node": "node-a"}
+        out.append(CounterLine("container_cpu_usage_seconds_total", labels, cores))
+        if memory is not None:
+            out.append(Gauge("container_memory_working_set_bytes", labels, float(memory)))
+    for node, (cores, memory) in NODE_USAGE.items():
+        out.append(CounterLine("node_cpu_usage_seconds_total", {"node": node}, cores))
+        out.append(Gauge("node_memory_working_set_bytes", {"node": node}, float(memory)))
     for (namespace, queue), depth in QUEUES.items():
         out.append(Gauge("queue_depth", {"namespace": namespace, "queue": queue}, depth))
     return out

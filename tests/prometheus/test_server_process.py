@@ -280,3 +280,41 @@ def test_long_queries_are_posted(running_prometheus: RealPrometheus) -> None:
     data = asyncio.run(run())
     assert isinstance(data, dict)
     assert data["result"][0]["value"][1] == "62"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            [
+                "--demo-file",
+                str(CLUSTER),
+                "--config",
+                str(FIXTURES / "adapter-resource-rules.yaml"),
+            ],
+            "it needs --enable-metrics-api with the Kubernetes backend, or --demo",
+        ),
+        (["--config", str(RULES)], "--resource-metrics-source=prometheus needs resourceRules"),
+    ],
+)
+def test_resource_metrics_from_prometheus_needs_rules_and_a_cluster(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "custom_metrics_server",
+        "serve",
+        "--demo",
+        "--secure-port",
+        "0",
+        "--cert-dir",
+        str(tmp_path / "certs"),
+        "--prometheus-url",
+        "http://127.0.0.1:9",
+        "--resource-metrics-source=prometheus",
+        *extra,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr

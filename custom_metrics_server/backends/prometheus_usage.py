@@ -1,0 +1,185 @@
+"""`metrics.k8s.io` usage from prometheus-adapter's `resourceRules` (`kubectl top` through
+Prometheus), for `--resource-metrics-source=prometheus`.
+
+A background loop runs the four rule queries cluster-wide every `interval` (containers grouped
+by namespace, pod and container label; nodes by node label) and swaps in two dictionaries, so
+`pod_resource_usage()` and `node_resource_usage()` (the `ResourceUsageSource` the Resource
+Metrics API reads) are lookups, never queries. prometheus-adapter instead queries per request,
+with a pod-name regex, which is where its `kubectl top` timeouts came from (peers.md §3,
+pain 16).
+
+As metrics-server does, a container appears only with both CPU and memory values; a pod's
+timestamp is its earliest container's; `window` is `resourceRules.window`. CPU rates arrive as
+float64 cores and are rounded to whole nanocores.
+
+Cost per refresh: four queries plus O(series returned); per lookup: O(1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+from custom_metrics_server.prometheus.client import PrometheusError
+from custom_metrics_server.prometheus.gotemplate import Fields, TemplateError
+from custom_metrics_server.prometheus.rules import ResourceRule, ResourceRules
+from custom_metrics_server.usage import ContainerResourceUsage, ResourceUsage
+
+if TYPE_CHECKING:
+    from custom_metrics_server.backends.prometheus import PrometheusBackend
+
+logger = logging.getLogger(__name__)
+
+PodKey = tuple[str, str]
+
+
+def _render(template: Any, matchers: str, group_by: list[str]) -> str:
+    return str(
+        template.render(
+            Fields(
+                "naming.queryTemplateArgs",
+                {
+                    "Series": "",
+                    "LabelMatchers": matchers,
+                    "LabelValuesByName": {},
+                    "GroupBy": ",".join(group_by),
+                    "GroupBySlice": group_by,
+                },
+            )
+        )
+    )
+
+
+def _series(data: Any) -> list[tuple[Mapping[str, str], Decimal, float]]:
+    out: list[tuple[Mapping[str, str], Decimal, float]] = []
+    if not isinstance(data, Mapping) or data.get("resultType") != "vector":
+        return out
+    for series in data.get("result") or ():
+        if not isinstance(series, Mapping):
+            continue
+        labels, point = series.get("metric"), series.get("value")
+        if not isinstance(labels, Mapping) or not isinstance(point, list) or len(point) != 2:
+            continue
+        try:
+            value, stamp = Decimal(str(point[1])), float(point[0])
+        except (InvalidOperation, ValueError, TypeError):
+            continue
+        if value.is_finite() and value >= 0:
+            out.append((labels, value, stamp))
+    return out
+
+
+def _nanocores(cores: Decimal) -> int:
+    # Rounded, not truncated: a float64 rate of 0.01 cores arrives as 0.009999999999999998.
+    return int((cores * 1_000_000_000).to_integral_value())
+
+
+class PrometheusResourceUsage:
+    """Pod and node usage for the Resource Metrics API, from `resourceRules`."""
+
+    def __init__(self, backend: PrometheusBackend, *, interval: float = 30.0) -> None:
+        self.backend = backend
+        self.interval = interval
+        self._pods: dict[PodKey, ResourceUsage] = {}
+        self._nodes: dict[str, ResourceUsage] = {}
+
+    def pod_resource_usage(self, namespace: str, pod: str) -> ResourceUsage | None:
+        """See `resource_api.ResourceUsageSource`."""
+        return self._pods.get((namespace, pod))
+
+    def node_resource_usage(self, node: str) -> ResourceUsage | None:
+        """See `resource_api.ResourceUsageSource`."""
+        return self._nodes.get(node)
+
+    async def refresh(self) -> None:
+        """Run the rules' queries once and swap in what they return."""
+        rules = self.backend.config.resource_rules
+        if rules is None:
+            self._pods, self._nodes = {}, {}
+            return
+        results = await asyncio.gather(
+            self._containers(rules, rules.cpu),
+            self._containers(rules, rules.memory),
+            self._nodes_of(rules, rules.cpu),
+            self._nodes_of(rules, rules.memory),
+        )
+        cpu, memory, node_cpu, node_memory = results
+        window_ns = rules.window * 1_000_000_000
+        pods: dict[PodKey, ResourceUsage] = {}
+        for key, containers in cpu.items():
+            rows = []
+            stamp = None
+            for name, (cores, at) in sorted(containers.items()):
+                mem = memory.get(key, {}).get(name)
+                if mem is None:
+                    continue
+                rows.append(ContainerResourceUsage(name, _nanocores(cores), int(mem[0])))
+                stamp = at if stamp is None else min(stamp, at, mem[1])
+            if rows and stamp is not None:
+                pods[key] = ResourceUsage(
+                    timestamp=stamp,
+                    window_ns=window_ns,
+                    containers=tuple(rows),
+                    nanocores=sum(row.nanocores for row in rows),
+                    memory_bytes=sum(row.memory_bytes for row in rows),
+                )
+        nodes: dict[str, ResourceUsage] = {}
+        for name, (cores, at) in node_cpu.items():
+            mem = node_memory.get(name)
+            if mem is not None:
+                nodes[name] = ResourceUsage(
+                    timestamp=min(at, mem[1]),
+                    window_ns=window_ns,
+                    containers=(),
+                    nanocores=_nanocores(cores),
+                    memory_bytes=int(mem[0]),
+                )
+        self._pods, self._nodes = pods, nodes
+
+    async def _containers(
+        self, rules: ResourceRules, rule: ResourceRule
+    ) -> dict[PodKey, dict[str, tuple[Decimal, float]]]:
+        namespace, pod = rule.label_for("namespace"), rule.label_for("pod")
+        if namespace is None or pod is None:
+            logger.warning("resourceRules: no label maps to namespaces and pods")
+            return {}
+        group_by = [namespace, pod, rule.container_label]
+        query = _render(rule.container_query, f'{namespace}!=""', group_by)
+        out: dict[PodKey, dict[str, tuple[Decimal, float]]] = {}
+        for labels, value, stamp in _series(await self._query(rules, query)):
+            key = (labels.get(namespace, ""), labels.get(pod, ""))
+            container = labels.get(rule.container_label, "")
+            if all(key) and container:
+                out.setdefault(key, {})[container] = (value, stamp)
+        return out
+
+    async def _nodes_of(
+        self, rules: ResourceRules, rule: ResourceRule
+    ) -> dict[str, tuple[Decimal, float]]:
+        node = rule.label_for("node")
+        if node is None:
+            logger.warning("resourceRules: no label maps to nodes")
+            return {}
+        query = _render(rule.node_query, f'{node}!=""', [node])
+        return {
+            labels[node]: (value, stamp)
+            for labels, value, stamp in _series(await self._query(rules, query))
+            if labels.get(node)
+        }
+
+    async def _query(self, rules: ResourceRules, query: str) -> Any:
+        return await self.backend.client(rules.server).query(query)
+
+    async def run(self) -> None:
+        """Refresh every `interval` until cancelled; failures keep the last values."""
+        while True:
+            try:
+                await self.refresh()
+            except (PrometheusError, TemplateError) as err:
+                logger.warning("resourceRules refresh failed, keeping the last values: %s", err)
+            except Exception:
+                logger.exception("resourceRules refresh failed")
+            await asyncio.sleep(self.interval)

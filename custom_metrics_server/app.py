@@ -41,7 +41,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from custom_metrics_server import __version__, health, openapi, wire
 from custom_metrics_server.backends.base import ClusterView, MetricsBackend
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.endpoints import ApiEndpoints, Message, Scope, Send, send_body
+from custom_metrics_server.endpoints import (
+    ApiEndpoints,
+    Message,
+    Scope,
+    Send,
+    send_body,
+    status_response,
+)
 from custom_metrics_server.errors import (
     MAX_URI_BYTES,
     BadRequest,
@@ -406,7 +413,9 @@ class Server:
             return
         rejection = await self.gate.check(scope)
         if rejection is not None:
-            await self._reject(send, rejection, scope["method"], started)
+            # 401/403 are negotiated like data upstream (`ErrorNegotiated`): protobuf if asked.
+            accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), "")
+            await self._reject(send, rejection, scope["method"], started, accept=accept)
             return
         if is_api_path(scope["path"]):
             if isinstance(send, _TrackedSend):
@@ -416,12 +425,23 @@ class Server:
         await self.shell(scope, receive, send)
 
     async def _reject(
-        self, send: Send, error: StatusError, method: str, started: float, *, observe: bool = True
+        self,
+        send: Send,
+        error: StatusError,
+        method: str,
+        started: float,
+        *,
+        observe: bool = True,
+        accept: str = "",
     ) -> None:
-        headers = _REJECTION_HEADERS + tuple(
+        """A Status before any handler ran. JSON unless `accept` (given for the gate's
+        rejections only; upstream writes its 429, 414 and 504 as JSON or text) asks for
+        protobuf."""
+        body, headers = status_response(error, accept) if accept else (wire.status(error), ())
+        headers = (headers or _REJECTION_HEADERS) + tuple(
             (name.lower().encode(), value.encode()) for name, value in error.headers.items()
         )
-        await send_body(send, error.code, wire.status(error), headers)
+        await send_body(send, error.code, body, headers)
         if not observe:
             return
         self.metrics.observe_request(

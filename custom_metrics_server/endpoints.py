@@ -15,11 +15,11 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Final
 
-from custom_metrics_server import discovery, wire
-from custom_metrics_server.domain import ExternalMetricRequest, ItemShape, MetricRequest
+from custom_metrics_server import discovery, protobuf, wire
+from custom_metrics_server.domain import ExternalMetricRequest, ItemShape, MetricRequest, Sample
 from custom_metrics_server.errors import (
     NotAcceptable,
     NotFound,
@@ -37,7 +37,12 @@ from custom_metrics_server.grammar import (
     parse,
     parse_query,
 )
-from custom_metrics_server.negotiation import Representation, negotiate, pretty_user_agent
+from custom_metrics_server.negotiation import (
+    PROTOBUF,
+    Representation,
+    negotiate,
+    pretty_user_agent,
+)
 from custom_metrics_server.observability import ServerMetrics
 from custom_metrics_server.query import QueryEngine
 
@@ -54,6 +59,11 @@ _SHAPES: Final = {
 }
 _JSON_HEADERS: Final = (
     (b"content-type", b"application/json"),
+    (b"cache-control", b"no-cache, private"),
+    (b"x-content-type-options", b"nosniff"),
+)
+_PROTOBUF_HEADERS: Final = (
+    (b"content-type", PROTOBUF.encode()),
     (b"cache-control", b"no-cache, private"),
     (b"x-content-type-options", b"nosniff"),
 )
@@ -92,6 +102,19 @@ def _header(scope: Scope, name: bytes) -> str:
     return ""
 
 
+def status_response(
+    error: StatusError, accept: str
+) -> tuple[bytes, tuple[tuple[bytes, bytes], ...]]:
+    """A failure's `Status` body and headers, negotiated like data as upstream's
+    `ErrorNegotiated` does: protobuf when the Accept header prefers it. A 406 is always JSON
+    (upstream writes the negotiation failure with `WriteRawJSON`)."""
+    if not isinstance(error, NotAcceptable) and accept:
+        chosen = negotiate(accept)
+        if not isinstance(chosen, NotAcceptable) and chosen.protobuf:
+            return protobuf.status(error), _PROTOBUF_HEADERS
+    return wire.status(error), _JSON_HEADERS
+
+
 class ApiEndpoints:
     """Serves everything below `/apis`."""
 
@@ -123,6 +146,11 @@ class ApiEndpoints:
                 raise method_not_allowed()
             group, version, resource = _labels(parsed, self.engine)
             representation = self._representation(scope, query, parsed)
+            if representation.protobuf:
+                body = await self._answer_protobuf(parsed)
+                code = 200
+                await send_body(send, 200, body, _PROTOBUF_HEADERS)
+                return
             body = await self._answer(parsed)
             if representation.pretty:
                 body = wire.prettify(body)
@@ -130,7 +158,7 @@ class ApiEndpoints:
             await send_body(send, 200, body)
         except StatusError as error:
             code = error.code
-            await self._send_status(send, error)
+            await self._send_status(send, error, scope)
         except asyncio.CancelledError:
             code = 504  # the request deadline cancelled us; the app answers the 504
             raise
@@ -140,7 +168,7 @@ class ApiEndpoints:
                 "request %s %s failed (request id %s)", scope["method"], scope["path"], request_id
             )
             code = 500
-            await self._send_status(send, internal_error(), request_id=request_id)
+            await self._send_status(send, internal_error(), scope, request_id=request_id)
         finally:
             self.metrics.observe_request(
                 group=group,
@@ -151,13 +179,16 @@ class ApiEndpoints:
                 seconds=time.perf_counter() - started,
             )
 
-    async def _send_status(self, send: Send, error: StatusError, *, request_id: str = "") -> None:
-        headers = _JSON_HEADERS + tuple(
+    async def _send_status(
+        self, send: Send, error: StatusError, scope: Scope, *, request_id: str = ""
+    ) -> None:
+        body, headers = status_response(error, _header(scope, b"accept"))
+        headers += tuple(
             (name.lower().encode(), value.encode()) for name, value in error.headers.items()
         )
         if request_id:
             headers += ((b"audit-id", request_id.encode()),)
-        await send_body(send, error.code, wire.status(error), headers)
+        await send_body(send, error.code, body, headers)
 
     def _representation(
         self, scope: Scope, query: QueryParams, parsed: ParsedRequest
@@ -167,6 +198,8 @@ class ApiEndpoints:
         )
         if isinstance(chosen, NotAcceptable):
             raise chosen
+        if chosen.protobuf:
+            return chosen  # binary: `pretty` does not apply
         pretty = query.pretty
         if pretty is None:
             pretty = chosen.pretty or pretty_user_agent(_header(scope, b"user-agent"))
@@ -174,30 +207,46 @@ class ApiEndpoints:
 
     async def _answer(self, parsed: ParsedRequest) -> bytes:
         if isinstance(parsed, MetricRequest):
-            samples = await self.engine.custom(parsed)
-            if samples:
-                oldest = min(sample.timestamp for sample in samples)
-                self.metrics.observe_freshness(parsed.group, time.time() - oldest)
             return wire.metric_value_list(
-                samples,
+                await self._custom(parsed),
                 api_version=f"{parsed.group}/{parsed.version}",
                 shape=_SHAPES[parsed.version],
                 metric_selector=parsed.metric_selector,
             )
         if isinstance(parsed, ExternalMetricRequest):
-            external = await self.engine.external(parsed)
-            return wire.external_metric_value_list(external)
+            return wire.external_metric_value_list(await self.engine.external(parsed))
+        return wire.dumps(self._discovery(parsed))
+
+    async def _answer_protobuf(self, parsed: ParsedRequest) -> bytes:
+        """`_answer` in Kubernetes protobuf: the same samples and discovery documents."""
+        if isinstance(parsed, MetricRequest):
+            return protobuf.metric_value_list(
+                await self._custom(parsed),
+                api_version=f"{parsed.group}/{parsed.version}",
+                shape=_SHAPES[parsed.version],
+                metric_selector=parsed.metric_selector,
+            )
+        if isinstance(parsed, ExternalMetricRequest):
+            return protobuf.external_metric_value_list(await self.engine.external(parsed))
+        return protobuf.encode_document(self._discovery(parsed))
+
+    async def _custom(self, parsed: MetricRequest) -> Sequence[Sample]:
+        samples = await self.engine.custom(parsed)
+        if samples:
+            oldest = min(sample.timestamp for sample in samples)
+            self.metrics.observe_freshness(parsed.group, time.time() - oldest)
+        return samples
+
+    def _discovery(self, parsed: RootDiscovery | GroupDiscovery | VersionDiscovery) -> Any:
         if isinstance(parsed, VersionDiscovery):
             if parsed.group == EXTERNAL_GROUP:
-                return wire.dumps(discovery.external_resource_list(self.engine.external_metrics()))
-            return wire.dumps(
-                discovery.custom_resource_list(
-                    parsed.group, parsed.version, self.engine.custom_metrics()
-                )
+                return discovery.external_resource_list(self.engine.external_metrics())
+            return discovery.custom_resource_list(
+                parsed.group, parsed.version, self.engine.custom_metrics()
             )
         if isinstance(parsed, GroupDiscovery):
-            return wire.dumps(discovery.api_group(parsed.group))
-        return wire.dumps(discovery.api_group_list(self.server_address))
+            return discovery.api_group(parsed.group)
+        return discovery.api_group_list(self.server_address)
 
 
 def _labels(parsed: ParsedRequest, engine: QueryEngine) -> tuple[str, str, str]:

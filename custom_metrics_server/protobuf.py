@@ -107,11 +107,17 @@ _RFC3339: Final = re.compile(
 )
 
 
-def time_message(seconds: int, nanos: int = 0) -> bytes:
-    """A metav1.Time body; the zero time (no seconds, no nanos) is the empty message, as Go's
-    `Time.MarshalToSizedBuffer` writes nothing for `IsZero()`."""
-    if seconds == 0 and nanos == 0:
+#: Unix seconds of Go's zero `time.Time` (0001-01-01T00:00:00Z): `IsZero()`, JSON null.
+GO_ZERO_TIME: Final = -62135596800
+
+
+def time_message(instant: tuple[int, int] | None) -> bytes:
+    """A metav1.Time body from (seconds, nanos); the zero time (None, or 0001-01-01) is the
+    empty message, as Go's `Time.MarshalToSizedBuffer` writes nothing for `IsZero()`. The
+    Unix epoch is not the zero time: it is written as seconds 0, nanos 0."""
+    if instant is None or instant == (GO_ZERO_TIME, 0):
         return b""
+    seconds, nanos = instant
     return b"\x08" + varint(seconds) + b"\x10" + varint(nanos)
 
 
@@ -120,10 +126,10 @@ def _sample_time(timestamp: float) -> bytes:
     return b"" if timestamp <= 0 else b"\x08" + varint(int(timestamp)) + b"\x10\x00"
 
 
-def parse_time(text: str | None) -> tuple[int, int]:
-    """RFC 3339 (`metav1.Time` JSON) to (seconds, nanos); null or "" is the zero time."""
+def parse_time(text: str | None) -> tuple[int, int] | None:
+    """RFC 3339 (`metav1.Time` JSON) to (seconds, nanos); null or "" is the zero time (None)."""
     if not text:
-        return 0, 0
+        return None
     match = _RFC3339.fullmatch(text)
     if match is None:
         raise ValueError(f"not an RFC 3339 time: {text!r}")
@@ -265,7 +271,7 @@ def _encode_field(spec: Field, value: Any, out: list[bytes]) -> None:
             entry = _str(b"\x0a", name) + length_delimited(b"\x12", _quantity(entries[name]))
             out.append(length_delimited(key, entry))
     elif kind is Kind.TIME:
-        out.append(length_delimited(key, time_message(*parse_time(value))))
+        out.append(length_delimited(key, time_message(parse_time(value))))
     elif kind is Kind.DURATION:
         out.append(length_delimited(key, b"\x08" + varint(parse_duration(value))))
     elif kind is Kind.VERBS:

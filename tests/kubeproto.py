@@ -13,6 +13,7 @@ a protobuf answer compares field by field with the JSON answer of the same reque
 from __future__ import annotations
 
 import calendar
+import json
 import re
 import time
 from functools import cache
@@ -36,6 +37,11 @@ FILES = (
     "metrics_v1beta1.proto",
 )
 MAGIC = b"k8s\x00"
+_LENGTH_DELIMITED = (
+    FieldDescriptor.TYPE_STRING,
+    FieldDescriptor.TYPE_BYTES,
+    FieldDescriptor.TYPE_MESSAGE,
+)
 META = "k8s.io.apimachinery.pkg.apis.meta.v1"
 METRICS = "k8s.io.metrics.pkg.apis"
 
@@ -141,7 +147,7 @@ def decode(body: bytes) -> tuple[str, str, Message, bytes]:
     assert unknown.contentType == ""
     assert unknown.HasField("contentEncoding")
     assert unknown.HasField("contentType")
-    assert envelope.SerializeToString(deterministic=True) == body[4:]
+    assert envelope.SerializeToString(deterministic=True) == body[4:]  # no maps: upb's order
     api_version = unknown.typeMeta.apiVersion
     kind = unknown.typeMeta.kind
     obj = message_class(top_level_message(api_version, kind))()
@@ -149,10 +155,62 @@ def decode(body: bytes) -> tuple[str, str, Message, bytes]:
     return api_version, kind, obj, bytes(unknown.raw)
 
 
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return result, position
+
+
+def _walk(descriptor: Descriptor, data: bytes) -> None:
+    """Fields in ascending number order with the declared wire types; map entries with both
+    key and value, keys in Go's order (`sort.Strings`: by bytes) and unique."""
+    position = 0
+    last = 0
+    keys: dict[int, list[bytes]] = {}
+    while position < len(data):
+        key, position = _varint(data, position)
+        number, wire_type = key >> 3, key & 7
+        assert number >= last, f"{descriptor.name}: field {number} after {last}"
+        last = number
+        field = descriptor.fields_by_number[number]
+        if field.type in _LENGTH_DELIMITED:
+            assert wire_type == 2, f"{descriptor.name}.{field.name}"
+        else:
+            assert wire_type == 0, f"{descriptor.name}.{field.name}"
+        if wire_type == 0:
+            _, position = _varint(data, position)
+            continue
+        size, position = _varint(data, position)
+        payload = data[position : position + size]
+        assert len(payload) == size
+        position += size
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        entry = field.message_type
+        if entry.GetOptions().map_entry:
+            key_size, at = _varint(payload, 1)
+            assert payload[0] == 0x0A, "map entry without its key"
+            key_bytes = payload[at : at + key_size]
+            assert payload[at + key_size] == 0x12, "map entry without its value"
+            keys.setdefault(number, []).append(key_bytes)
+        _walk(entry, payload)
+    for found in keys.values():
+        assert found == sorted(set(found)), f"{descriptor.name}: map keys out of order"
+
+
 def canonical(message: Message, raw: bytes) -> bool:
-    """Whether `raw` is byte for byte what a canonical encoder writes for the message it
-    decodes to: fields in number order, map entries sorted, every set field present."""
-    return message.SerializeToString(deterministic=True) == raw
+    """Whether `raw` is byte for byte a canonical encoding of the message it decodes to:
+    fields in number order, map entries sorted as Go sorts them, and every field the decoder
+    saw set written once (upb re-encodes the same set in as many bytes). upb's own
+    deterministic map order is not Go's (it puts a key after its extensions: "00" < "0"), so
+    the order is checked by walking the bytes rather than by comparing a re-encoding."""
+    _walk(message.DESCRIPTOR, raw)
+    return len(message.SerializeToString()) == len(raw)
 
 
 def go_duration(nanos: int) -> str:
@@ -182,10 +240,8 @@ def go_duration(nanos: int) -> str:
     return sign + text
 
 
-def rfc3339(seconds: int, nanos: int) -> str | None:
-    """metav1.Time's JSON form (the zero time is null)."""
-    if seconds == 0 and nanos == 0:
-        return None
+def rfc3339(seconds: int, nanos: int) -> str:
+    """metav1.Time's JSON form."""
     text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
     if nanos:
         text += "." + str(nanos).rjust(9, "0").rstrip("0")
@@ -209,14 +265,15 @@ def to_json_shape(message: Message) -> Any:
     name = descriptor.full_name
     m: Any = message
     if name == f"{META}.Time":
+        # Go writes nothing for the zero time (JSON null); the epoch has its fields.
+        if not (m.HasField("seconds") or m.HasField("nanos")):
+            return None
         return rfc3339(m.seconds, m.nanos)
     if name == f"{META}.Duration":
         return go_duration(m.duration)
     if name == f"{META}.Verbs":
         return list(m.items)
     if name == f"{META}.FieldsV1":
-        import json
-
         return json.loads(m.Raw)
     if name == "k8s.io.apimachinery.pkg.api.resource.Quantity":
         return m.string

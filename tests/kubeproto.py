@@ -155,6 +155,32 @@ def decode(body: bytes) -> tuple[str, str, Message, bytes]:
     return api_version, kind, obj, bytes(unknown.raw)
 
 
+#: Go pointer (nullable) fields, read from the upstream `generated.pb.go` marshal code (each
+#: is written under `if m.X != nil`). gogo writes every other singular field, empty or not.
+POINTER_FIELDS = frozenset(
+    {
+        "ListMeta.remainingItemCount",
+        "ObjectMeta.deletionTimestamp",
+        "ObjectMeta.deletionGracePeriodSeconds",
+        "OwnerReference.controller",
+        "OwnerReference.blockOwnerDeletion",
+        "ManagedFieldsEntry.time",
+        "ManagedFieldsEntry.fieldsV1",
+        "FieldsV1.Raw",
+        "APIResource.verbs",
+        "Status.details",
+        "MetricValue.window",  # v1beta1
+        "MetricValue.windowSeconds",  # v1beta2
+        "MetricValue.selector",
+        "MetricIdentifier.selector",
+        "ExternalMetricValue.window",
+        # metav1.Time has its own marshaller: nothing at all for the zero time.
+        "Time.seconds",
+        "Time.nanos",
+    }
+)
+
+
 def _varint(data: bytes, position: int) -> tuple[int, int]:
     result = shift = 0
     while True:
@@ -167,16 +193,19 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
 
 
 def _walk(descriptor: Descriptor, data: bytes) -> None:
-    """Fields in ascending number order with the declared wire types; map entries with both
-    key and value, keys in Go's order (`sort.Strings`: by bytes) and unique."""
+    """Fields in ascending number order with the declared wire types; every singular field
+    that is not a Go pointer written; map entries with both key and value, keys in Go's order
+    (`sort.Strings`: by bytes) and unique."""
     position = 0
     last = 0
     keys: dict[int, list[bytes]] = {}
+    seen: set[int] = set()
     while position < len(data):
         key, position = _varint(data, position)
         number, wire_type = key >> 3, key & 7
         assert number >= last, f"{descriptor.name}: field {number} after {last}"
         last = number
+        seen.add(number)
         field = descriptor.fields_by_number[number]
         if field.type in _LENGTH_DELIMITED:
             assert wire_type == 2, f"{descriptor.name}.{field.name}"
@@ -201,12 +230,18 @@ def _walk(descriptor: Descriptor, data: bytes) -> None:
         _walk(entry, payload)
     for found in keys.values():
         assert found == sorted(set(found)), f"{descriptor.name}: map keys out of order"
+    if descriptor.GetOptions().map_entry:
+        return
+    for field in descriptor.fields:
+        if field.is_repeated or f"{descriptor.name}.{field.name}" in POINTER_FIELDS:
+            continue
+        assert field.number in seen, f"{descriptor.name}.{field.name} not written"
 
 
 def canonical(message: Message, raw: bytes) -> bool:
-    """Whether `raw` is byte for byte a canonical encoding of the message it decodes to:
-    fields in number order, map entries sorted as Go sorts them, and every field the decoder
-    saw set written once (upb re-encodes the same set in as many bytes). upb's own
+    """Whether `raw` is byte for byte what gogo writes for the message it decodes to: fields
+    in number order, every non-pointer field written, map entries sorted as Go sorts them,
+    and every field the decoder saw set written once (upb re-encodes it in as many bytes). upb's own
     deterministic map order is not Go's (it puts a key after its extensions: "00" < "0"), so
     the order is checked by walking the bytes rather than by comparing a re-encoding."""
     _walk(message.DESCRIPTOR, raw)

@@ -333,6 +333,16 @@ def test_metrics_k8s_io_documents_decode_to_the_json_values(
     kubeproto.same_values(orjson.loads(wire.dumps(document)), body)
 
 
+def test_list_body_from_items_encoded_beforehand() -> None:
+    for document, message in (
+        (POD_METRICS_LIST, protobuf.POD_METRICS),
+        (NODE_METRICS_LIST, protobuf.NODE_METRICS),
+    ):
+        items = [message.encode(item) for item in document["items"]]
+        body = protobuf.list_body(document["apiVersion"], document["kind"], items)
+        assert body == protobuf.encode_document(document)
+
+
 def test_window_is_a_duration_in_nanoseconds() -> None:
     _, _, decoded, _ = kubeproto.decode(protobuf.pod_metrics_list(POD_METRICS_LIST))
     items: Any = decoded.items  # type: ignore[attr-defined]
@@ -514,6 +524,26 @@ def test_items_are_encoded_once_and_cached_apart_from_json() -> None:
     protobuf.external_metric_value_list([external])
     wire.external_metric_value_list([external])
     assert set(external.cache) == {"external", "pb|external"}
+
+
+def test_the_canonical_check_catches_misordered_and_incomplete_encodings() -> None:
+    ok = protobuf.encode_message(protobuf.OBJECT_REFERENCE, {"kind": "Pod", "name": "p"})
+    cls = kubeproto.message_class("k8s.io.api.core.v1.ObjectReference")
+    decoded = cls.FromString(ok)
+    assert kubeproto.canonical(decoded, ok)
+    swapped = b"\x1a\x01p" + ok.replace(b"\x1a\x01p", b"")  # name (3) before kind (1)
+    with pytest.raises(AssertionError, match="field 1 after 3"):
+        kubeproto.canonical(cls.FromString(swapped), swapped)
+    missing = ok.replace(b"\x22\x00", b"", 1)  # uid "" not written: not what gogo writes
+    with pytest.raises(AssertionError, match="ObjectReference.uid not written"):
+        kubeproto.canonical(cls.FromString(missing), missing)
+    labels = {"b": "1", "a": "2"}
+    selector = protobuf.encode_message(protobuf.LABEL_SELECTOR, {"matchLabels": labels})
+    assert len(selector) == 16  # two entries of 8 bytes: a, b
+    reordered = selector[8:] + selector[:8]  # entry "b" before entry "a"
+    selector_cls = kubeproto.message_class(f"{kubeproto.META}.LabelSelector")
+    with pytest.raises(AssertionError, match="map keys out of order"):
+        kubeproto.canonical(selector_cls.FromString(reordered), reordered)
 
 
 def test_unknown_kind_is_refused() -> None:

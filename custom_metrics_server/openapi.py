@@ -22,6 +22,7 @@ from pydantic.json_schema import models_json_schema
 
 from custom_metrics_server import __version__, schemas
 from custom_metrics_server.grammar import CUSTOM_GROUP, EXTERNAL_GROUP, GROUP_VERSIONS
+from custom_metrics_server.negotiation import SERVED_MEDIA_TYPES
 
 _DEFS: Final = "#/definitions/"
 _QUERY_PARAMS: Final = {
@@ -96,7 +97,7 @@ def _operation(op_id: str, summary: str, response: type[BaseModel], tag: str) ->
     return {
         "description": summary,
         "operationId": op_id,
-        "produces": ["application/json"],
+        "produces": list(SERVED_MEDIA_TYPES),
         "schemes": ["https"],
         "tags": [tag],
         "responses": {
@@ -228,7 +229,12 @@ def _v3_path_item(item: dict[str, Any]) -> dict[str, Any]:
             code: {
                 "description": response["description"],
                 **(
-                    {"content": {"application/json": {"schema": _to_v3(response["schema"])}}}
+                    {
+                        "content": {
+                            media: {"schema": _to_v3(response["schema"])}
+                            for media in SERVED_MEDIA_TYPES
+                        }
+                    }
                     if "schema" in response
                     else {}
                 ),

@@ -101,12 +101,17 @@ def _str(key: bytes, text: str) -> bytes:
     return key + (_SMALL_VARINTS[size] if size < 0x4000 else varint(size)) + raw
 
 
+@lru_cache(maxsize=64)
+def _envelope_head(api_version: str, kind: str) -> bytes:
+    # The magic and typeMeta: the same few per server, built once.
+    type_meta = _str(b"\x0a", api_version) + _str(b"\x12", kind)
+    return MAGIC + length_delimited(b"\x0a", type_meta) + b"\x12"
+
+
 def envelope(api_version: str, kind: str, parts: Sequence[bytes]) -> bytes:
     """Magic + `runtime.Unknown{typeMeta, raw, contentEncoding, contentType}` around a message
     given as the parts of its encoding (joined once, so a large list is copied once)."""
-    type_meta = _str(b"\x0a", api_version) + _str(b"\x12", kind)
-    raw_size = sum(map(len, parts))
-    head = MAGIC + length_delimited(b"\x0a", type_meta) + b"\x12" + varint(raw_size)
+    head = _envelope_head(api_version, kind) + varint(sum(map(len, parts)))
     return b"".join((head, *parts, _ENVELOPE_TAIL))
 
 

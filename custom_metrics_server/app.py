@@ -46,6 +46,7 @@ from custom_metrics_server.endpoints import (
     Message,
     Scope,
     Send,
+    request_header,
     send_body,
     status_response,
 )
@@ -70,11 +71,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _JSON_HEADERS = {"cache-control": "no-cache, private", "x-content-type-options": "nosniff"}
-_REJECTION_HEADERS = (
-    (b"content-type", b"application/json"),
-    (b"cache-control", b"no-cache, private"),
-    (b"x-content-type-options", b"nosniff"),
-)
 
 
 @dataclass
@@ -414,7 +410,7 @@ class Server:
         rejection = await self.gate.check(scope)
         if rejection is not None:
             # 401/403 are negotiated like data upstream (`ErrorNegotiated`): protobuf if asked.
-            accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), "")
+            accept = request_header(scope, b"accept")
             await self._reject(send, rejection, scope["method"], started, accept=accept)
             return
         if is_api_path(scope["path"]):
@@ -437,8 +433,8 @@ class Server:
         """A Status before any handler ran. JSON unless `accept` (given for the gate's
         rejections only; upstream writes its 429, 414 and 504 as JSON or text) asks for
         protobuf."""
-        body, headers = status_response(error, accept) if accept else (wire.status(error), ())
-        headers = (headers or _REJECTION_HEADERS) + tuple(
+        body, headers = status_response(error, accept)
+        headers += tuple(
             (name.lower().encode(), value.encode()) for name, value in error.headers.items()
         )
         await send_body(send, error.code, body, headers)

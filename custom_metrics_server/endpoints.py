@@ -16,10 +16,15 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from custom_metrics_server import discovery, protobuf, wire
-from custom_metrics_server.domain import ExternalMetricRequest, ItemShape, MetricRequest, Sample
+from custom_metrics_server.domain import (
+    ExternalMetricRequest,
+    ExternalSample,
+    ItemShape,
+    MetricRequest,
+)
 from custom_metrics_server.errors import (
     NotAcceptable,
     NotFound,
@@ -95,7 +100,22 @@ async def send_not_found_text(send: Send) -> None:
     await send_body(send, 404, _NOT_FOUND_TEXT, _TEXT_HEADERS)
 
 
-def _header(scope: Scope, name: bytes) -> str:
+class _Encoding(NamedTuple):
+    """The encoders of one representation (same inputs, same answers, different bytes)."""
+
+    metric_value_list: Callable[..., bytes]
+    external_metric_value_list: Callable[[Sequence[ExternalSample]], bytes]
+    document: Callable[[Any], bytes]
+
+
+_JSON: Final = _Encoding(wire.metric_value_list, wire.external_metric_value_list, wire.dumps)
+_PROTOBUF: Final = _Encoding(
+    protobuf.metric_value_list, protobuf.external_metric_value_list, protobuf.encode_document
+)
+
+
+def request_header(scope: Scope, name: bytes) -> str:
+    """The first value of a request header (lower-case `name`), "" when absent."""
     for key, value in scope["headers"]:
         if key == name:
             return str(value.decode("latin-1"))
@@ -147,11 +167,11 @@ class ApiEndpoints:
             group, version, resource = _labels(parsed, self.engine)
             representation = self._representation(scope, query, parsed)
             if representation.protobuf:
-                body = await self._answer_protobuf(parsed)
+                body = await self._answer(parsed, _PROTOBUF)
                 code = 200
                 await send_body(send, 200, body, _PROTOBUF_HEADERS)
                 return
-            body = await self._answer(parsed)
+            body = await self._answer(parsed, _JSON)
             if representation.pretty:
                 body = wire.prettify(body)
             code = 200
@@ -182,7 +202,7 @@ class ApiEndpoints:
     async def _send_status(
         self, send: Send, error: StatusError, scope: Scope, *, request_id: str = ""
     ) -> None:
-        body, headers = status_response(error, _header(scope, b"accept"))
+        body, headers = status_response(error, request_header(scope, b"accept"))
         headers += tuple(
             (name.lower().encode(), value.encode()) for name, value in error.headers.items()
         )
@@ -194,7 +214,7 @@ class ApiEndpoints:
         self, scope: Scope, query: QueryParams, parsed: ParsedRequest
     ) -> Representation:
         chosen = negotiate(
-            _header(scope, b"accept"), discovery_root=isinstance(parsed, RootDiscovery)
+            request_header(scope, b"accept"), discovery_root=isinstance(parsed, RootDiscovery)
         )
         if isinstance(chosen, NotAcceptable):
             raise chosen
@@ -202,51 +222,36 @@ class ApiEndpoints:
             return chosen  # binary: `pretty` does not apply
         pretty = query.pretty
         if pretty is None:
-            pretty = chosen.pretty or pretty_user_agent(_header(scope, b"user-agent"))
+            pretty = chosen.pretty or pretty_user_agent(request_header(scope, b"user-agent"))
         return chosen if chosen.pretty == pretty else Representation(chosen.media_type, pretty)
 
-    async def _answer(self, parsed: ParsedRequest) -> bytes:
+    async def _answer(self, parsed: ParsedRequest, encoding: _Encoding) -> bytes:
         if isinstance(parsed, MetricRequest):
-            return wire.metric_value_list(
-                await self._custom(parsed),
+            samples = await self.engine.custom(parsed)
+            if samples:
+                oldest = min(sample.timestamp for sample in samples)
+                self.metrics.observe_freshness(parsed.group, time.time() - oldest)
+            return encoding.metric_value_list(
+                samples,
                 api_version=f"{parsed.group}/{parsed.version}",
                 shape=_SHAPES[parsed.version],
                 metric_selector=parsed.metric_selector,
             )
         if isinstance(parsed, ExternalMetricRequest):
-            return wire.external_metric_value_list(await self.engine.external(parsed))
-        return wire.dumps(self._discovery(parsed))
-
-    async def _answer_protobuf(self, parsed: ParsedRequest) -> bytes:
-        """`_answer` in Kubernetes protobuf: the same samples and discovery documents."""
-        if isinstance(parsed, MetricRequest):
-            return protobuf.metric_value_list(
-                await self._custom(parsed),
-                api_version=f"{parsed.group}/{parsed.version}",
-                shape=_SHAPES[parsed.version],
-                metric_selector=parsed.metric_selector,
-            )
-        if isinstance(parsed, ExternalMetricRequest):
-            return protobuf.external_metric_value_list(await self.engine.external(parsed))
-        return protobuf.encode_document(self._discovery(parsed))
-
-    async def _custom(self, parsed: MetricRequest) -> Sequence[Sample]:
-        samples = await self.engine.custom(parsed)
-        if samples:
-            oldest = min(sample.timestamp for sample in samples)
-            self.metrics.observe_freshness(parsed.group, time.time() - oldest)
-        return samples
-
-    def _discovery(self, parsed: RootDiscovery | GroupDiscovery | VersionDiscovery) -> Any:
+            return encoding.external_metric_value_list(await self.engine.external(parsed))
         if isinstance(parsed, VersionDiscovery):
             if parsed.group == EXTERNAL_GROUP:
-                return discovery.external_resource_list(self.engine.external_metrics())
-            return discovery.custom_resource_list(
-                parsed.group, parsed.version, self.engine.custom_metrics()
+                return encoding.document(
+                    discovery.external_resource_list(self.engine.external_metrics())
+                )
+            return encoding.document(
+                discovery.custom_resource_list(
+                    parsed.group, parsed.version, self.engine.custom_metrics()
+                )
             )
         if isinstance(parsed, GroupDiscovery):
-            return discovery.api_group(parsed.group)
-        return discovery.api_group_list(self.server_address)
+            return encoding.document(discovery.api_group(parsed.group))
+        return encoding.document(discovery.api_group_list(self.server_address))
 
 
 def _labels(parsed: ParsedRequest, engine: QueryEngine) -> tuple[str, str, str]:

@@ -45,7 +45,6 @@ from custom_metrics_server.errors import StatusError
 from custom_metrics_server.quantity import format_quantity
 from custom_metrics_server.selectors import Selector
 
-MEDIA_TYPE: Final = "application/vnd.kubernetes.protobuf"
 #: Prefix of every body (`protobuf.go`: `protoEncodingPrefix`).
 MAGIC: Final = b"k8s\x00"
 # contentEncoding (3) and contentType (4) of the envelope: always written, always empty.

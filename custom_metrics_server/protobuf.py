@@ -177,6 +177,8 @@ def parse_duration(text: str | None) -> int:
         return 0
     sign = -1 if text[0] == "-" else 1
     body = text[1:] if text[0] in "+-" else text
+    if not body:
+        raise ValueError(f"not a Go duration: {text!r}")
     total = 0
     position = 0
     while position < len(body):
@@ -188,8 +190,6 @@ def parse_duration(text: str | None) -> int:
         if match.group(2):
             total += int(match.group(2)) * unit // 10 ** len(match.group(2))
         position = match.end()
-    if not body:
-        raise ValueError(f"not a Go duration: {text!r}")
     return sign * total
 
 

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke load load-smoke clean
+.PHONY: install demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke bench-protobuf load load-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ bench: install  ## the request-path benchmarks (needs wrk); writes benchmarks/re
 
 bench-smoke: install
 	$(BIN)/python benchmarks/request_path.py --smoke
+	$(BIN)/python benchmarks/protobuf.py --smoke
+
+bench-protobuf: install  ## JSON vs protobuf on pods/* over 10,000 pods (needs wrk)
+	$(BIN)/python benchmarks/protobuf.py $(ARGS)
 
 load: install  ## load/soak harness against serve --demo, e.g. ARGS="--clients 200 --duration 300"
 	$(BIN)/python benchmarks/load.py $(ARGS)

@@ -86,10 +86,21 @@ def _ms(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def run_wrk(url: str, seconds: float, connections: int) -> dict[str, Any]:
+def run_wrk(
+    url: str, seconds: float, connections: int, headers: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """One wrk run; requests/s, latency percentiles and error counts."""
+    extra = [arg for header in headers for arg in ("-H", header)]
     output = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", url],
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--latency",
+            *extra,
+            url,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -107,11 +118,13 @@ def run_wrk(url: str, seconds: float, connections: int) -> dict[str, Any]:
     return result
 
 
-def measure(pid: int, url: str, *, seconds: float, connections: int) -> dict[str, Any]:
+def measure(
+    pid: int, url: str, *, seconds: float, connections: int, headers: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """A warm-up run, then the measured run with the server's CPU per request."""
-    run_wrk(url, min(2.0, seconds), connections)
+    run_wrk(url, min(2.0, seconds), connections, headers)
     before = cpu_seconds(pid)
-    result = run_wrk(url, seconds, connections)
+    result = run_wrk(url, seconds, connections, headers)
     used = cpu_seconds(pid) - before
     result["server_cpu_us_per_request"] = round(used / max(1, result["requests"]) * 1e6, 1)
     result["server_cores"] = round(used / seconds, 2)

@@ -42,7 +42,15 @@ from custom_metrics_server import __version__, health, openapi, wire
 from custom_metrics_server.backends.base import ClusterView, MetricsBackend
 from custom_metrics_server.core_api import is_core_api_path
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.endpoints import ApiEndpoints, Message, Scope, Send, send_body
+from custom_metrics_server.endpoints import (
+    ApiEndpoints,
+    Message,
+    Scope,
+    Send,
+    request_header,
+    send_body,
+    status_response,
+)
 from custom_metrics_server.errors import (
     MAX_URI_BYTES,
     BadRequest,
@@ -66,11 +74,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _JSON_HEADERS = {"cache-control": "no-cache, private", "x-content-type-options": "nosniff"}
-_REJECTION_HEADERS = (
-    (b"content-type", b"application/json"),
-    (b"cache-control", b"no-cache, private"),
-    (b"x-content-type-options", b"nosniff"),
-)
 
 
 @dataclass
@@ -427,7 +430,9 @@ class Server:
             return
         rejection = await self.gate.check(scope)
         if rejection is not None:
-            await self._reject(send, rejection, scope["method"], started)
+            # 401/403 are negotiated like data upstream (`ErrorNegotiated`): protobuf if asked.
+            accept = request_header(scope, b"accept")
+            await self._reject(send, rejection, scope["method"], started, accept=accept)
             return
         path = scope["path"]
         if is_api_path(path) or (
@@ -440,12 +445,23 @@ class Server:
         await self.shell(scope, receive, send)
 
     async def _reject(
-        self, send: Send, error: StatusError, method: str, started: float, *, observe: bool = True
+        self,
+        send: Send,
+        error: StatusError,
+        method: str,
+        started: float,
+        *,
+        observe: bool = True,
+        accept: str = "",
     ) -> None:
-        headers = _REJECTION_HEADERS + tuple(
+        """A Status before any handler ran. JSON unless `accept` (given for the gate's
+        rejections only; upstream writes its 429, 414 and 504 as JSON or text) asks for
+        protobuf."""
+        body, headers = status_response(error, accept)
+        headers += tuple(
             (name.lower().encode(), value.encode()) for name, value in error.headers.items()
         )
-        await send_body(send, error.code, wire.status(error), headers)
+        await send_body(send, error.code, body, headers)
         if not observe:
             return
         self.metrics.observe_request(

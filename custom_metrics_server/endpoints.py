@@ -15,11 +15,16 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any, Final, NamedTuple
 
-from custom_metrics_server import core_api, discovery, resource_api, wire
-from custom_metrics_server.domain import ExternalMetricRequest, ItemShape, MetricRequest
+from custom_metrics_server import core_api, discovery, protobuf, resource_api, wire
+from custom_metrics_server.domain import (
+    ExternalMetricRequest,
+    ExternalSample,
+    ItemShape,
+    MetricRequest,
+)
 from custom_metrics_server.errors import (
     NotAcceptable,
     NotFound,
@@ -37,7 +42,12 @@ from custom_metrics_server.grammar import (
     parse,
     parse_query,
 )
-from custom_metrics_server.negotiation import Representation, negotiate, pretty_user_agent
+from custom_metrics_server.negotiation import (
+    PROTOBUF,
+    Representation,
+    negotiate,
+    pretty_user_agent,
+)
 from custom_metrics_server.observability import ServerMetrics
 from custom_metrics_server.query import QueryEngine
 
@@ -54,6 +64,11 @@ _SHAPES: Final = {
 }
 _JSON_HEADERS: Final = (
     (b"content-type", b"application/json"),
+    (b"cache-control", b"no-cache, private"),
+    (b"x-content-type-options", b"nosniff"),
+)
+_PROTOBUF_HEADERS: Final = (
+    (b"content-type", PROTOBUF.encode()),
     (b"cache-control", b"no-cache, private"),
     (b"x-content-type-options", b"nosniff"),
 )
@@ -85,11 +100,39 @@ async def send_not_found_text(send: Send) -> None:
     await send_body(send, 404, _NOT_FOUND_TEXT, _TEXT_HEADERS)
 
 
-def _header(scope: Scope, name: bytes) -> str:
+class _Encoding(NamedTuple):
+    """The encoders of one representation (same inputs, same answers, different bytes)."""
+
+    metric_value_list: Callable[..., bytes]
+    external_metric_value_list: Callable[[Sequence[ExternalSample]], bytes]
+    document: Callable[[Any], bytes]
+
+
+_JSON: Final = _Encoding(wire.metric_value_list, wire.external_metric_value_list, wire.dumps)
+_PROTOBUF: Final = _Encoding(
+    protobuf.metric_value_list, protobuf.external_metric_value_list, protobuf.encode_document
+)
+
+
+def request_header(scope: Scope, name: bytes) -> str:
+    """The first value of a request header (lower-case `name`), "" when absent."""
     for key, value in scope["headers"]:
         if key == name:
             return str(value.decode("latin-1"))
     return ""
+
+
+def status_response(
+    error: StatusError, accept: str
+) -> tuple[bytes, tuple[tuple[bytes, bytes], ...]]:
+    """A failure's `Status` body and headers, negotiated like data as upstream's
+    `ErrorNegotiated` does: protobuf when the Accept header prefers it. A 406 is always JSON
+    (upstream writes the negotiation failure with `WriteRawJSON`)."""
+    if not isinstance(error, NotAcceptable) and accept:
+        chosen = negotiate(accept)
+        if not isinstance(chosen, NotAcceptable) and chosen.protobuf:
+            return protobuf.status(error), _PROTOBUF_HEADERS
+    return wire.status(error), _JSON_HEADERS
 
 
 class ApiEndpoints:
@@ -120,13 +163,10 @@ class ApiEndpoints:
         group = version = resource = ""
         code = 500
         try:
-            if self.metrics_api is not None and resource_api.is_metrics_api_path(scope["path"]):
-                group, version, resource = resource_api.GROUP, resource_api.VERSION, ""
-                code = await self._serve_metrics_api(self.metrics_api, scope, query, send)
-                return
-            if self.demo_core_api is not None and core_api.is_core_api_path(scope["path"]):
-                group, version, resource = "", "v1", ""
-                code = await self._serve_core_api(self.demo_core_api, scope, query, send)
+            other = self._other_api(scope["path"])
+            if other is not None:
+                group, version, serve_other = other
+                code = await serve_other(scope, query, send)
                 return
             try:
                 parsed = parse(scope["path"], query)
@@ -144,14 +184,19 @@ class ApiEndpoints:
                 raise method_not_allowed()
             group, version, resource = _labels(parsed, self.engine)
             representation = self._representation(scope, query, parsed)
-            body = await self._answer(parsed)
+            if representation.protobuf:
+                body = await self._answer(parsed, _PROTOBUF)
+                code = 200
+                await send_body(send, 200, body, _PROTOBUF_HEADERS)
+                return
+            body = await self._answer(parsed, _JSON)
             if representation.pretty:
                 body = wire.prettify(body)
             code = 200
             await send_body(send, 200, body)
         except StatusError as error:
             code = error.code
-            await self._send_status(send, error)
+            await self._send_status(send, error, scope)
         except asyncio.CancelledError:
             code = 504  # the request deadline cancelled us; the app answers the 504
             raise
@@ -161,7 +206,7 @@ class ApiEndpoints:
                 "request %s %s failed (request id %s)", scope["method"], scope["path"], request_id
             )
             code = 500
-            await self._send_status(send, internal_error(), request_id=request_id)
+            await self._send_status(send, internal_error(), scope, request_id=request_id)
         finally:
             self.metrics.observe_request(
                 group=group,
@@ -172,92 +217,122 @@ class ApiEndpoints:
                 seconds=time.perf_counter() - started,
             )
 
-    async def _serve_metrics_api(
-        self, api: resource_api.ResourceMetricsApi, scope: Scope, query: QueryParams, send: Send
-    ) -> int:
+    def _other_api(
+        self, path: str
+    ) -> tuple[str, str, Callable[[Scope, QueryParams, Send], Awaitable[int]]] | None:
+        """(group, version, handler) of a path served beside the metric APIs, if it is one."""
+        if self.metrics_api is not None and resource_api.is_metrics_api_path(path):
+            return resource_api.GROUP, resource_api.VERSION, self._serve_metrics_api
+        if self.demo_core_api is not None and core_api.is_core_api_path(path):
+            return "", "v1", self._serve_core_api
+        return None
+
+    async def _serve_metrics_api(self, scope: Scope, query: QueryParams, send: Send) -> int:
         """`metrics.k8s.io`: parse, negotiate (JSON or Table), render; returns the code sent.
         Errors propagate as `StatusError` to `__call__`."""
+        api = self.metrics_api
+        assert api is not None  # routed here only when set
         request = resource_api.parse_request(scope["path"], query, scope["query_string"])
         if request is None:
             await send_not_found_text(send)
             return 404
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
-        chosen = resource_api.negotiate(_header(scope, b"accept"))
+        accept = request_header(scope, b"accept")
+        chosen = resource_api.negotiate(accept)
+        # An acceptable Table wins (kubectl get asks for it first); otherwise protobuf when
+        # the client prefers it to JSON.
+        if isinstance(chosen, NotAcceptable) or chosen[0] == "json":
+            preferred = negotiate(accept)
+            if not isinstance(preferred, NotAcceptable) and preferred.protobuf:
+                body = protobuf.encode_document(api.document(request))
+                await send_body(send, 200, body, _PROTOBUF_HEADERS)
+                return 200
         if isinstance(chosen, NotAcceptable):
             raise chosen
         view, pretty = chosen
         if query.pretty is not None:
             pretty = query.pretty
         elif not pretty:
-            pretty = pretty_user_agent(_header(scope, b"user-agent"))
+            pretty = pretty_user_agent(request_header(scope, b"user-agent"))
         await send_body(send, 200, api.render(request, view, pretty=pretty))
         return 200
 
-    async def _serve_core_api(
-        self, api: core_api.DemoCoreApi, scope: Scope, query: QueryParams, send: Send
-    ) -> int:
+    async def _serve_core_api(self, scope: Scope, query: QueryParams, send: Send) -> int:
         """The demo's `/api` subset (JSON only); errors propagate as `StatusError`."""
+        api = self.demo_core_api
+        assert api is not None  # routed here only when set
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
         request = api.parse(scope["path"], query)
-        representation = negotiate(_header(scope, b"accept"), discovery_root=not request.version)
+        representation = negotiate(
+            request_header(scope, b"accept"), discovery_root=not request.version
+        )
         if isinstance(representation, NotAcceptable):
             raise representation
         body = wire.dumps(api.document(request, self.server_address))
         pretty = query.pretty
         if pretty is None:
-            pretty = representation.pretty or pretty_user_agent(_header(scope, b"user-agent"))
+            pretty = representation.pretty or pretty_user_agent(
+                request_header(scope, b"user-agent")
+            )
         await send_body(send, 200, wire.prettify(body) if pretty else body)
         return 200
 
-    async def _send_status(self, send: Send, error: StatusError, *, request_id: str = "") -> None:
-        headers = _JSON_HEADERS + tuple(
+    async def _send_status(
+        self, send: Send, error: StatusError, scope: Scope, *, request_id: str = ""
+    ) -> None:
+        body, headers = status_response(error, request_header(scope, b"accept"))
+        headers += tuple(
             (name.lower().encode(), value.encode()) for name, value in error.headers.items()
         )
         if request_id:
             headers += ((b"audit-id", request_id.encode()),)
-        await send_body(send, error.code, wire.status(error), headers)
+        await send_body(send, error.code, body, headers)
 
     def _representation(
         self, scope: Scope, query: QueryParams, parsed: ParsedRequest
     ) -> Representation:
         chosen = negotiate(
-            _header(scope, b"accept"), discovery_root=isinstance(parsed, RootDiscovery)
+            request_header(scope, b"accept"),
+            discovery_root=isinstance(parsed, RootDiscovery),
         )
         if isinstance(chosen, NotAcceptable):
             raise chosen
+        if chosen.protobuf:
+            return chosen  # binary: `pretty` does not apply
         pretty = query.pretty
         if pretty is None:
-            pretty = chosen.pretty or pretty_user_agent(_header(scope, b"user-agent"))
+            pretty = chosen.pretty or pretty_user_agent(request_header(scope, b"user-agent"))
         return chosen if chosen.pretty == pretty else Representation(chosen.media_type, pretty)
 
-    async def _answer(self, parsed: ParsedRequest) -> bytes:
+    async def _answer(self, parsed: ParsedRequest, encoding: _Encoding) -> bytes:
         if isinstance(parsed, MetricRequest):
             samples = await self.engine.custom(parsed)
             if samples:
                 oldest = min(sample.timestamp for sample in samples)
                 self.metrics.observe_freshness(parsed.group, time.time() - oldest)
-            return wire.metric_value_list(
+            return encoding.metric_value_list(
                 samples,
                 api_version=f"{parsed.group}/{parsed.version}",
                 shape=_SHAPES[parsed.version],
                 metric_selector=parsed.metric_selector,
             )
         if isinstance(parsed, ExternalMetricRequest):
-            external = await self.engine.external(parsed)
-            return wire.external_metric_value_list(external)
+            return encoding.external_metric_value_list(await self.engine.external(parsed))
         if isinstance(parsed, VersionDiscovery):
             if parsed.group == EXTERNAL_GROUP:
-                return wire.dumps(discovery.external_resource_list(self.engine.external_metrics()))
-            return wire.dumps(
+                return encoding.document(
+                    discovery.external_resource_list(self.engine.external_metrics())
+                )
+            return encoding.document(
                 discovery.custom_resource_list(
                     parsed.group, parsed.version, self.engine.custom_metrics()
                 )
             )
         if isinstance(parsed, GroupDiscovery):
-            return wire.dumps(discovery.api_group(parsed.group))
-        return wire.dumps(discovery.api_group_list(self.server_address, self._extra_groups))
+            return encoding.document(discovery.api_group(parsed.group))
+        return encoding.document(discovery.api_group_list(self.server_address, self._extra_groups))
 
 
 def _labels(parsed: ParsedRequest, engine: QueryEngine) -> tuple[str, str, str]:

@@ -3,9 +3,11 @@
 PURE. Mirrors `k8s.io/apiserver/pkg/endpoints/handlers/negotiation`: clauses with q-values,
 `type/subtype`, `type/*` and `*/*` wildcards; a clause carrying a conversion request
 (`as=Table;g=meta.k8s.io;v=v1`), `stream=` or `sv=` is unacceptable on metric endpoints.
-This server encodes JSON only, so the HPA's `application/vnd.kubernetes.protobuf, */*` gets
-JSON and a protobuf-only Accept gets 406. Results are cached per header value (clients send
-the same few headers over and over).
+Two media types are served, JSON (the server's first choice, so `*/*` and `application/*` get
+it) and Kubernetes protobuf. As goautoneg orders clauses, the highest q wins and, at equal q,
+an exact type beats a wildcard: the HPA's `application/vnd.kubernetes.protobuf, */*` gets
+protobuf, like a Go server answers it. Results are cached per header value (clients send the
+same few headers over and over).
 """
 
 from __future__ import annotations
@@ -17,36 +19,52 @@ from typing import Final
 from custom_metrics_server.errors import NotAcceptable, not_acceptable
 
 JSON: Final = "application/json"
-SERVED_MEDIA_TYPES: Final = (JSON,)
+PROTOBUF: Final = "application/vnd.kubernetes.protobuf"
+#: In the server's order of preference (`*/*` gets the first); the 406 message lists them.
+SERVED_MEDIA_TYPES: Final = (JSON, PROTOBUF)
 _CONVERSION_PARAMS: Final = frozenset({"as", "g", "v", "stream", "sv"})
 _PRETTY_AGENTS: Final = ("curl", "Wget", "Mozilla/5.0")
 
 
 @dataclass(frozen=True, slots=True)
 class Representation:
-    """What to send: the media type and whether to indent."""
+    """What to send: the media type and whether to indent (JSON only)."""
 
     media_type: str
     pretty: bool
 
+    @property
+    def protobuf(self) -> bool:
+        """Whether the body is Kubernetes protobuf."""
+        return self.media_type == PROTOBUF
+
 
 _PLAIN: Final = Representation(JSON, pretty=False)
 _PRETTY: Final = Representation(JSON, pretty=True)
+_PROTOBUF: Final = Representation(PROTOBUF, pretty=False)
+# How specific a served clause is: at equal q the more specific wins (goautoneg's order).
+_SPECIFICITY: Final = {JSON: 2, PROTOBUF: 2, "application/*": 1, "*/*": 0}
 
 
 @lru_cache(maxsize=256)
 def negotiate(accept: str, *, discovery_root: bool = False) -> Representation | NotAcceptable:
     """The representation for an Accept header, or the 406 error to send.
 
-    `/apis` never answers 406: the aggregator asks for the v2 aggregated document there and
-    must get the plain `APIGroupList` (contract section 4.4, option a) to fall back correctly.
+    The best clause is the one with the highest q, then the most specific media type, then
+    the first written. `/apis` never answers 406: the aggregator asks for the v2 aggregated
+    document there (a conversion clause, skipped) and must get the plain `APIGroupList`
+    (contract section 4.4, option a) to fall back correctly; with nothing else acceptable
+    it gets JSON. O(len(accept)), cached.
     """
     if not accept.strip():
         return _PLAIN
-    best: tuple[float, bool] | None = None
+    best: tuple[float, int, Representation] | None = None
     for clause in accept.split(","):
         media, _, raw_params = clause.strip().partition(";")
         media = media.strip().lower()
+        specificity = _SPECIFICITY.get(media)
+        if specificity is None:
+            continue
         params: dict[str, str] = {}
         for param in raw_params.split(";"):
             key, _, value = param.strip().partition("=")
@@ -56,18 +74,19 @@ def negotiate(accept: str, *, discovery_root: bool = False) -> Representation | 
             quality = float(params.get("q", "1"))
         except ValueError:
             quality = 1.0
-        if quality <= 0 or media not in (JSON, "application/*", "*/*"):
+        if quality <= 0 or _CONVERSION_PARAMS & params.keys():
             continue
-        if not discovery_root and _CONVERSION_PARAMS & params.keys():
-            continue
-        pretty = params.get("pretty", "") in ("1", "true")
-        if best is None or quality > best[0]:
-            best = (quality, pretty)
+        if media == PROTOBUF:
+            chosen = _PROTOBUF
+        else:
+            chosen = _PRETTY if params.get("pretty", "") in ("1", "true") else _PLAIN
+        if best is None or (quality, specificity) > best[:2]:
+            best = (quality, specificity, chosen)
     if best is None:
         if discovery_root:
             return _PLAIN
         return not_acceptable(SERVED_MEDIA_TYPES)
-    return _PRETTY if best[1] else _PLAIN
+    return best[2]
 
 
 def pretty_user_agent(user_agent: str) -> bool:

@@ -22,6 +22,7 @@ from pydantic.json_schema import models_json_schema
 
 from custom_metrics_server import __version__, schemas
 from custom_metrics_server.grammar import CUSTOM_GROUP, EXTERNAL_GROUP, GROUP_VERSIONS
+from custom_metrics_server.negotiation import SERVED_MEDIA_TYPES
 
 #: metrics.k8s.io (the Resource Metrics API), described only when it is served.
 METRICS_GROUP: Final = "metrics.k8s.io"
@@ -106,7 +107,7 @@ def _operation(op_id: str, summary: str, response: type[BaseModel], tag: str) ->
     return {
         "description": summary,
         "operationId": op_id,
-        "produces": ["application/json"],
+        "produces": list(SERVED_MEDIA_TYPES),
         "schemes": ["https"],
         "tags": [tag],
         "responses": {
@@ -289,7 +290,12 @@ def _v3_path_item(item: dict[str, Any]) -> dict[str, Any]:
             code: {
                 "description": response["description"],
                 **(
-                    {"content": {"application/json": {"schema": _to_v3(response["schema"])}}}
+                    {
+                        "content": {
+                            media: {"schema": _to_v3(response["schema"])}
+                            for media in SERVED_MEDIA_TYPES
+                        }
+                    }
                     if "schema" in response
                     else {}
                 ),

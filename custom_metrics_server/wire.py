@@ -175,8 +175,8 @@ def external_metric_value_list(samples: Iterable[ExternalSample]) -> bytes:
     )
 
 
-def status(error: StatusError) -> bytes:
-    """A metav1 `Status` for a failure, field order as Go writes it."""
+def status_document(error: StatusError) -> dict[str, Any]:
+    """A metav1 `Status` for a failure as a JSON-ready dict, field order as Go writes it."""
     document: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -189,4 +189,9 @@ def status(error: StatusError) -> bytes:
     if error.details is not None:
         document["details"] = error.details
     document["code"] = error.code
-    return dumps(document)
+    return document
+
+
+def status(error: StatusError) -> bytes:
+    """A metav1 `Status` body for a failure."""
+    return dumps(status_document(error))

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import kubeproto
 from tests.asgi import Reply, call, scope_for
 from tests.conftest import contract_app
 
@@ -100,6 +101,8 @@ accepts = st.one_of(
             "application/json",
             "*/*",
             "application/vnd.kubernetes.protobuf, */*",
+            "application/vnd.kubernetes.protobuf",
+            "application/json;q=0.5, application/vnd.kubernetes.protobuf",
             "text/html",
             "application/json;as=Table;v=v1;g=meta.k8s.io",
             "application/json;q=0",
@@ -129,12 +132,18 @@ def check(reply: Reply) -> None:
         assert reply.status == 404
         assert reply.body == b"404 page not found\n"
         return
-    assert reply.headers["content-type"] == "application/json"
-    status = orjson.loads(reply.body)
-    assert status["kind"] == "Status"
+    if reply.headers["content-type"] == "application/vnd.kubernetes.protobuf":
+        api_version, kind, decoded, raw = kubeproto.decode(reply.body)
+        assert (api_version, kind) == ("v1", "Status")
+        status = kubeproto.to_json_shape(decoded)
+        assert kubeproto.canonical(decoded, raw)
+    else:
+        assert reply.headers["content-type"] == "application/json"
+        reply.body.decode("utf-8")
+        status = orjson.loads(reply.body)
+        assert status["kind"] == "Status"
     assert status["code"] == reply.status
     assert status["message"]
-    reply.body.decode("utf-8")
 
 
 @settings(

@@ -38,6 +38,7 @@ from custom_metrics_server.resource_api import (
 )
 from custom_metrics_server.security.requestinfo import request_attributes
 from custom_metrics_server.usage import ContainerResourceUsage, ResourceUsage, UsageStore
+from tests import kubeproto
 from tests.asgi import call, scope_for
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -641,3 +642,50 @@ def test_memoised_usage_and_items_follow_new_scrapes_and_labels() -> None:
     # web-b was not in the last scrape: gone from the node, gone from the API.
     with pytest.raises(NotFound):
         metrics.pod_metrics("ns", "web-b")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{V}/namespaces/ns/pods",
+        f"{V}/pods",
+        f"{V}/namespaces/ns/pods/web-a",
+        f"{V}/nodes",
+        f"{V}/nodes/n1",
+    ],
+)
+@pytest.mark.parametrize(
+    "accept", ["application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf, */*"]
+)
+async def test_protobuf_answers_decode_to_the_json_values(path: str, accept: str) -> None:
+    served = app()
+    as_json = await call(served, scope_for("GET", path.encode()))
+    as_protobuf = await call(
+        served, scope_for("GET", path.encode(), headers=[(b"accept", accept.encode())])
+    )
+    assert as_json.status == as_protobuf.status == 200
+    assert as_protobuf.headers["content-type"] == "application/vnd.kubernetes.protobuf"
+    kubeproto.same_values(json.loads(as_json.body), as_protobuf.body)
+
+
+async def test_protobuf_errors_and_tables() -> None:
+    served = app()
+    protobuf_accept = [(b"accept", b"application/vnd.kubernetes.protobuf")]
+    missing = await call(
+        served, scope_for("GET", f"{V}/nodes/nope".encode(), headers=protobuf_accept)
+    )
+    assert missing.status == 404
+    assert missing.headers["content-type"] == "application/vnd.kubernetes.protobuf"
+    assert kubeproto.decode(missing.body)[1] == "Status"
+    # A Table clause keeps its JSON Table even when protobuf is acceptable too.
+    table = await call(
+        served,
+        scope_for(
+            "GET",
+            f"{V}/nodes".encode(),
+            headers=[
+                (b"accept", f"{TABLE_V1}, application/vnd.kubernetes.protobuf;q=0.5".encode())
+            ],
+        ),
+    )
+    assert json.loads(table.body)["kind"] == "Table"

@@ -165,9 +165,7 @@ def build_backend(args: argparse.Namespace, cluster: ClusterView) -> PrometheusB
             verb=args.prometheus_verb,
             reload_interval=args.config_reload_interval,
             resource_usage_interval=(
-                args.metric_resolution
-                if args.resource_metrics_source == "prometheus"
-                else 0.0
+                args.metric_resolution if args.resource_metrics_source == "prometheus" else 0.0
             ),
         ),
     )

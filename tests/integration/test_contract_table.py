@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from custom_metrics_server import schemas
+from tests import kubeproto
 from tests.conftest import RunningServer
 
 pytestmark = pytest.mark.integration
@@ -341,21 +342,25 @@ def test_c22_version_discovery_lists_metrics(
     assert "deployments.apps/m" in entries
 
 
-def test_c23_hpa_protobuf_accept_gets_json(client: httpx.Client, prefix: str) -> None:
+def test_c23_hpa_protobuf_accept_gets_protobuf(client: httpx.Client, prefix: str) -> None:
+    """The HPA's Accept: a Go adapter answers protobuf, and so do we (issue 7)."""
     response = client.get(
         prefix + "/namespaces/ns/pods/*/some-metric",
         headers={"Accept": "application/vnd.kubernetes.protobuf, */*"},
     )
     assert response.status_code == 200
-    assert response.headers["content-type"] == "application/json"
+    assert response.headers["content-type"] == "application/vnd.kubernetes.protobuf"
+    json_answer = client.get(prefix + "/namespaces/ns/pods/*/some-metric").json()
+    kubeproto.same_values(json_answer, response.content)
 
 
 @pytest.mark.parametrize(
     "accept",
     [
         "application/xml",
-        "application/vnd.kubernetes.protobuf",
+        "application/yaml",
         "application/json;as=Table;g=meta.k8s.io;v=v1",
+        "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1",
     ],
 )
 def test_c24_unacceptable_media_types_are_406(
@@ -365,7 +370,10 @@ def test_c24_unacceptable_media_types_are_406(
     assert response.status_code == 406
     body = status_of(response)
     assert body["reason"] == "NotAcceptable"
-    assert body["message"] == "only the following media types are accepted: application/json"
+    assert body["message"] == (
+        "only the following media types are accepted: "
+        "application/json, application/vnd.kubernetes.protobuf"
+    )
 
 
 @pytest.mark.parametrize(

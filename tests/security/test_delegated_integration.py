@@ -685,7 +685,11 @@ def test_32_negotiation(allowed: httpx.Client) -> None:
         allowed.get(url, headers={"Accept": "application/json"}).json()["kind"] == "MetricValueList"
     )
     assert allowed.get(url, headers={"Accept": "*/*"}).status_code == 200
-    refused = allowed.get(url, headers={"Accept": "application/vnd.kubernetes.protobuf"})
+    protobuf = allowed.get(url, headers={"Accept": "application/vnd.kubernetes.protobuf"})
+    assert protobuf.status_code == 200
+    assert protobuf.headers["content-type"] == "application/vnd.kubernetes.protobuf"
+    assert protobuf.content.startswith(b"k8s\x00")
+    refused = allowed.get(url, headers={"Accept": "application/xml"})
     assert refused.status_code == 406
     assert status(refused)["reason"] == "NotAcceptable"
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import uvicorn
 import yaml
-from uvicorn.server import STARTUP_FAILURE
 
 from custom_metrics_server import __version__
 from custom_metrics_server.app import AppSettings, Server, create_app
@@ -51,6 +50,8 @@ from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_he
 
 logger = logging.getLogger("custom_metrics_server")
 
+#: uvicorn's exit status when start-up fails (not exported by uvicorn).
+STARTUP_FAILURE = 3
 #: Go's net/http `TLSHandshakeTimeout` as the generic apiserver sets it (asyncio's is 60 s).
 TLS_HANDSHAKE_TIMEOUT = 10.0
 

@@ -79,7 +79,7 @@ def test_an_unfinished_handshake_is_closed_after_the_timeout(
 def test_many_handshake_only_connections_do_not_block_tls_clients(
     handshake_server: RunningServer,
 ) -> None:
-    held = [socket.create_connection(_address(handshake_server), timeout=10) for _ in range(200)]
+    held = [socket.create_connection(_address(handshake_server), timeout=10) for _ in range(1000)]
     try:
         with handshake_server.client() as client:
             for _ in range(5):

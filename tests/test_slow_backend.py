@@ -233,3 +233,45 @@ def test_38_fifty_slow_requests_in_flight_complete_across_sigterm(tmp_path: Path
         if server.process.poll() is None:
             server.process.kill()
         stop_server(server)
+
+
+def test_36_over_the_inflight_limit_is_a_429_status_over_the_real_server(tmp_path: Path) -> None:
+    server = start_server(
+        tmp_path,
+        "--demo-file",
+        str(_fixture(tmp_path, 6)),
+        "--max-requests-inflight",
+        "5",
+    )
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=5)
+
+    def slow_request() -> int:
+        with _client(server) as client:
+            return client.get(SLOW).status_code
+
+    try:
+        held = [pool.submit(slow_request) for _ in range(5)]
+        with _client(server) as client:
+            started = time.monotonic()
+            while (over := client.get(FAST)).status_code == 200:
+                assert time.monotonic() - started < 5, "the limit was never reached"
+                time.sleep(0.05)
+            assert over.status_code == 429
+            assert over.headers["retry-after"] == "1"
+            assert over.json() == {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "Too many requests, please try again later.",
+                "reason": "TooManyRequests",
+                "details": {"retryAfterSeconds": 1},
+                "code": 429,
+            }
+            assert client.get("/readyz").status_code == 200  # probes are exempt
+            assert not any(future.done() for future in held)
+            assert [future.result(timeout=30) for future in held] == [200] * 5
+            assert client.get(FAST).status_code == 200
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_server(server)

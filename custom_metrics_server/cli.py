@@ -290,9 +290,7 @@ class _Server(uvicorn.Server):
         """uvicorn's start-up for a host/port listener, plus `ssl_handshake_timeout`: uvicorn
         does not pass one, so asyncio's 60 s would let handshake-only connections (that the
         header-read timer, armed after the handshake, never sees) sit for a minute each."""
-        if sockets is not None:  # not used by `serve`; uvicorn's path, without the timeout
-            await super().startup(sockets=sockets)
-            return
+        assert sockets is None, "serve() binds its own listener"
         await self.lifespan.startup()
         if self.lifespan.should_exit:
             sys.exit(STARTUP_FAILURE)

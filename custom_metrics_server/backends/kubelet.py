@@ -347,11 +347,7 @@ class KubeletScraper:
             response = await self._kubelet_client.send(request, stream=True)
             try:
                 if response.status_code >= 300:
-                    head = b""
-                    async for chunk in response.aiter_bytes():  # only the start, for the log
-                        head += chunk
-                        if len(head) >= 300:
-                            break
+                    head = await anext(response.aiter_bytes(), b"")  # for the log, not all
                     text = head[:300].decode("utf-8", "replace").strip()
                     raise ScrapeFailure(f"http_{response.status_code}", f"GET {url}: {text}")
                 return await read_capped(response, self.max_body_bytes, what=f"GET {url}")

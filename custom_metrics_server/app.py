@@ -8,10 +8,10 @@ jobs (the authentication ConfigMap follower) and every backend are entered (star
 are not part of a Kubernetes API server's surface.
 
 Around everything (`Server._limited`): the in-flight limit (`--max-requests-inflight`, 429
-with `Retry-After: 1`, health probes exempt), the request deadline (`--request-timeout`, 504,
-the work cancelled), the URL size bound (414), and during shutdown `Connection: close` on every
-response and a failing `shutdown` readiness check (`begin_shutdown`, called by the CLI on
-SIGTERM). See docs/operations.md.
+with `Retry-After: 1`, health probes exempt), the request deadline (`--request-timeout`, or a
+shorter `?timeout=`; 504, the work cancelled), the URL size bound (414), and during shutdown
+`Connection: close` on every response and a failing `shutdown` readiness check
+(`begin_shutdown`, called by the CLI on SIGTERM). See docs/operations.md.
 
 Every HTTP request passes the security gate first (`security.gate`: authentication, header
 stripping, authorization; see docs/security.md), so nothing below it, not even a 404 or a
@@ -61,7 +61,7 @@ from custom_metrics_server.errors import (
     too_many_requests,
     uri_too_long,
 )
-from custom_metrics_server.grammar import is_api_path
+from custom_metrics_server.grammar import duration_seconds, is_api_path, parse_query
 from custom_metrics_server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
 from custom_metrics_server.query import QueryEngine
 from custom_metrics_server.security.gate import AllowAllGate, Gate
@@ -271,21 +271,40 @@ async def _closing_send(send: Send, message: Message) -> None:
     await send(message)
 
 
+def request_deadline(configured: float, query: bytes) -> float:
+    """Seconds a request may take: `--request-timeout` (`configured`, 0: none), shortened,
+    never lengthened, by a valid positive `?timeout=` (upstream's `WithRequestDeadline`; an
+    invalid one is the grammar's 400). O(1) for queries without `timeout=`, which most are."""
+    if b"timeout=" not in query:
+        return configured
+    wanted = duration_seconds(parse_query(query).timeout)
+    if wanted is not None and wanted > 0 and (not configured or wanted < configured):
+        return wanted
+    return configured
+
+
 class _TrackedSend:
     """Wraps `send` to remember whether the response has started (a timeout can then only
     abandon the response, not replace it) and whether the `/apis` handler took the request
-    (it then counts the request in the self-metrics itself, as a 504)."""
+    (it then counts the request in the self-metrics itself, as a 504). A request that began
+    before `begin_shutdown` still gets `Connection: close` if its response starts after it."""
 
-    __slots__ = ("in_api", "send", "started")
+    __slots__ = ("in_api", "send", "server", "started", "watch_shutdown")
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, server: Server) -> None:
         self.send = send
+        self.server = server
         self.started = False
         self.in_api = False
+        # Requests that began during shutdown already go through `_closing_send`.
+        self.watch_shutdown = not server.shutting_down
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.started = True
+            if self.watch_shutdown and self.server.shutting_down:
+                await _closing_send(self.send, message)
+                return
         await self.send(message)
 
 
@@ -322,6 +341,10 @@ class Server:
             metrics_api=self.settings.metrics_api,
             demo_core_api=self.settings.demo_core_api,
         )
+        # Read at scrape time only: leaks of requests, deadlines or tasks show on `/metrics`.
+        self.metrics.track_server(
+            inflight=lambda: self.inflight, deadlines=lambda: len(self._deadlines)
+        )
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
         self.extra_checks = {**self.settings.extra_checks, "shutdown": Readiness(ready=True)}
         self.shell = _build_shell(
@@ -335,6 +358,11 @@ class Server:
         self._deadlines: dict[asyncio.Task[Any], float] = {}
         self._expired: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
+        # Finer for short configured deadlines (tests); never 0 (`--request-timeout=0` with a
+        # `?timeout=` still needs a sweeper).
+        self._sweep_interval = min(
+            _SWEEP_INTERVAL, self.settings.request_timeout or _SWEEP_INTERVAL
+        )
         self._sweeper_loop: asyncio.AbstractEventLoop | None = None
 
     def begin_shutdown(self) -> None:
@@ -374,19 +402,23 @@ class Server:
     async def _deadline(self, scope: Scope, receive: Any, send: Send) -> None:
         """Serve with a deadline. Not one `asyncio.timeout` per request (a timer started and
         stopped each time costs ~5 us on a ~60 us path): the request's task is registered
-        with its deadline, and `_sweep` cancels overdue tasks (at most `_SWEEP_INTERVAL` late)."""
+        with its deadline, and `_sweep` cancels overdue tasks (at most `_SWEEP_INTERVAL` late).
+        O(1) per request: two dict/set operations, no timer."""
         seconds = self.settings.request_timeout
+        query = scope["query_string"]
+        if b"timeout=" in query:  # inlined pre-check: most requests skip the call
+            seconds = request_deadline(seconds, query)
         task = asyncio.current_task()
         if not seconds or task is None:
             await self._http(scope, receive, send)
             return
         started = time.perf_counter()
-        tracked = _TrackedSend(send)
+        tracked = _TrackedSend(send, self)
         loop = asyncio.get_running_loop()
         self._deadlines[task] = loop.time() + seconds
         if self._sweeper is None or self._sweeper_loop is not loop:  # (tests change loops)
             self._sweeper_loop = loop
-            self._sweeper = loop.call_later(min(_SWEEP_INTERVAL, seconds), self._sweep)
+            self._sweeper = loop.call_later(self._sweep_interval, self._sweep)
         try:
             await self._http(scope, receive, tracked)
         except asyncio.CancelledError:
@@ -395,14 +427,14 @@ class Server:
             task.uncancel()
             # The work (gate, backend call, rendering) has been cancelled by now.
             logger.warning(
-                "request %s %s exceeded --request-timeout (%ss)",
+                "request %s %s exceeded its deadline (%gs)",
                 scope["method"],
                 scope["path"][:200],
                 seconds,
             )
             if not tracked.started:
                 await self._reject(
-                    send, request_timeout(), scope["method"], started, observe=not tracked.in_api
+                    tracked, request_timeout(), scope["method"], started, observe=not tracked.in_api
                 )
         finally:
             self._deadlines.pop(task, None)
@@ -418,8 +450,7 @@ class Server:
                 task.cancel()
         self._sweeper = None
         if self._deadlines:
-            interval = min(_SWEEP_INTERVAL, self.settings.request_timeout)
-            self._sweeper = loop.call_later(interval, self._sweep)
+            self._sweeper = loop.call_later(self._sweep_interval, self._sweep)
 
     async def _http(self, scope: Scope, receive: Any, send: Send) -> None:
         started = time.perf_counter()

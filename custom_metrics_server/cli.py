@@ -7,6 +7,7 @@ no access log, no proxy headers: see docs/performance.md). No request logic live
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import functools
 import ipaddress
@@ -59,6 +60,19 @@ from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_he
 
 logger = logging.getLogger("custom_metrics_server")
 
+#: uvicorn's exit status when start-up fails (not exported by uvicorn).
+STARTUP_FAILURE = 3
+#: Go's net/http `TLSHandshakeTimeout` as the generic apiserver sets it (asyncio's is 60 s).
+TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
+def positive_duration(text: str) -> float:
+    """A duration that must be above zero (asyncio refuses a zero handshake timeout)."""
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be above zero, not {text!r}")
+    return seconds
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The flag set; names follow the Kubernetes aggregated API servers."""
@@ -110,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=HEADER_READ_TIMEOUT,
         help="close a connection whose request head is not complete in time (slowloris guard; "
         "0: none; default 32s, Go's ReadHeaderTimeout)",
+    )
+    serving.add_argument(
+        "--tls-handshake-timeout",
+        type=positive_duration,
+        default=TLS_HANDSHAKE_TIMEOUT,
+        help="close a connection whose TLS handshake is not done in time (handshake-only "
+        "slowloris guard; default 10s, Go's TLSHandshakeTimeout; must be above zero)",
     )
     serving.add_argument(
         "--shutdown-delay-duration",
@@ -256,8 +277,9 @@ def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, plus a banner once the socket is bound (the real port is known only then), and
-    upstream's graceful termination (docs/operations.md, "Shutdown"):
+    """uvicorn, plus a TLS handshake timeout (`startup`), a banner once the socket is bound
+    (the real port is known only then), and upstream's graceful termination
+    (docs/operations.md, "Shutdown"):
 
     1. the first SIGTERM/SIGINT fails `/readyz` at once and marks responses `Connection: close`;
     2. requests are still served for `shutdown_delay` seconds (endpoints drop the pod meanwhile);
@@ -273,18 +295,49 @@ class _Server(uvicorn.Server):
         *,
         app: Server | None = None,
         shutdown_delay: float = 0.0,
+        tls_handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT,
     ) -> None:
         super().__init__(config)
         self._on_bound = on_bound
         self._app = app
         self._shutdown_delay = shutdown_delay
+        self._tls_handshake_timeout = tls_handshake_timeout
         self._exit_at: float | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            port = self.servers[0].sockets[0].getsockname()[1]
-            self._on_bound(port)
+        """uvicorn's start-up for a host/port listener, plus `ssl_handshake_timeout`: uvicorn
+        does not pass one, so asyncio's 60 s would let handshake-only connections (that the
+        header-read timer, armed after the handshake, never sees) sit for a minute each."""
+        assert sockets is None, "serve() binds its own listener"
+        await self.lifespan.startup()
+        if self.lifespan.should_exit:
+            sys.exit(STARTUP_FAILURE)
+        config = self.config
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=_loop,
+            )
+
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                create_protocol,
+                host=config.host,
+                port=config.port,
+                ssl=config.ssl,
+                backlog=config.backlog,
+                ssl_handshake_timeout=self._tls_handshake_timeout if config.ssl else None,
+            )
+        except OSError as err:
+            logger.error("cannot listen on %s:%s: %s", config.host, config.port, err)
+            await self.lifespan.shutdown()
+            sys.exit(STARTUP_FAILURE)
+        self.servers = [server]
+        self.started = True
+        self._on_bound(server.sockets[0].getsockname()[1])
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs as a signal handler: only flags here; `on_tick` acts on them.
@@ -466,7 +519,13 @@ def serve(args: argparse.Namespace) -> int:
         # In-flight requests drain for at most the request deadline (upstream's bound too).
         timeout_graceful_shutdown=math.ceil(args.request_timeout) or None,
     )
-    _Server(config, on_bound, app=app, shutdown_delay=args.shutdown_delay_duration).run()
+    _Server(
+        config,
+        on_bound,
+        app=app,
+        shutdown_delay=args.shutdown_delay_duration,
+        tls_handshake_timeout=args.tls_handshake_timeout,
+    ).run()
     return 0
 
 

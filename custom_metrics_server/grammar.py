@@ -129,6 +129,30 @@ def split_api_path(path: str) -> list[str] | None:
 _GO_DURATION: Final = re.compile(r"[-+]?(?:0|(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+)")
 
 
+_GO_DURATION_PART: Final = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_GO_DURATION_UNITS: Final = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def duration_seconds(text: str) -> float | None:
+    """A Go duration (`time.ParseDuration`: `1m30s`, `250ms`, `-2s`, `0`) in seconds; None
+    when `text` is empty or not one."""
+    if not text or not _GO_DURATION.fullmatch(text):
+        return None
+    total = sum(
+        float(amount) * _GO_DURATION_UNITS[unit] for amount, unit in _GO_DURATION_PART.findall(text)
+    )
+    return -total if text[0] == "-" else total
+
+
 def check_timeout(text: str) -> None:
     """`?timeout=` must be a Go duration, as the request-deadline filter parses it (400)."""
     if text and not _GO_DURATION.fullmatch(text):

@@ -9,11 +9,20 @@ label values.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 EXPOSITION_CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
@@ -76,6 +85,29 @@ class ServerMetrics:
         self._backend_children: dict[tuple[str, str], Any] = {}
         self._freshness_children: dict[str, Any] = {}
 
+    def track_server(self, *, inflight: Callable[[], int], deadlines: Callable[[], int]) -> None:
+        """Gauges read when `/metrics` is scraped (never per request): requests in flight
+        (upstream's name), requests waiting for a deadline, tasks alive on the event loop, and
+        the process' `process_*` metrics (open fds, RSS, CPU). Together they show a task,
+        request or connection leak."""
+        Gauge(
+            "apiserver_current_inflight_requests",
+            "Requests being served now that count against --max-requests-inflight.",
+            ["request_kind"],
+            registry=self.registry,
+        ).labels("readOnly").set_function(inflight)
+        Gauge(
+            "custom_metrics_server_request_deadlines",
+            "Requests registered with the request-deadline sweeper.",
+            registry=self.registry,
+        ).set_function(deadlines)
+        Gauge(
+            "custom_metrics_server_asyncio_tasks",
+            "Tasks alive on the server's event loop (the scrape's own included).",
+            registry=self.registry,
+        ).set_function(_running_tasks)
+        ProcessCollector(registry=self.registry)
+
     def observe_request(
         self, *, group: str, version: str, resource: str, verb: str, code: int, seconds: float
     ) -> None:
@@ -109,6 +141,13 @@ class ServerMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return generate_latest(self.registry)
+
+
+def _running_tasks() -> int:
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # rendered outside a running loop (tests)
+        return 0
 
 
 def configure_logging(verbosity: int) -> None:

@@ -148,6 +148,9 @@ class QueryEngine:
                 result = await call
             outcome = "ok"
             return result
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # the request's deadline (or shutdown) gave up on it
+            raise
         except TimeoutError as err:
             outcome = "timeout"
             raise BackendTimeout(

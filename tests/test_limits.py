@@ -18,7 +18,7 @@ from typing import Self
 import orjson
 
 from custom_metrics_server import cli
-from custom_metrics_server.app import AppSettings, Server, create_app
+from custom_metrics_server.app import AppSettings, Server, create_app, request_deadline
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -301,3 +301,114 @@ async def test_a_cancellation_that_is_not_the_deadline_propagates() -> None:
         await task
     assert task.cancelled()
     assert app.inflight == 0
+
+
+# `?timeout=` (upstream's WithRequestDeadline: shortens, never lengthens).
+
+TIMEOUT_STATUS = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": "Timeout: request did not complete within the allotted timeout",
+    "reason": "Timeout",
+    "details": {},
+    "code": 504,
+}
+
+
+def test_request_deadline_is_the_shorter_of_the_flag_and_a_valid_timeout() -> None:
+    cases = {
+        (60.0, b""): 60.0,
+        (60.0, b"labelSelector=a%3Db"): 60.0,
+        (60.0, b"timeout=2s"): 2.0,
+        (60.0, b"timeout=1m30s"): 60.0,  # never lengthened
+        (60.0, b"timeout=250ms&labelSelector=x"): 0.25,
+        (60.0, b"labelSelector=x&timeout=1.5s"): 1.5,
+        (60.0, b"timeout=0"): 60.0,  # 0: "no timeout on the user's part"
+        (60.0, b"timeout=-5s"): 60.0,
+        (60.0, b"timeout=abc"): 60.0,  # the grammar answers 400 for it
+        (60.0, b"timeout=3s&timeout=1s"): 3.0,  # first value wins, as everywhere
+        (0.0, b"timeout=2s"): 2.0,  # no deadline configured: the caller's still applies
+        (0.0, b""): 0.0,
+    }
+    for (configured, query), expected in cases.items():
+        assert request_deadline(configured, query) == expected, (configured, query)
+
+
+async def test_a_timeout_parameter_shortens_the_deadline_to_a_504() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, request_timeout=30, backend_timeout=30)
+    started = time.monotonic()
+    reply = await asyncio.wait_for(call(app, scope_for("GET", SLOW, b"timeout=200ms")), 10)
+    assert reply.status == 504
+    assert orjson.loads(reply.body) == TIMEOUT_STATUS
+    assert time.monotonic() - started < 5  # 0.2 s plus at most one sweep, not 30 s
+    assert (backend.cancelled, backend.waiting, app.inflight) == (1, 0, 0)
+
+
+async def test_a_longer_timeout_parameter_does_not_lengthen_the_deadline() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, request_timeout=0.2, backend_timeout=30)
+    reply = await asyncio.wait_for(call(app, scope_for("GET", SLOW, b"timeout=1h")), 10)
+    assert reply.status == 504
+    assert orjson.loads(reply.body) == TIMEOUT_STATUS
+
+
+async def test_a_timeout_parameter_applies_without_a_configured_deadline() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, request_timeout=0, backend_timeout=30)
+    reply = await asyncio.wait_for(call(app, scope_for("GET", SLOW, b"timeout=100ms")), 10)
+    assert reply.status == 504
+    assert orjson.loads(reply.body) == TIMEOUT_STATUS
+    # ...and without one, the request is not under any deadline.
+    held = asyncio.create_task(call(app, scope_for("GET", SLOW)))
+    await _until(lambda: backend.waiting == 1)
+    await asyncio.sleep(0.8)
+    assert not held.done()
+    backend.release.set()
+    assert (await asyncio.wait_for(held, 10)).status == 200
+
+
+async def test_an_in_time_request_with_a_timeout_parameter_is_served() -> None:
+    backend = BlockingBackend()
+    backend.release.set()
+    app = _app(backend, request_timeout=30)
+    reply = await call(app, scope_for("GET", SLOW, b"timeout=10s"))
+    assert reply.status == 200
+    assert orjson.loads(reply.body)["kind"] == "MetricValueList"
+    bad = await call(app, scope_for("GET", SLOW, b"timeout=10"))  # Go needs a unit
+    assert bad.status == 400
+    assert orjson.loads(bad.body)["message"] == (
+        'invalid timeout specified in the request URL - time: invalid duration "10"'
+    )
+
+
+# Shutdown: requests already in flight when it begins.
+
+
+async def test_a_response_started_after_begin_shutdown_closes_its_connection() -> None:
+    backend = BlockingBackend()
+    app = _app(backend, request_timeout=30)
+    heads: list[list[tuple[bytes, bytes]]] = []
+
+    async def run(scope: dict[str, object]) -> None:
+        async def receive() -> dict[str, object]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] == "http.response.start":
+                heads.append(list(message["headers"]))  # type: ignore[call-overload]
+
+        await app(scope, receive, send)
+
+    before = asyncio.create_task(run(scope_for("GET", SLOW)))
+    await _until(lambda: backend.waiting == 1)
+    app.begin_shutdown()
+    backend.release.set()
+    await asyncio.wait_for(before, 5)
+    await run(scope_for("GET", SLOW))  # began after: wrapped once, not twice
+    await run(scope_for("GET", b"/readyz"))  # exempt from the limit, still closing
+    assert len(heads) == 3
+    for head in heads:
+        assert head.count((b"connection", b"close")) == 1, head

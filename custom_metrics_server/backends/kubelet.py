@@ -38,7 +38,13 @@ import httpx
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.exposition import parse_resource_metrics
-from custom_metrics_server.kube.client import USER_AGENT, BearerAuth, KubeApiError, KubeClient
+from custom_metrics_server.kube.client import (
+    USER_AGENT,
+    BearerAuth,
+    KubeApiError,
+    KubeClient,
+    read_capped,
+)
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.tasks import cancel_and_wait
 from custom_metrics_server.usage import UsageStore
@@ -56,6 +62,9 @@ logger = logging.getLogger(__name__)
 #: A node's usage is dropped after this many intervals without an answer.
 AGE_OUT_INTERVALS: Final = 3
 KUBELET_PATH: Final = "/metrics/resource"
+#: A kubelet's answer beyond this is a `too_large` failure, read no further: a 110-pod node
+#: answers ~250 KiB, so 16 MiB only stops a broken or hostile source from exhausting memory.
+MAX_BODY_BYTES: Final = 16 << 20
 
 Source = Literal["proxy", "direct"]
 
@@ -150,6 +159,7 @@ class KubeletScraper:
         kubelet_ca_file: str | None = None,
         kubelet_insecure_tls: bool = False,
         clock: Callable[[], float] = time.time,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         if interval <= 0 or timeout <= 0:
             raise ValueError("interval and timeout must be positive")
@@ -162,6 +172,7 @@ class KubeletScraper:
         self._store = store
         self.interval = interval
         self.timeout = timeout
+        self.max_body_bytes = max_body_bytes
         self.source: Source = source
         self._port = kubelet_port
         self._scheme = kubelet_scheme
@@ -314,8 +325,12 @@ class KubeletScraper:
         if self.source == "proxy":
             path = f"/api/v1/nodes/{quote(name, safe='')}/proxy{KUBELET_PATH}"
             try:
-                return await self._client.get_bytes(path, deadline=self.timeout)
+                return await self._client.get_bytes(
+                    path, deadline=self.timeout, limit=self.max_body_bytes
+                )
             except KubeApiError as err:
+                if err.reason == "TooLarge":
+                    raise ScrapeFailure("too_large", err.message) from err
                 if isinstance(err.__cause__, httpx.TimeoutException):
                     raise ScrapeFailure("timeout", err.message) from err
                 if err.code:
@@ -327,16 +342,23 @@ class KubeletScraper:
         host = f"[{address}]" if ":" in address else address
         url = f"{self._scheme}://{host}:{self._port}{KUBELET_PATH}"
         assert self._kubelet_client is not None
+        request = self._kubelet_client.build_request("GET", url, timeout=self.timeout)
         try:
-            response = await self._kubelet_client.get(url, timeout=self.timeout)
+            response = await self._kubelet_client.send(request, stream=True)
+            try:
+                if response.status_code >= 300:
+                    head = await anext(response.aiter_bytes(), b"")  # for the log, not all
+                    text = head[:300].decode("utf-8", "replace").strip()
+                    raise ScrapeFailure(f"http_{response.status_code}", f"GET {url}: {text}")
+                return await read_capped(response, self.max_body_bytes, what=f"GET {url}")
+            finally:
+                await response.aclose()
+        except KubeApiError as err:  # only read_capped's TooLarge
+            raise ScrapeFailure("too_large", err.message) from err
         except httpx.TimeoutException as err:
             raise ScrapeFailure("timeout", f"GET {url}: {err!r}") from err
         except httpx.HTTPError as err:
             raise ScrapeFailure("unreachable", f"GET {url}: {err!r}") from err
-        if response.status_code >= 300:
-            text = response.text.strip()[:300]
-            raise ScrapeFailure(f"http_{response.status_code}", f"GET {url}: {text}")
-        return response.content
 
     def _failed(self, name: str, failure: ScrapeFailure) -> None:
         self._counters.failures[failure.reason] += 1

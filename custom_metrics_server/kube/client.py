@@ -27,6 +27,18 @@ class KubeApiError(Exception):
         self.message = message
 
 
+async def read_capped(response: httpx.Response, limit: int | None, *, what: str) -> bytes:
+    """A streamed response's body, refused (`KubeApiError` reason `TooLarge`) past `limit`."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise KubeApiError(0, "TooLarge", f"{what}: the body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class GoneError(KubeApiError):
     """410 Gone: the resourceVersion is too old; the caller must relist."""
 
@@ -109,13 +121,26 @@ class KubeClient:
         return orjson.loads(response.content)
 
     async def get_bytes(
-        self, path: str, params: Mapping[str, str] | None = None, *, deadline: float | None = None
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        deadline: float | None = None,
+        limit: int | None = None,
     ) -> bytes:
-        """GET a raw body (kubelet text expositions through the node proxy) within `deadline` s."""
+        """GET a raw body (kubelet text expositions through the node proxy) within `deadline` s.
+        A body over `limit` bytes is abandoned after reading `limit` (reason `TooLarge`), so a
+        broken or hostile source cannot grow memory without bound."""
         request = self._http.build_request(
             "GET", path, params=params, headers={"Accept": "text/plain"}, timeout=deadline
         )
-        return (await self._send(request)).content
+        response = await self._send(request, stream=True)
+        try:
+            return await read_capped(response, limit, what=f"GET {path}")
+        except httpx.HTTPError as err:
+            raise KubeApiError(0, "", f"GET {path}: {err!r}") from err
+        finally:
+            await response.aclose()
 
     async def watch(
         self, path: str, params: Mapping[str, str], *, read_timeout: float

@@ -222,6 +222,37 @@ async def test_a_slow_node_times_out_without_holding_up_the_others(
         assert running.failing_nodes() == {"slow": "timeout"}
 
 
+@pytest.mark.parametrize("source", ["proxy", "direct"])
+async def test_a_body_over_the_cap_is_a_too_large_failure_read_no_further(
+    server: FakeApiServer, client: KubeClient, source: str
+) -> None:
+    # Checklist item 35: a huge backend body is refused at the cap, the node's usage is not
+    # taken from it, and other nodes are unaffected.
+    cap = 64 << 10
+    padding = b"# " + b"x" * (cap + 1) + b"\n"
+    huge = server.add("huge", body=lambda scrape: padding + kubelet_text("huge", scrape, 1))
+    server.add("fine")
+    server.direct_node = "huge"
+    store = UsageStore()
+    extra: dict[str, object] = {}
+    if source == "direct":
+        extra = {
+            "kubelet_scheme": "http",
+            "kubelet_port": server.port,
+            "node_address": {"huge": "127.0.0.1"}.get,
+        }
+    nodes = ["huge", "fine"] if source == "proxy" else ["huge"]
+    async with scraper(
+        client, store, nodes, interval=0.2, source=source, max_body_bytes=cap, **extra
+    ) as running:
+        await wait_for(lambda: running.stats().failures_by_reason.get("too_large", 0) >= 2)
+        assert running.failing_nodes() == {"huge": "too_large"}
+        assert store.pod_usage("default", "huge-pod") is None
+        if source == "proxy":
+            await wait_for(lambda: store.pod_usage("default", "fine-pod") is not None)
+    assert huge.requests
+
+
 async def test_a_failing_node_is_logged_once_and_again_when_it_recovers(
     server: FakeApiServer, client: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:

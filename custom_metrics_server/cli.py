@@ -38,6 +38,7 @@ from custom_metrics_server.backends.simulated import DemoSettings, SimulatedClus
 from custom_metrics_server.heap import tune_gc
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import KubeConfigError, load_connection
+from custom_metrics_server.node_agent import command as node_agent
 from custom_metrics_server.observability import configure_logging
 from custom_metrics_server.security.options import (
     SecurityConfigError,
@@ -200,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)"
     )
+    node_agent.add_parser(commands)
     return parser
 
 
@@ -423,6 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "node-agent":
+        return node_agent.run(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

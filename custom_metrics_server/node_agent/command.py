@@ -13,6 +13,7 @@ import logging
 import socket
 import ssl
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -102,6 +103,12 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, banner: str) -> None:
         super().__init__(config)
         self._banner = banner
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Exit 0 on SIGTERM (a DaemonSet rollout), at once on a second signal; uvicorn's own
+        # handler would re-raise the signal after shutting down.
+        self.force_exit = self.should_exit
+        self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)

@@ -81,7 +81,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help=f"HTTPS port (0: any free port; default {DEFAULT_PORT})",
     )
     agent.add_argument(
-        "--bind-address", default="0.0.0.0", help="address to listen on (default 0.0.0.0)"  # noqa: S104
+        "--bind-address",
+        default="0.0.0.0",  # noqa: S104 - an agent is scraped from other nodes
+        help="address to listen on (default 0.0.0.0)",
     )
     agent.add_argument(
         "--cert-dir",

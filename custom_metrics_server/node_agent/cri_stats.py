@@ -23,7 +23,7 @@ Pure: no I/O, no clocks. Cost: O(sandboxes + containers) with dict lookups.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, Protocol
+from typing import Final
 
 from custom_metrics_server.node_agent.cri import api_pb2 as cri
 from custom_metrics_server.node_agent.summary import (
@@ -47,43 +47,26 @@ POD_NAMESPACE_LABEL: Final = "io.kubernetes.pod.namespace"
 CONTAINER_NAME_LABEL: Final = "io.kubernetes.container.name"
 
 
-class _Uint64(Protocol):
-    value: int
-
-
-class _HasFields(Protocol):
-    def HasField(self, field_name: str) -> bool: ...  # noqa: N802 - protobuf's name
-
-
-def _value(message: _HasFields, field: str, wrapper: _Uint64) -> int | None:
-    return wrapper.value if message.HasField(field) else None
-
-
 def _cpu(usage: cri.CpuUsage | cri.WindowsCpuUsage) -> CpuStats:
-    nanos = _value(usage, "usage_core_nano_seconds", usage.usage_core_nano_seconds)
-    return CpuStats(nanos, usage.timestamp)
+    has = usage.HasField("usage_core_nano_seconds")
+    return CpuStats(usage.usage_core_nano_seconds.value if has else None, usage.timestamp)
 
 
 def _memory(usage: cri.MemoryUsage) -> MemoryStats:
-    return MemoryStats(
-        _value(usage, "working_set_bytes", usage.working_set_bytes), usage.timestamp
-    )
+    has = usage.HasField("working_set_bytes")
+    return MemoryStats(usage.working_set_bytes.value if has else None, usage.timestamp)
 
 
 def _windows_memory(usage: cri.WindowsMemoryUsage) -> MemoryStats:
-    return MemoryStats(
-        _value(usage, "working_set_bytes", usage.working_set_bytes),
-        usage.timestamp,
-        _value(usage, "commit_memory_bytes", usage.commit_memory_bytes),
-    )
+    working_set = usage.working_set_bytes.value if usage.HasField("working_set_bytes") else None
+    commit = usage.commit_memory_bytes.value if usage.HasField("commit_memory_bytes") else None
+    return MemoryStats(working_set, usage.timestamp, commit)
 
 
 def _swap(usage: cri.SwapUsage) -> SwapStats:
-    return SwapStats(
-        _value(usage, "swap_usage_bytes", usage.swap_usage_bytes),
-        _value(usage, "swap_available_bytes", usage.swap_available_bytes),
-        usage.timestamp,
-    )
+    used = usage.swap_usage_bytes.value if usage.HasField("swap_usage_bytes") else None
+    left = usage.swap_available_bytes.value if usage.HasField("swap_available_bytes") else None
+    return SwapStats(used, left, usage.timestamp)
 
 
 def _container_name(attributes: cri.ContainerAttributes) -> str:
@@ -168,9 +151,7 @@ def pods_from_sandbox_stats(
         sandbox = ready.get(each.attributes.id)
         if sandbox is None:
             continue
-        namespace, name = _pod_identity(
-            each.attributes.metadata, each.attributes.labels, sandbox
-        )
+        namespace, name = _pod_identity(each.attributes.metadata, each.attributes.labels, sandbox)
         cpu: CpuStats | None = None
         memory: MemoryStats | None = None
         members: list[ContainerStats] = []
@@ -178,19 +159,21 @@ def pods_from_sandbox_stats(
             windows = each.windows
             cpu = _cpu(windows.cpu) if windows.HasField("cpu") else None
             memory = _windows_memory(windows.memory) if windows.HasField("memory") else None
-            for item in windows.containers:
-                if (found := _windows_container(item, running)) is not None:
-                    members.append(found)
+            members = [
+                found
+                for item in windows.containers
+                if (found := _windows_container(item, running)) is not None
+            ]
         else:
             linux = each.linux
             cpu = _cpu(linux.cpu) if linux.HasField("cpu") else None
             memory = _memory(linux.memory) if linux.HasField("memory") else None
-            for entry in linux.containers:
-                if (found := _linux_container(entry, running)) is not None:
-                    members.append(found)
-        pods.append(
-            PodStats(namespace, name, cpu, memory, _summed_swap(members), tuple(members))
-        )
+            members = [
+                found
+                for entry in linux.containers
+                if (found := _linux_container(entry, running)) is not None
+            ]
+        pods.append(PodStats(namespace, name, cpu, memory, _summed_swap(members), tuple(members)))
     return tuple(pods)
 
 

@@ -24,7 +24,6 @@ in C over tuples), about 2 us of Python per container.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Final
 
 from custom_metrics_server.exposition import format_go_float
@@ -154,12 +153,12 @@ def _key(series: _Series) -> tuple[str, ...]:
 def _usage(
     writer: _Writer,
     prefix: str,
+    *,
     key: tuple[str, ...],
     labels: str,
     cpu: CpuStats | None,
     memory: MemoryStats | None,
     swap: SwapStats | None,
-    *,
     swap_limit: bool,
 ) -> None:
     """The CPU, memory and swap series of one node, pod or container."""
@@ -209,7 +208,16 @@ def _usage(
 
 
 def _node(writer: _Writer, node: NodeStats) -> None:
-    _usage(writer, "node", (), "", node.cpu, node.memory, node.swap, swap_limit=False)
+    _usage(
+        writer,
+        "node",
+        key=(),
+        labels="",
+        cpu=node.cpu,
+        memory=node.memory,
+        swap=node.swap,
+        swap_limit=False,
+    )
 
 
 def _container(writer: _Writer, pod: PodStats, pod_labels: str, container: ContainerStats) -> None:
@@ -222,11 +230,11 @@ def _container(writer: _Writer, pod: PodStats, pod_labels: str, container: Conta
     _usage(
         writer,
         "container",
-        key,
-        labels,
-        container.cpu,
-        container.memory,
-        container.swap,
+        key=key,
+        labels=labels,
+        cpu=container.cpu,
+        memory=container.memory,
+        swap=container.swap,
         swap_limit=True,
     )
 
@@ -241,19 +249,18 @@ def render_resource_metrics(summary: Summary | None) -> bytes:
     if summary is not None:
         if summary.node is not None:
             _node(writer, summary.node)
-        container: Callable[[_Writer, PodStats, str, ContainerStats], None] = _container
         for pod in summary.pods:
             pod_labels = f'namespace="{_escape(pod.namespace)}",pod="{_escape(pod.name)}"'
             for each in pod.containers:
-                container(writer, pod, pod_labels, each)
+                _container(writer, pod, pod_labels, each)
             _usage(
                 writer,
                 "pod",
-                (pod.namespace, pod.name),
-                f"{{{pod_labels}}}",
-                pod.cpu,
-                pod.memory,
-                pod.swap,
+                key=(pod.namespace, pod.name),
+                labels=f"{{{pod_labels}}}",
+                cpu=pod.cpu,
+                memory=pod.memory,
+                swap=pod.swap,
                 swap_limit=False,
             )
     return writer.body()

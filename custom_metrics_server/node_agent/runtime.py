@@ -106,7 +106,7 @@ class RuntimeClient:
 
     async def __aenter__(self) -> Self:
         self._channel = aio.insecure_channel(self._target, options=self._options)
-        self._stub = cri_grpc.RuntimeServiceStub(self._channel)  # type: ignore[assignment]
+        self._stub = cri_grpc.RuntimeServiceStub(self._channel)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -161,9 +161,7 @@ class RuntimeClient:
         self.calls += 1
         stub, timeout = self.stub, self.timeout
         ready = cri.PodSandboxFilter(state=cri.PodSandboxStateValue(state=cri.SANDBOX_READY))
-        running = cri.ContainerFilter(
-            state=cri.ContainerStateValue(state=cri.CONTAINER_RUNNING)
-        )
+        running = cri.ContainerFilter(state=cri.ContainerStateValue(state=cri.CONTAINER_RUNNING))
         try:
             sandboxes, containers = await asyncio.gather(
                 stub.ListPodSandbox(cri.ListPodSandboxRequest(filter=ready), timeout=timeout),

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["ContainerStats", "CpuStats", "MemoryStats", "NodeStats", "PodStats", "Summary", "SwapStats"]
+__all__ = [
+    "ContainerStats",
+    "CpuStats",
+    "MemoryStats",
+    "NodeStats",
+    "PodStats",
+    "Summary",
+    "SwapStats",
+]
 
 
 class CpuStats(NamedTuple):

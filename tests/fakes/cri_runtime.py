@@ -100,7 +100,9 @@ def _add_pod(
     world: World, sandbox_id: str, pod: PodStats, *, windows: bool, exited: int, ready: bool = True
 ) -> None:
     labels = {POD_NAME_LABEL: pod.name, POD_NAMESPACE_LABEL: pod.namespace}
-    metadata = cri.PodSandboxMetadata(name=pod.name, namespace=pod.namespace, uid=f"uid-{sandbox_id}")
+    metadata = cri.PodSandboxMetadata(
+        name=pod.name, namespace=pod.namespace, uid=f"uid-{sandbox_id}"
+    )
     world.sandboxes.append(
         cri.PodSandbox(
             id=sandbox_id,

@@ -14,7 +14,7 @@ from tests.fakes.cri_runtime import FakeCriRuntime
 
 @pytest.fixture
 def socket_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="cri-", dir="/tmp"))  # noqa: S108 - short on purpose
+    path = Path(tempfile.mkdtemp(prefix="cri-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -113,9 +113,7 @@ CASES: dict[str, Summary | None] = {
         None,
         (PodStats("namespace_a", "pod_a", cpu(10), memory(1000), SwapStats(5000, None, T), ()),),
     ),
-    "09_nil_pod_metrics": Summary(
-        None, (PodStats("namespace_a", "pod_a", None, None, None, ()),)
-    ),
+    "09_nil_pod_metrics": Summary(None, (PodStats("namespace_a", "pod_a", None, None, None, ()),)),
 }
 
 

@@ -34,7 +34,7 @@ class Agent:
         return httpx.AsyncClient(base_url=self.url, verify=context, timeout=10)
 
 
-async def start_agent(workdir: Path, *args: str) -> Agent:
+def start_agent(workdir: Path, *args: str) -> Agent:
     command = [
         sys.executable,
         "-m",
@@ -57,7 +57,7 @@ async def start_agent(workdir: Path, *args: str) -> Agent:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     assert process.stdout is not None
-    line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 30)
+    line = process.stdout.readline()  # the banner, once the socket is bound
     if " serving " not in line:
         process.kill()
         raise RuntimeError(f"agent did not start: {line!r}\n{(workdir / 'agent.log').read_text()}")
@@ -78,8 +78,8 @@ def stop_agent(agent: Agent) -> None:
 
 @pytest.fixture
 async def agent(runtime: FakeCriRuntime, tmp_path: Path) -> AsyncIterator[Agent]:
-    started = await start_agent(
-        tmp_path, "--cri-endpoint", runtime.endpoint, "--cri-timeout", "1s"
+    started = await asyncio.to_thread(
+        start_agent, tmp_path, "--cri-endpoint", runtime.endpoint, "--cri-timeout", "1s"
     )
     yield started
     stop_agent(started)
@@ -100,9 +100,7 @@ async def test_serves_the_kubelet_body_healthz_and_own_metrics(
         # Pods exactly as the sample; the node's totals come from this machine's /proc.
         node = {"node_cpu_usage_seconds_total", "node_memory_working_set_bytes"}
         node |= {"node_swap_usage_bytes"}
-        assert go_order(body, without=frozenset(node)) == go_order(
-            sample_path(case).read_text()
-        )
+        assert go_order(body, without=frozenset(node)) == go_order(sample_path(case).read_text())
         assert node <= set(families(body))
         scrape = parse_resource_metrics(response.content, default_time=time.time())
         assert scrape.node is not None
@@ -123,10 +121,18 @@ async def test_serves_the_kubelet_body_healthz_and_own_metrics(
         assert down.content == go_order(sample_path("01_error_getting_summary").read_text())
 
 
-async def test_bad_endpoint_is_a_usage_error(tmp_path: Path) -> None:
+def test_bad_endpoint_is_a_usage_error(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "custom_metrics_server", "node-agent", "--cri-endpoint",
-         "tcp://x:1", "--cert-dir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "custom_metrics_server",
+            "node-agent",
+            "--cri-endpoint",
+            "tcp://x:1",
+            "--cert-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from custom_metrics_server.node_agent.kubelet_text import FAMILIES, render_resource_metrics
-from custom_metrics_server.node_agent.summary import ContainerStats, PodStats, Summary
+from custom_metrics_server.node_agent.summary import (
+    ContainerStats,
+    CpuStats,
+    NodeStats,
+    PodStats,
+    Summary,
+)
 from tests.node_agent.samples import CASES, SAMPLES, families, go_order, sample_path
 
 
@@ -59,8 +65,6 @@ def test_real_kubelet_order_families_then_series_sorted() -> None:
 
 
 def test_timestamps_are_the_stats_own_in_floor_milliseconds() -> None:
-    from custom_metrics_server.node_agent.summary import CpuStats, NodeStats
-
     body = render_resource_metrics(Summary(NodeStats(CpuStats(1, 1_999_999), None), ()))
     assert b"node_cpu_usage_seconds_total 1e-09 1\n" in body
     body = render_resource_metrics(Summary(NodeStats(CpuStats(1, -1), None), ()))

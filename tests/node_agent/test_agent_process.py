@@ -35,6 +35,7 @@ class Agent:
 
 
 def start_agent(workdir: Path, *args: str) -> Agent:
+    """Start ``node-agent`` with ``args`` (put ``--secure-port`` there to override 0)."""
     command = [
         sys.executable,
         "-m",
@@ -42,8 +43,6 @@ def start_agent(workdir: Path, *args: str) -> Agent:
         "node-agent",
         "--secure-port",
         "0",
-        "--bind-address",
-        "127.0.0.1",
         "--cert-dir",
         str(workdir / "certs"),
         *args,
@@ -79,7 +78,14 @@ def stop_agent(agent: Agent) -> None:
 @pytest.fixture
 async def agent(runtime: FakeCriRuntime, tmp_path: Path) -> AsyncIterator[Agent]:
     started = await asyncio.to_thread(
-        start_agent, tmp_path, "--cri-endpoint", runtime.endpoint, "--cri-timeout", "1s"
+        start_agent,
+        tmp_path,
+        "--cri-endpoint",
+        runtime.endpoint,
+        "--cri-timeout",
+        "1s",
+        "--bind-address",
+        "127.0.0.1",
     )
     yield started
     stop_agent(started)

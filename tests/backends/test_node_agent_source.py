@@ -128,7 +128,7 @@ async def cluster(
             api.add("pods", agent_pod(f"agent-{number}", node_name, ip))
             work = tmp_path / node_name
             work.mkdir()
-            socket_dir = Path("/tmp") / f"cri-{port}-{number}"  # noqa: S108 - short socket path
+            socket_dir = Path("/tmp") / f"cri-{port}-{number}"
             socket_dir.mkdir(exist_ok=True)
             runtime = FakeCriRuntime(socket_dir / "cri.sock")
             await runtime.start()

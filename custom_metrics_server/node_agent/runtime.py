@@ -5,7 +5,7 @@ or the runtime restarts, with exponential backoff (``initial_backoff`` doubling 
 ``max_backoff``); calls never wait for a connection (``wait_for_ready`` off) and each has its
 own deadline (``timeout``), so a dead runtime costs a scrape one fast ``UNAVAILABLE`` instead
 of a hang. :meth:`RuntimeClient.pods` makes three calls per collection (sandboxes, containers,
-sandbox stats, concurrently), or ``ListContainerStats`` in place of the last one when the
+sandbox stats, concurrently), or ``ListContainerStats`` after the first two when the
 runtime does not implement ``ListPodSandboxStats`` (remembered after the first
 ``UNIMPLEMENTED``). Responses may be up to 16 MiB, the kubelet's limit.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Final, Self
+from typing import Final, Self, TypeVar
 
 import grpc
 from grpc import aio
@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 #: What ``Version`` is asked with (the kubelet sends its CRI API version).
 CRI_API_VERSION: Final = "v1"
 MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
+_T = TypeVar("_T")
 
 
 class RuntimeUnavailable(Exception):
@@ -73,6 +74,13 @@ def _reason(code: grpc.StatusCode) -> str:
     if code == grpc.StatusCode.UNAVAILABLE:
         return "unavailable"
     return str(code.name).lower()
+
+
+def _unwrap(answer: _T | BaseException) -> _T:
+    """An answer of ``gather(..., return_exceptions=True)``, raising it if it is an error."""
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
 
 
 class RuntimeClient:
@@ -163,28 +171,35 @@ class RuntimeClient:
         ready = cri.PodSandboxFilter(state=cri.PodSandboxStateValue(state=cri.SANDBOX_READY))
         running = cri.ContainerFilter(state=cri.ContainerStateValue(state=cri.CONTAINER_RUNNING))
         try:
-            sandboxes, containers = await asyncio.gather(
-                stub.ListPodSandbox(cri.ListPodSandboxRequest(filter=ready), timeout=timeout),
-                stub.ListContainers(cri.ListContainersRequest(filter=running), timeout=timeout),
-            )
             if self._sandbox_stats:
-                try:
-                    stats = await stub.ListPodSandboxStats(
-                        cri.ListPodSandboxStatsRequest(), timeout=timeout
-                    )
-                except aio.AioRpcError as err:
-                    if err.code() != grpc.StatusCode.UNIMPLEMENTED:
-                        raise
-                    logger.info(
-                        "the runtime has no ListPodSandboxStats; using ListContainerStats "
-                        "(pod totals are sums over containers)"
-                    )
-                    self._sandbox_stats = False
-                else:
+                sandbox_answer, container_answer, stats = await asyncio.gather(
+                    stub.ListPodSandbox(cri.ListPodSandboxRequest(filter=ready), timeout=timeout),
+                    stub.ListContainers(cri.ListContainersRequest(filter=running), timeout=timeout),
+                    stub.ListPodSandboxStats(cri.ListPodSandboxStatsRequest(), timeout=timeout),
+                    return_exceptions=True,
+                )
+                sandboxes, containers = _unwrap(sandbox_answer), _unwrap(container_answer)
+                unimplemented = (
+                    isinstance(stats, aio.AioRpcError)
+                    and stats.code() == grpc.StatusCode.UNIMPLEMENTED
+                )
+                if isinstance(stats, BaseException) and not unimplemented:
+                    raise stats
+                if not isinstance(stats, BaseException):
                     self._succeeded()
                     return pods_from_sandbox_stats(
                         sandboxes.items, containers.containers, stats.stats
                     )
+                logger.info(
+                    "the runtime has no ListPodSandboxStats; using ListContainerStats "
+                    "(pod totals are sums over containers)"
+                )
+                self._sandbox_stats = False
+            else:
+                sandboxes, containers = await asyncio.gather(
+                    stub.ListPodSandbox(cri.ListPodSandboxRequest(filter=ready), timeout=timeout),
+                    stub.ListContainers(cri.ListContainersRequest(filter=running), timeout=timeout),
+                )
             container_stats = await stub.ListContainerStats(
                 cri.ListContainerStatsRequest(), timeout=timeout
             )

@@ -21,7 +21,7 @@ import uvicorn
 from custom_metrics_server import __version__
 from custom_metrics_server.node_agent.collector import Collector
 from custom_metrics_server.node_agent.host import HostReader
-from custom_metrics_server.node_agent.runtime import RuntimeClient
+from custom_metrics_server.node_agent.runtime import RuntimeClient, grpc_target
 from custom_metrics_server.node_agent.server import AgentApp
 from custom_metrics_server.observability import configure_logging
 from custom_metrics_server.security.options import duration as parse_duration
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             serving = ensure_serving_certificate(args.cert_dir, hosts)
             cert_file, key_file = serving.cert_file, serving.key_file
         context = ReloadingServerContext(cert_file, key_file)
-        RuntimeClient(args.cri_endpoint)  # validates the endpoint's form
+        grpc_target(args.cri_endpoint)  # refuses an endpoint that is not a unix socket
     except (OSError, ssl.SSLError, ValueError) as err:
         logger.error("cannot start the node agent: %s", err)
         return 2

@@ -6,7 +6,7 @@ client. This module reproduces that writer: families sorted by name, each with i
 line (component-base's ``[STABLE]``/``[ALPHA]`` prefix) and TYPE line and only when it has a
 series; labels sorted by name (``container``, ``namespace``, ``pod``); series sorted by label
 values; Go's escaping of label values and float formatting
-(:func:`custom_metrics_server.exposition.format_go_float`); timestamps in milliseconds taken
+(:mod:`custom_metrics_server.exposition`'s helpers); timestamps in milliseconds taken
 from the stats themselves (Go's ``t.Unix()*1000 + t.Nanosecond()/1e6``, a floor division
 of the nanoseconds), never from the time of the scrape. Values are converted as the
 collector does: ``float64(nanoseconds) / 1e9`` for CPU counters and start times,
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from custom_metrics_server.exposition import format_go_float
+from custom_metrics_server.exposition import escape_label_value, format_go_float
 from custom_metrics_server.node_agent.summary import (
     ContainerStats,
     CpuStats,
@@ -104,13 +104,6 @@ FAMILIES: Final[dict[str, tuple[str, str]]] = {
 _NANOS: Final = 1e9
 # (sort key, rendered line without the metric name)
 _Series = tuple[tuple[str, ...], str]
-
-
-def _escape(value: str) -> str:
-    """A label value as the Go client escapes it (backslash, quote, newline)."""
-    if "\\" in value or '"' in value or "\n" in value:
-        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return value
 
 
 def _millis(time_ns: int) -> str:
@@ -223,7 +216,7 @@ def _node(writer: _Writer, node: NodeStats) -> None:
 def _container(writer: _Writer, pod: PodStats, pod_labels: str, container: ContainerStats) -> None:
     name = container.name
     key = (name, pod.namespace, pod.name)
-    labels = f'{{container="{_escape(name)}",{pod_labels}}}'
+    labels = f'{{container="{escape_label_value(name)}",{pod_labels}}}'
     start = container.start_time_ns
     if start is not None and start // 1_000_000_000 > 0:
         writer.add("container_start_time_seconds", key, labels, _seconds(start), "")
@@ -250,7 +243,8 @@ def render_resource_metrics(summary: Summary | None) -> bytes:
         if summary.node is not None:
             _node(writer, summary.node)
         for pod in summary.pods:
-            pod_labels = f'namespace="{_escape(pod.namespace)}",pod="{_escape(pod.name)}"'
+            namespace, name = escape_label_value(pod.namespace), escape_label_value(pod.name)
+            pod_labels = f'namespace="{namespace}",pod="{name}"'
             for each in pod.containers:
                 _container(writer, pod, pod_labels, each)
             _usage(

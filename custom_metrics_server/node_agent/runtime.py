@@ -31,7 +31,13 @@ from custom_metrics_server.node_agent.cri_stats import (
 )
 from custom_metrics_server.node_agent.summary import PodStats
 
-__all__ = ["CRI_API_VERSION", "RuntimeClient", "RuntimeUnavailable", "RuntimeVersion"]
+__all__ = [
+    "CRI_API_VERSION",
+    "RuntimeClient",
+    "RuntimeUnavailable",
+    "RuntimeVersion",
+    "grpc_target",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ class RuntimeVersion:
     runtime_api_version: str
 
 
-def _target(endpoint: str) -> str:
+def grpc_target(endpoint: str) -> str:
     """A gRPC target from a kubelet-style ``--container-runtime-endpoint``."""
     if endpoint.startswith("unix://"):
         return endpoint
@@ -98,7 +104,7 @@ class RuntimeClient:
             raise ValueError("timeout must be positive")
         self.endpoint = endpoint
         self.timeout = timeout
-        self._target = _target(endpoint)
+        self._target = grpc_target(endpoint)
         self._options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.initial_reconnect_backoff_ms", int(initial_backoff * 1000)),

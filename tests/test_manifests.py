@@ -804,8 +804,9 @@ def test_node_agent_component_switches_the_server_to_the_agents(with_agents: lis
     assert agent["args"][0] == "node-agent"
     assert agent_args.secure_port == parsed.node_agent_port
     assert agent["ports"][0]["containerPort"] == parsed.node_agent_port
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert agent[probe]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    https = {"port": "https", "scheme": "HTTPS"}
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/metrics", **https}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/healthz", **https}
     # Without the component nothing changes.
     assert not select(kustomize(MANIFESTS / "base"), "DaemonSet")
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Literal, Self
 
+import httpx
+
 from custom_metrics_server.backends.kubelet import KubeletScraper
 from custom_metrics_server.backends.node_agents import AgentDirectory, agent_http_client
 from custom_metrics_server.backends.resource_metrics import (
@@ -104,51 +106,50 @@ class KubernetesBackend(ResourceMetricsBackend):
             for gr in WATCHED
         ]
         self.agents: AgentDirectory | None = None
-        self.agent_reflector: Reflector | None = None
-        self._agent_client = None
+        self._agent_client: httpx.AsyncClient | None = None
+        watches = list(self.reflectors)
+        source = self.settings.kubelet_source
+        port = self.settings.kubelet_port
+        target = "kubelet"
+
+        def address(node: str) -> str | None:
+            record = state.nodes.get(node)
+            return (record.internal_ip or None) if record else None
+
         if self.settings.usage_source == "node-agent":
             self.agents = AgentDirectory()
-            namespace = self.settings.node_agent_namespace
-            self.agent_reflector = Reflector(
-                client,
-                path=f"/api/v1/namespaces/{namespace}/pods",
-                sink=self.agents,
-                name="node-agents",
-                label_selector=self.settings.node_agent_selector,
-                page_size=self.settings.watch_page_size,
+            watches.append(
+                Reflector(
+                    client,
+                    path=f"/api/v1/namespaces/{self.settings.node_agent_namespace}/pods",
+                    sink=self.agents,
+                    name="node-agents",
+                    label_selector=self.settings.node_agent_selector,
+                    page_size=self.settings.watch_page_size,
+                )
             )
             self._agent_client = agent_http_client(
                 ca_file=self.settings.node_agent_ca_file,
                 insecure=self.settings.node_agent_insecure_tls,
                 timeout=self.settings.scrape_timeout,
             )
-            self.scraper = KubeletScraper(
-                client,
-                nodes=lambda: list(state.nodes),
-                store=self.usage_store,
-                interval=self.settings.scrape_interval,
-                timeout=self.settings.scrape_timeout,
-                source="direct",
-                kubelet_port=self.settings.node_agent_port,
-                node_address=self.agents.address,
-                kubelet_client=self._agent_client,
-                target="node agent",
-            )
-        else:
-            self.scraper = KubeletScraper(
-                client,
-                nodes=lambda: list(state.nodes),
-                store=self.usage_store,
-                interval=self.settings.scrape_interval,
-                timeout=self.settings.scrape_timeout,
-                source=self.settings.kubelet_source,
-                kubelet_port=self.settings.kubelet_port,
-                kubelet_ca_file=self.settings.kubelet_ca_file,
-                kubelet_insecure_tls=self.settings.kubelet_insecure_tls,
-                node_address=lambda node: (
-                    (record.internal_ip or None) if (record := state.nodes.get(node)) else None
-                ),
-            )
+            source, port, target = "direct", self.settings.node_agent_port, "node agent"
+            address = self.agents.address
+        self.watches = watches  # the inventory's reflectors, and the agents' when used
+        self.scraper = KubeletScraper(
+            client,
+            nodes=lambda: list(state.nodes),
+            store=self.usage_store,
+            interval=self.settings.scrape_interval,
+            timeout=self.settings.scrape_timeout,
+            source=source,
+            kubelet_port=port,
+            kubelet_ca_file=self.settings.kubelet_ca_file,
+            kubelet_insecure_tls=self.settings.kubelet_insecure_tls,
+            node_address=address,
+            kubelet_client=self._agent_client,
+            target=target,
+        )
         self.elector: LeaderElector | None = None
         if self.settings.leader_elect:
             self.elector = LeaderElector(
@@ -162,8 +163,7 @@ class KubernetesBackend(ResourceMetricsBackend):
 
     def ready(self) -> Readiness:
         """Ready once every watched resource has listed; the reason names what is missing."""
-        watched = [*self.reflectors, *([self.agent_reflector] if self.agent_reflector else [])]
-        waiting = [r for r in watched if not r.readiness().ready]
+        waiting = [r for r in self.watches if not r.readiness().ready]
         if waiting:
             reasons = "; ".join(f"{r.name}: {r.readiness().reason}" for r in waiting)
             return Readiness(ready=False, reason=reasons)
@@ -171,11 +171,7 @@ class KubernetesBackend(ResourceMetricsBackend):
 
     async def __aenter__(self) -> Self:
         for runner, name in [(self.discovery.run, "discovery")] + [
-            (reflector.run, f"watch-{reflector.name}")
-            for reflector in [
-                *self.reflectors,
-                *([self.agent_reflector] if self.agent_reflector else []),
-            ]
+            (reflector.run, f"watch-{reflector.name}") for reflector in self.watches
         ]:
             self._tasks.append(asyncio.create_task(runner(), name=name))
         await self._stack.enter_async_context(self.scraper)

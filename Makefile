@@ -4,11 +4,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke bench-protobuf load load-smoke clean
+.PHONY: install demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke bench-protobuf load load-smoke generate-cri clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,lint]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,lint,codegen]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -43,6 +43,11 @@ update-openapi: install
 	$(BIN)/python -m custom_metrics_server.openapi --write openapi
 
 verify: lint typecheck imports verify-openapi
+
+CRI_DIR := custom_metrics_server/node_agent/cri
+generate-cri: install  ## regenerate the CRI client modules from $(CRI_DIR)/api.proto
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m grpc_tools.protoc -I. \
+		--python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(CRI_DIR)/api.proto
 
 bench: install  ## the request-path benchmarks (needs wrk); writes benchmarks/results/
 	$(BIN)/python benchmarks/request_path.py $(ARGS)

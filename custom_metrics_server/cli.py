@@ -47,6 +47,7 @@ from custom_metrics_server.core_api import DemoCoreApi
 from custom_metrics_server.heap import tune_gc
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import KubeConfigError, load_connection
+from custom_metrics_server.node_agent import command as node_agent
 from custom_metrics_server.observability import configure_logging
 from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.resource_api import ResourceMetricsApi
@@ -165,6 +166,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not verify kubelet serving certificates (--kubelet-source=direct; test only)",
     )
     kube.add_argument(
+        "--usage-source",
+        choices=["kubelet", "node-agent"],
+        default="kubelet",
+        help="read usage from the kubelets' /metrics/resource or from node agents "
+        "(`node-agent` DaemonSet, see docs/node-agent.md)",
+    )
+    kube.add_argument(
+        "--node-agent-namespace",
+        default=os.environ.get("POD_NAMESPACE", "custom-metrics"),
+        help="namespace of the node agent pods (default $POD_NAMESPACE or custom-metrics)",
+    )
+    kube.add_argument(
+        "--node-agent-selector",
+        default="app.kubernetes.io/name=custom-metrics-node-agent",
+        help="label selector of the node agent pods",
+    )
+    kube.add_argument(
+        "--node-agent-port", type=int, default=10443, help="HTTPS port of the node agents"
+    )
+    kube.add_argument(
+        "--node-agent-certificate-authority",
+        default=None,
+        help="CA of the node agents' serving certificates (default: system CAs)",
+    )
+    kube.add_argument(
+        "--node-agent-insecure-tls",
+        action="store_true",
+        help="do not verify node agent serving certificates (self-signed agents)",
+    )
+    kube.add_argument(
         "--metric-resolution",
         type=parse_duration,
         default=15.0,
@@ -239,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)"
     )
+    node_agent.add_parser(commands)
     return parser
 
 
@@ -430,6 +462,12 @@ def _kubernetes(args: argparse.Namespace) -> _Served:
             leader_elect=args.leader_elect,
             lease_namespace=args.leader_elect_resource_namespace,
             lease_name=args.leader_elect_resource_name,
+            usage_source=args.usage_source,
+            node_agent_namespace=args.node_agent_namespace,
+            node_agent_selector=args.node_agent_selector,
+            node_agent_port=args.node_agent_port,
+            node_agent_ca_file=args.node_agent_certificate_authority,
+            node_agent_insecure_tls=args.node_agent_insecure_tls,
         ),
     )
     return _Served(
@@ -534,6 +572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "node-agent":
+        return node_agent.run(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -80,6 +80,7 @@ __all__ = [
     "PodResources",
     "PodSample",
     "ResourceScrape",
+    "escape_label_value",
     "format_go_float",
     "parse_resource_metrics",
     "render_pod_resource_metrics",
@@ -773,7 +774,9 @@ def format_go_float(value: float) -> str:
     return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
-def _escape(value: str) -> str:
+def escape_label_value(value: str) -> str:
+    """A label value as the Go client writes it: backslash, double quote and newline escaped.
+    O(len(value))."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
@@ -810,7 +813,7 @@ class _Family:
             escaped = value
             if _UNSAFE.search(value):
                 self.unsafe = True
-                escaped = _escape(value)
+                escaped = escape_label_value(value)
             self.escaped[value] = escaped
         return escaped
 
@@ -843,7 +846,7 @@ class _Family:
                 pod_label = pod
                 if _UNSAFE.search(pod):
                     self.unsafe = True
-                    pod_label = _escape(pod)
+                    pod_label = escape_label_value(pod)
                 head = (
                     f'{{namespace="{label(namespace)}",node="{label(node)}",pod="{pod_label}",'
                     f'priority="{label(priority)}",resource="'

@@ -857,3 +857,90 @@ def test_the_component_grants_kubectl_top_like_metrics_server(
     core = [r for r in rules if r["apiGroups"] == [""]]
     assert {"pods", "nodes"} <= set(core[0]["resources"])
     assert any("nodes/proxy" in r["resources"] for r in core)
+
+
+# --- the node agent component (manifests/overlays/node-agent) ----------------------------------
+
+AGENT = "custom-metrics-node-agent"
+
+
+@pytest.fixture(scope="module")
+def with_agents(production_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
+    """The production overlay with the node-agent component added, as its comment says
+    (in a copy of its own, so the plain production build stays as it is)."""
+    copy = tmp_path_factory.mktemp("with-agents") / "manifests"
+    shutil.copytree(production_dir.parent.parent, copy)
+    overlay = copy / "overlays" / "production"
+    kustomization = overlay / "kustomization.yaml"
+    document = yaml.safe_load(kustomization.read_text())
+    document["components"] = ["../node-agent"]
+    kustomization.write_text(yaml.safe_dump(document))
+    return kustomize(overlay)
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]  # type: ignore[no-any-return]
+    raise AssertionError("build_parser() has no subcommands")
+
+
+def test_node_agent_component_switches_the_server_to_the_agents(with_agents: list[Obj]) -> None:
+    args = container(with_agents)["args"]
+    parsed = serve_parser().parse_args(args[1:])
+    assert parsed.usage_source == "node-agent"
+    daemon_set = one(with_agents, "DaemonSet", AGENT)
+    labels = daemon_set["spec"]["template"]["metadata"]["labels"]
+    key, _, value = parsed.node_agent_selector.partition("=")
+    assert labels[key] == value  # the server's default selector finds the agent pods
+    assert daemon_set["metadata"]["namespace"] == parsed.node_agent_namespace
+    agent = daemon_set["spec"]["template"]["spec"]["containers"][0]
+    agent_args = _subcommand("node-agent").parse_args(agent["args"][1:])
+    assert agent["args"][0] == "node-agent"
+    assert agent_args.secure_port == parsed.node_agent_port
+    assert agent["ports"][0]["containerPort"] == parsed.node_agent_port
+    https = {"port": "https", "scheme": "HTTPS"}
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/metrics", **https}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/healthz", **https}
+    # Without the component nothing changes.
+    assert not select(kustomize(MANIFESTS / "base"), "DaemonSet")
+
+
+def test_node_agent_runs_everywhere_read_only_without_privileges(with_agents: list[Obj]) -> None:
+    pod_spec = one(with_agents, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    assert pod_spec["tolerations"] == [{"operator": "Exists"}]
+    assert pod_spec["automountServiceAccountToken"] is False
+    assert not pod_spec.get("hostNetwork")
+    assert not pod_spec.get("hostPID")
+    agent = pod_spec["containers"][0]
+    security = agent["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["privileged"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    assert volumes["cri-socket"]["hostPath"]["type"] == "Socket"
+    for name in ("cri-socket", "host-cgroup"):
+        assert mounts[name]["readOnly"] is True
+    agent_args = _subcommand("node-agent").parse_args(agent["args"][1:])
+    socket_path = agent_args.cri_endpoint.removeprefix("unix://")
+    assert mounts["cri-socket"]["mountPath"] == socket_path
+    assert str(agent_args.host_cgroup_root) == mounts["host-cgroup"]["mountPath"]
+    account = one(with_agents, "ServiceAccount", AGENT)
+    assert account["automountServiceAccountToken"] is False
+    assert not [
+        b
+        for b in select(with_agents, "ClusterRoleBinding") + select(with_agents, "RoleBinding")
+        if any(s.get("name") == AGENT for s in b.get("subjects", []))
+    ]
+
+
+def test_only_the_server_may_reach_the_agents(with_agents: list[Obj]) -> None:
+    policy = one(with_agents, "NetworkPolicy", AGENT)["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": AGENT}
+    (rule,) = policy["ingress"]
+    server_labels = one(with_agents, "Deployment", NAME)["spec"]["template"]["metadata"]["labels"]
+    (peer,) = rule["from"]
+    assert peer["podSelector"]["matchLabels"].items() <= server_labels.items()
+    assert rule["ports"] == [{"protocol": "TCP", "port": 10443}]

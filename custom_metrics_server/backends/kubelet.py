@@ -160,6 +160,7 @@ class KubeletScraper:
         kubelet_insecure_tls: bool = False,
         clock: Callable[[], float] = time.time,
         max_body_bytes: int = MAX_BODY_BYTES,
+        target: str = "kubelet",
     ) -> None:
         if interval <= 0 or timeout <= 0:
             raise ValueError("interval and timeout must be positive")
@@ -182,6 +183,7 @@ class KubeletScraper:
         self._kubelet_ca_file = kubelet_ca_file
         self._kubelet_insecure_tls = kubelet_insecure_tls
         self._clock = clock
+        self.target = target  # what is scraped, for messages: "kubelet" or "node agent"
         self._status: dict[str, _NodeStatus] = {}
         self._in_flight: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -338,7 +340,9 @@ class KubeletScraper:
                 raise ScrapeFailure("unreachable", err.message) from err
         address = self._node_address(name) if self._node_address else None
         if not address:
-            raise ScrapeFailure("no_address", "the node has no InternalIP address")
+            if self.target == "kubelet":
+                raise ScrapeFailure("no_address", "the node has no InternalIP address")
+            raise ScrapeFailure("no_address", f"no {self.target} runs on the node")
         host = f"[{address}]" if ":" in address else address
         url = f"{self._scheme}://{host}:{self._port}{KUBELET_PATH}"
         assert self._kubelet_client is not None
@@ -368,8 +372,9 @@ class KubeletScraper:
         if not status.failing:
             status.failing = True
             logger.warning(
-                "scraping the kubelet of node %s failed (%s): %s; retrying every %gs, its "
+                "scraping the %s of node %s failed (%s): %s; retrying every %gs, its "
                 "usage is dropped after %d intervals without an answer",
+                self.target,
                 name,
                 failure.reason,
                 failure.message,
@@ -383,7 +388,8 @@ class KubeletScraper:
         status = self._status.setdefault(name, _NodeStatus())
         if status.failing:
             logger.info(
-                "the kubelet of node %s answers again after %d failed scrape(s)",
+                "the %s of node %s answers again after %d failed scrape(s)",
+                self.target,
                 name,
                 status.consecutive_failures,
             )

@@ -5,6 +5,12 @@ resource feeding `ClusterState` sinks, live API discovery for `{resource}` strin
 scraper feeding a `UsageStore`, and optionally a Lease so that only one replica serves the
 `/metrics/resources` series. Everything starts in `__aenter__` and stops in `__aexit__`.
 
+Usage comes from the kubelets (`usage_source="kubelet"`) or from the node agents
+(`"node-agent"`, see docs/node-agent.md): then one more Reflector follows the agent pods
+(`node_agent_namespace`, `node_agent_selector`) into an `AgentDirectory`, and the same
+scraper reads `https://<agent pod IP>:<node_agent_port>/metrics/resource` for every node
+with an agent; parsing, storage and rates are the kubelet path's, unchanged.
+
 Readiness: false until the first list of every watched resource has synced (usage may still
 be warming up: pods without two usage samples simply have no usage value yet).
 """
@@ -19,7 +25,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Literal, Self
 
+import httpx
+
 from custom_metrics_server.backends.kubelet import KubeletScraper
+from custom_metrics_server.backends.node_agents import AgentDirectory, agent_http_client
 from custom_metrics_server.backends.resource_metrics import (
     ResourceMetricsBackend,
     render_state_exposition,
@@ -64,6 +73,12 @@ class KubernetesSettings:
     lease_namespace: str = "custom-metrics"
     lease_name: str = "custom-metrics-server"
     identity: str = ""
+    usage_source: Literal["kubelet", "node-agent"] = "kubelet"
+    node_agent_namespace: str = "custom-metrics"
+    node_agent_selector: str = "app.kubernetes.io/name=custom-metrics-node-agent"
+    node_agent_port: int = 10443
+    node_agent_ca_file: str | None = None
+    node_agent_insecure_tls: bool = False
 
 
 class KubernetesBackend(ResourceMetricsBackend):
@@ -90,19 +105,50 @@ class KubernetesBackend(ResourceMetricsBackend):
             )
             for gr in WATCHED
         ]
+        self.agents: AgentDirectory | None = None
+        self._agent_client: httpx.AsyncClient | None = None
+        watches = list(self.reflectors)
+        source = self.settings.kubelet_source
+        port = self.settings.kubelet_port
+        target = "kubelet"
+
+        def address(node: str) -> str | None:
+            record = state.nodes.get(node)
+            return (record.internal_ip or None) if record else None
+
+        if self.settings.usage_source == "node-agent":
+            self.agents = AgentDirectory()
+            watches.append(
+                Reflector(
+                    client,
+                    path=f"/api/v1/namespaces/{self.settings.node_agent_namespace}/pods",
+                    sink=self.agents,
+                    name="node-agents",
+                    label_selector=self.settings.node_agent_selector,
+                    page_size=self.settings.watch_page_size,
+                )
+            )
+            self._agent_client = agent_http_client(
+                ca_file=self.settings.node_agent_ca_file,
+                insecure=self.settings.node_agent_insecure_tls,
+                timeout=self.settings.scrape_timeout,
+            )
+            source, port, target = "direct", self.settings.node_agent_port, "node agent"
+            address = self.agents.address
+        self.watches = watches  # the inventory's reflectors, and the agents' when used
         self.scraper = KubeletScraper(
             client,
             nodes=lambda: list(state.nodes),
             store=self.usage_store,
             interval=self.settings.scrape_interval,
             timeout=self.settings.scrape_timeout,
-            source=self.settings.kubelet_source,
-            kubelet_port=self.settings.kubelet_port,
+            source=source,
+            kubelet_port=port,
             kubelet_ca_file=self.settings.kubelet_ca_file,
             kubelet_insecure_tls=self.settings.kubelet_insecure_tls,
-            node_address=lambda node: (
-                (record.internal_ip or None) if (record := state.nodes.get(node)) else None
-            ),
+            node_address=address,
+            kubelet_client=self._agent_client,
+            target=target,
         )
         self.elector: LeaderElector | None = None
         if self.settings.leader_elect:
@@ -117,7 +163,7 @@ class KubernetesBackend(ResourceMetricsBackend):
 
     def ready(self) -> Readiness:
         """Ready once every watched resource has listed; the reason names what is missing."""
-        waiting = [r for r in self.reflectors if not r.readiness().ready]
+        waiting = [r for r in self.watches if not r.readiness().ready]
         if waiting:
             reasons = "; ".join(f"{r.name}: {r.readiness().reason}" for r in waiting)
             return Readiness(ready=False, reason=reasons)
@@ -125,7 +171,7 @@ class KubernetesBackend(ResourceMetricsBackend):
 
     async def __aenter__(self) -> Self:
         for runner, name in [(self.discovery.run, "discovery")] + [
-            (reflector.run, f"watch-{reflector.name}") for reflector in self.reflectors
+            (reflector.run, f"watch-{reflector.name}") for reflector in self.watches
         ]:
             self._tasks.append(asyncio.create_task(runner(), name=name))
         await self._stack.enter_async_context(self.scraper)
@@ -142,6 +188,8 @@ class KubernetesBackend(ResourceMetricsBackend):
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self._stack.aclose()
+        if self._agent_client is not None:
+            await self._agent_client.aclose()
         await self.client.aclose()
 
     def serves_resource_series(self) -> bool:

@@ -1,0 +1,132 @@
+"""Where each node's agent answers, for ``--usage-source=node-agent``: the agent pods.
+
+:class:`AgentDirectory` is a :class:`~custom_metrics_server.kube.watcher.WatchSink` for the
+agent pods (a list/watch of ``--node-agent-namespace`` with ``--node-agent-selector``) and
+maps a node to the address of the agent running on it: ``spec.nodeName`` -> ``status.podIP``
+(the node's address for a ``hostNetwork`` DaemonSet). Only running pods with an IP that are
+not being deleted count; during a rollout two agents may share a node for a moment, and then
+the ready one is taken (the first by name when both or neither are ready).
+
+It keeps two small strings per agent pod; every operation is O(1) except a relist
+(O(agents)). It does no I/O itself (the Reflector feeds it) and never logs.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import httpx
+
+from custom_metrics_server.kube.client import USER_AGENT
+
+__all__ = ["AgentDirectory", "agent_http_client"]
+
+
+class _Agent(NamedTuple):
+    name: str
+    address: str
+    ready: bool
+
+
+def _agent(obj: Mapping[str, Any]) -> tuple[str, _Agent] | None:
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    node = spec.get("nodeName") or ""
+    address = status.get("podIP") or ""
+    if not node or not address or metadata.get("deletionTimestamp"):
+        return None
+    if status.get("phase") != "Running":
+        return None
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    return node, _Agent(str(metadata.get("name", "")), str(address), ready)
+
+
+class AgentDirectory:
+    """Node name -> address of its agent, kept in step with the agent pods."""
+
+    def __init__(self) -> None:
+        self._by_pod: dict[str, tuple[str, _Agent]] = {}  # pod name -> (node, agent)
+        self._by_node: dict[str, dict[str, _Agent]] = {}
+        self._listed: set[str] = set()
+
+    # -- WatchSink --
+
+    def list_started(self) -> None:
+        """A relist begins."""
+        self._listed = set()
+
+    def listed(self, obj: dict[str, Any]) -> None:
+        """One pod of the list."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        self._listed.add(name)
+        self._put(name, obj)
+
+    def list_finished(self) -> None:
+        """Forget the agents the list did not name."""
+        for gone in [name for name in self._by_pod if name not in self._listed]:
+            self._remove(gone)
+
+    def event(self, type: str, obj: dict[str, Any]) -> None:
+        """A watch event."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if type == "DELETED":
+            self._remove(name)
+        else:
+            self._put(name, obj)
+
+    # -- lookups --
+
+    def address(self, node: str) -> str | None:
+        """The address of ``node``'s agent, or None when none runs there. O(agents on it)."""
+        agents = self._by_node.get(node)
+        if not agents:
+            return None
+        best = min(agents.values(), key=lambda agent: (not agent.ready, agent.name))
+        return best.address
+
+    def nodes(self) -> dict[str, str]:
+        """Every node with an agent, and its address. O(agents)."""
+        return {node: address for node in self._by_node if (address := self.address(node))}
+
+    def _put(self, name: str, obj: Mapping[str, Any]) -> None:
+        self._remove(name)
+        found = _agent(obj)
+        if found is None:
+            return
+        node, agent = found
+        self._by_pod[name] = (node, agent)
+        self._by_node.setdefault(node, {})[name] = agent
+
+    def _remove(self, name: str) -> None:
+        previous = self._by_pod.pop(name, None)
+        if previous is None:
+            return
+        node = previous[0]
+        agents = self._by_node.get(node, {})
+        agents.pop(name, None)
+        if not agents:
+            self._by_node.pop(node, None)
+
+
+def agent_http_client(
+    *, ca_file: str | None = None, insecure: bool = False, timeout: float = 10.0
+) -> httpx.AsyncClient:
+    """The client for agents: their serving CA (``ca_file``; the system's otherwise), or no
+    verification with ``insecure``. No credentials are sent: agents need none, and a
+    compromised agent pod must not collect the server's token."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return httpx.AsyncClient(
+        verify=context,
+        timeout=timeout,
+        headers={"User-Agent": USER_AGENT, "Accept": "text/plain"},
+        follow_redirects=False,
+    )

@@ -1,0 +1,131 @@
+"""One collection = CRI stats + host totals -> the kubelet body, shared by concurrent scrapes.
+
+:class:`Collector` runs at most one collection at a time: scrapes that arrive while one is
+in flight wait for it and get its body (single flight), and a body younger than
+``max_age`` seconds is served again without asking the runtime (default 1 s: a burst of
+scrapers costs the runtime one round-trip). When the runtime fails the body is the kubelet's
+``scrape_error 1`` (nothing else), so a scraper keeps its last usage instead of reading "no
+pods"; when only the host read fails, the node series are left out and the pods are served.
+
+Self-metrics (own registry, ``/metrics``): collections, their failures by reason, the last
+collection's duration, the containers it saw and whether the runtime is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from custom_metrics_server.node_agent.kubelet_text import render_resource_metrics
+from custom_metrics_server.node_agent.runtime import RuntimeUnavailable
+from custom_metrics_server.node_agent.summary import NodeStats, PodStats, Summary
+
+__all__ = ["Collector", "NodeSource"]
+
+logger = logging.getLogger(__name__)
+
+
+class NodeSource(Protocol):
+    """Where the node's own totals come from (:class:`.host.HostReader`, or a fixed value)."""
+
+    def read(self) -> NodeStats: ...
+
+
+class Collector:
+    """Builds ``/metrics/resource`` bodies from ``pods`` (the CRI) and ``node``."""
+
+    def __init__(
+        self,
+        pods: Callable[[], Awaitable[tuple[PodStats, ...]]],
+        node: NodeSource | None,
+        *,
+        max_age: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self._pods = pods
+        self._node = node
+        self.max_age = max_age
+        self._clock = clock
+        self._body: bytes | None = None
+        self._body_at = float("-inf")
+        self._inflight: asyncio.Future[bytes] | None = None
+        self._node_failing = False
+        self.registry = registry or CollectorRegistry()
+        self.collections = Counter(
+            "node_agent_collections",
+            "Collections of CRI and host stats (one per /metrics/resource scrape at most "
+            "every --stats-cache-duration)",
+            registry=self.registry,
+        )
+        self.failures = Counter(
+            "node_agent_collection_failures",
+            "Collections that failed, by reason (the CRI's status, or host)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.duration = Gauge(
+            "node_agent_last_collection_seconds",
+            "Duration of the last collection",
+            registry=self.registry,
+        )
+        self.containers = Gauge(
+            "node_agent_containers",
+            "Running containers in the last successful collection",
+            registry=self.registry,
+        )
+        self.runtime_up = Gauge(
+            "node_agent_runtime_up",
+            "1 if the last CRI call succeeded, 0 otherwise",
+            registry=self.registry,
+        )
+
+    async def body(self) -> bytes:
+        """The current body: cached, joined to the collection in flight, or a new one."""
+        if self._body is not None and self._clock() - self._body_at < self.max_age:
+            return self._body
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._collect())
+            self._inflight.add_done_callback(self._finished)
+        return await asyncio.shield(self._inflight)
+
+    def _finished(self, _future: asyncio.Future[bytes]) -> None:
+        self._inflight = None
+
+    def _read_node(self) -> NodeStats | None:
+        if self._node is None:
+            return None
+        try:
+            node = self._node.read()
+        except (OSError, ValueError, KeyError) as err:
+            self.failures.labels("host").inc()
+            if not self._node_failing:
+                logger.warning("cannot read the node's totals from the host: %s", err)
+            self._node_failing = True
+            return None
+        self._node_failing = False
+        return node
+
+    async def _collect(self) -> bytes:
+        started = self._clock()
+        self.collections.inc()
+        summary: Summary | None
+        try:
+            pods = await self._pods()
+        except RuntimeUnavailable as err:
+            self.failures.labels(err.reason).inc()
+            self.runtime_up.set(0)
+            summary = None
+        else:
+            self.runtime_up.set(1)
+            self.containers.set(sum(len(pod.containers) for pod in pods))
+            summary = Summary(self._read_node(), pods)
+        body = render_resource_metrics(summary)
+        self._body, self._body_at = body, self._clock()
+        self.duration.set(self._body_at - started)
+        return body

@@ -1,0 +1,179 @@
+"""``custom-metrics-server node-agent``: flags, TLS, and the uvicorn run.
+
+:func:`add_parser` registers the subcommand on the main parser; :func:`run` starts it. No
+request logic lives here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from custom_metrics_server import __version__
+from custom_metrics_server.node_agent.collector import Collector
+from custom_metrics_server.node_agent.host import HostReader
+from custom_metrics_server.node_agent.runtime import RuntimeClient, grpc_target
+from custom_metrics_server.node_agent.server import AgentApp
+from custom_metrics_server.observability import configure_logging
+from custom_metrics_server.security.options import duration as parse_duration
+from custom_metrics_server.tls import ReloadingServerContext, ensure_serving_certificate
+
+__all__ = ["DEFAULT_CRI_ENDPOINT", "DEFAULT_PORT", "add_parser", "run"]
+
+logger = logging.getLogger("custom_metrics_server.node_agent")
+
+DEFAULT_CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"
+DEFAULT_PORT = 10443
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Add ``node-agent`` to the subcommands ``commands`` (an argparse subparsers action)."""
+    agent: argparse.ArgumentParser = commands.add_parser(
+        "node-agent",
+        help="serve the kubelet's /metrics/resource from the container runtime (CRI)",
+    )
+    agent.add_argument(
+        "--cri-endpoint",
+        default=DEFAULT_CRI_ENDPOINT,
+        help="CRI socket, e.g. unix:///run/containerd/containerd.sock or "
+        "unix:///var/run/crio/crio.sock (default: containerd's)",
+    )
+    agent.add_argument(
+        "--cri-timeout",
+        type=parse_duration,
+        default=2.0,
+        help="deadline of one CRI call (default 2s)",
+    )
+    agent.add_argument(
+        "--stats-cache-duration",
+        type=parse_duration,
+        default=1.0,
+        help="serve a collection again for this long instead of asking the runtime (default 1s)",
+    )
+    agent.add_argument(
+        "--node-stats",
+        choices=["host", "none"],
+        default="host",
+        help="node totals from the host's /proc and cgroup root, or none (default host)",
+    )
+    agent.add_argument(
+        "--host-proc", type=Path, default=Path("/proc"), help="the host's /proc (default /proc)"
+    )
+    agent.add_argument(
+        "--host-cgroup-root",
+        type=Path,
+        default=Path("/sys/fs/cgroup"),
+        help="the host's cgroup root; mount it from the host in a pod (default /sys/fs/cgroup)",
+    )
+    agent.add_argument(
+        "--secure-port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"HTTPS port (0: any free port; default {DEFAULT_PORT})",
+    )
+    agent.add_argument(
+        "--bind-address",
+        default="0.0.0.0",  # noqa: S104 - an agent is scraped from other nodes
+        help="address to listen on (default 0.0.0.0)",
+    )
+    agent.add_argument(
+        "--cert-dir",
+        type=Path,
+        default=Path("/tmp/node-agent-certs"),  # noqa: S108
+        help="where the self-signed certificate is kept when no certificate is given",
+    )
+    agent.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
+    agent.add_argument("--tls-private-key-file", type=Path, help="key of --tls-cert-file")
+    agent.add_argument(
+        "-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)"
+    )
+    return agent
+
+
+class _Server(uvicorn.Server):
+    """uvicorn plus a one-line banner with the bound port (known only once bound)."""
+
+    def __init__(self, config: uvicorn.Config, banner: str) -> None:
+        super().__init__(config)
+        self._banner = banner
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Exit 0 on SIGTERM (a DaemonSet rollout), at once on a second signal; uvicorn's own
+        # handler would re-raise the signal after shutting down.
+        self.force_exit = self.should_exit
+        self.should_exit = True
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            port = self.servers[0].sockets[0].getsockname()[1]
+            print(self._banner.format(port=port), flush=True)
+
+
+async def _serve(args: argparse.Namespace, context: ReloadingServerContext) -> None:
+    async with RuntimeClient(args.cri_endpoint, timeout=args.cri_timeout) as runtime:
+        node = (
+            HostReader(proc_root=args.host_proc, cgroup_root=args.host_cgroup_root)
+            if args.node_stats == "host"
+            else None
+        )
+        collector = Collector(runtime.pods, node, max_age=args.stats_cache_duration)
+        with contextlib.suppress(Exception):
+            version = await runtime.version()
+            logger.info(
+                "container runtime %s %s (CRI %s) on %s",
+                version.runtime_name,
+                version.runtime_version,
+                version.runtime_api_version,
+                args.cri_endpoint,
+            )
+        host = f"[{args.bind_address}]" if ":" in args.bind_address else args.bind_address
+        config = uvicorn.Config(
+            AgentApp(collector, runtime),
+            host=args.bind_address,
+            port=args.secure_port,
+            ssl_context_factory=lambda _config, _default: context.listening,
+            ws="none",
+            lifespan="on",
+            proxy_headers=False,
+            server_header=False,
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=5,
+        )
+        banner = (
+            f"custom-metrics-server v{__version__} node-agent serving "
+            f"https://{host}:{{port}}/metrics/resource from {args.cri_endpoint}"
+        )
+        await _Server(config, banner).serve()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; 2 on a configuration error."""
+    configure_logging(args.verbosity)
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        logger.error("--tls-cert-file and --tls-private-key-file go together")
+        return 2
+    try:
+        if args.tls_cert_file:
+            cert_file, key_file = args.tls_cert_file, args.tls_private_key_file
+        else:
+            hosts = ["localhost", "127.0.0.1", socket.gethostname()]
+            serving = ensure_serving_certificate(args.cert_dir, hosts)
+            cert_file, key_file = serving.cert_file, serving.key_file
+        context = ReloadingServerContext(cert_file, key_file)
+        grpc_target(args.cri_endpoint)  # refuses an endpoint that is not a unix socket
+    except (OSError, ssl.SSLError, ValueError) as err:
+        logger.error("cannot start the node agent: %s", err)
+        return 2
+    asyncio.run(_serve(args, context))
+    return 0

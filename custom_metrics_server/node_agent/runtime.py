@@ -1,0 +1,217 @@
+"""The CRI client: ``runtime.v1.RuntimeService`` over the runtime's unix socket (grpc.aio).
+
+One channel for the agent's lifetime. gRPC reconnects it by itself when the socket goes away
+or the runtime restarts, with exponential backoff (``initial_backoff`` doubling up to
+``max_backoff``); calls never wait for a connection (``wait_for_ready`` off) and each has its
+own deadline (``timeout``), so a dead runtime costs a scrape one fast ``UNAVAILABLE`` instead
+of a hang. :meth:`RuntimeClient.pods` makes three calls per collection (sandboxes, containers,
+sandbox stats, concurrently), or ``ListContainerStats`` after the first two when the
+runtime does not implement ``ListPodSandboxStats`` (remembered after the first
+``UNIMPLEMENTED``). Responses may be up to 16 MiB, the kubelet's limit.
+
+Failures raise :class:`RuntimeUnavailable` with a short reason for counting; the last
+outcome is kept for ``/healthz``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Final, Self, TypeVar
+
+import grpc
+from grpc import aio
+
+from custom_metrics_server.node_agent.cri import api_pb2 as cri
+from custom_metrics_server.node_agent.cri import api_pb2_grpc as cri_grpc
+from custom_metrics_server.node_agent.cri_stats import (
+    pods_from_container_stats,
+    pods_from_sandbox_stats,
+)
+from custom_metrics_server.node_agent.summary import PodStats
+
+__all__ = [
+    "CRI_API_VERSION",
+    "RuntimeClient",
+    "RuntimeUnavailable",
+    "RuntimeVersion",
+    "grpc_target",
+]
+
+logger = logging.getLogger(__name__)
+
+#: What ``Version`` is asked with (the kubelet sends its CRI API version).
+CRI_API_VERSION: Final = "v1"
+MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
+_T = TypeVar("_T")
+
+
+class RuntimeUnavailable(Exception):
+    """A CRI call failed; ``reason`` is a short label (``unavailable``, ``deadline`` ...)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeVersion:
+    """The runtime's answer to ``Version``."""
+
+    runtime_name: str
+    runtime_version: str
+    runtime_api_version: str
+
+
+def grpc_target(endpoint: str) -> str:
+    """A gRPC target from a kubelet-style ``--container-runtime-endpoint``."""
+    if endpoint.startswith("unix://"):
+        return endpoint
+    if endpoint.startswith("/"):
+        return f"unix://{endpoint}"
+    raise ValueError(f"unsupported CRI endpoint {endpoint!r}: want unix:///path/to.sock")
+
+
+def _reason(code: grpc.StatusCode) -> str:
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "deadline"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return "unavailable"
+    return str(code.name).lower()
+
+
+def _unwrap(answer: _T | BaseException) -> _T:
+    """An answer of ``gather(..., return_exceptions=True)``, raising it if it is an error."""
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
+
+
+class RuntimeClient:
+    """CRI calls with deadlines; use as ``async with`` (opens and closes the channel)."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout: float = 2.0,
+        initial_backoff: float = 0.2,
+        max_backoff: float = 5.0,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._target = grpc_target(endpoint)
+        self._options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.initial_reconnect_backoff_ms", int(initial_backoff * 1000)),
+            ("grpc.min_reconnect_backoff_ms", int(initial_backoff * 1000)),
+            ("grpc.max_reconnect_backoff_ms", int(max_backoff * 1000)),
+        ]
+        self._channel: aio.Channel | None = None
+        self._stub: cri_grpc.RuntimeServiceAsyncStub | None = None
+        self._sandbox_stats = True  # until the runtime says UNIMPLEMENTED
+        self.last_error: RuntimeUnavailable | None = None
+        self.calls = 0
+        self.failures = 0
+
+    async def __aenter__(self) -> Self:
+        self._channel = aio.insecure_channel(self._target, options=self._options)
+        self._stub = cri_grpc.RuntimeServiceStub(self._channel)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel = None
+        self._stub = None
+
+    @property
+    def stub(self) -> cri_grpc.RuntimeServiceAsyncStub:
+        """The generated stub (only while entered)."""
+        if self._stub is None:
+            raise RuntimeError("RuntimeClient is not open (use `async with`)")
+        return self._stub
+
+    @property
+    def reachable(self) -> bool:
+        """True when the last call succeeded (False before any call)."""
+        return self.calls > 0 and self.last_error is None
+
+    def _failed(self, what: str, err: aio.AioRpcError) -> RuntimeUnavailable:
+        failure = RuntimeUnavailable(
+            _reason(err.code()), f"{what} on {self.endpoint}: {err.code().name}: {err.details()}"
+        )
+        self.failures += 1
+        if self.last_error is None:
+            logger.warning("the container runtime does not answer: %s", failure.message)
+        self.last_error = failure
+        return failure
+
+    def _succeeded(self) -> None:
+        if self.last_error is not None:
+            logger.info("the container runtime answers again on %s", self.endpoint)
+        self.last_error = None
+
+    async def version(self) -> RuntimeVersion:
+        """``Version``: the runtime's name and versions."""
+        self.calls += 1
+        try:
+            answer = await self.stub.Version(
+                cri.VersionRequest(version=CRI_API_VERSION), timeout=self.timeout
+            )
+        except aio.AioRpcError as err:
+            raise self._failed("Version", err) from err
+        self._succeeded()
+        return RuntimeVersion(
+            answer.runtime_name, answer.runtime_version, answer.runtime_api_version
+        )
+
+    async def pods(self) -> tuple[PodStats, ...]:
+        """Every ready pod with its running containers' stats (see :mod:`.cri_stats`)."""
+        self.calls += 1
+        stub, timeout = self.stub, self.timeout
+        ready = cri.PodSandboxFilter(state=cri.PodSandboxStateValue(state=cri.SANDBOX_READY))
+        running = cri.ContainerFilter(state=cri.ContainerStateValue(state=cri.CONTAINER_RUNNING))
+        try:
+            if self._sandbox_stats:
+                sandbox_answer, container_answer, stats = await asyncio.gather(
+                    stub.ListPodSandbox(cri.ListPodSandboxRequest(filter=ready), timeout=timeout),
+                    stub.ListContainers(cri.ListContainersRequest(filter=running), timeout=timeout),
+                    stub.ListPodSandboxStats(cri.ListPodSandboxStatsRequest(), timeout=timeout),
+                    return_exceptions=True,
+                )
+                sandboxes, containers = _unwrap(sandbox_answer), _unwrap(container_answer)
+                unimplemented = (
+                    isinstance(stats, aio.AioRpcError)
+                    and stats.code() == grpc.StatusCode.UNIMPLEMENTED
+                )
+                if isinstance(stats, BaseException) and not unimplemented:
+                    raise stats
+                if not isinstance(stats, BaseException):
+                    self._succeeded()
+                    return pods_from_sandbox_stats(
+                        sandboxes.items, containers.containers, stats.stats
+                    )
+                logger.info(
+                    "the runtime has no ListPodSandboxStats; using ListContainerStats "
+                    "(pod totals are sums over containers)"
+                )
+                self._sandbox_stats = False
+            else:
+                sandboxes, containers = await asyncio.gather(
+                    stub.ListPodSandbox(cri.ListPodSandboxRequest(filter=ready), timeout=timeout),
+                    stub.ListContainers(cri.ListContainersRequest(filter=running), timeout=timeout),
+                )
+            container_stats = await stub.ListContainerStats(
+                cri.ListContainerStatsRequest(), timeout=timeout
+            )
+        except aio.AioRpcError as err:
+            raise self._failed("listing stats", err) from err
+        self._succeeded()
+        return pods_from_container_stats(
+            sandboxes.items, containers.containers, container_stats.stats
+        )

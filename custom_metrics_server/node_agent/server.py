@@ -1,0 +1,82 @@
+"""The agent's HTTPS endpoints, a bare ASGI app (no framework: three GET routes).
+
+* ``/metrics/resource``: the kubelet-format body (:class:`.Collector`);
+* ``/healthz``: 200 ``ok`` when the runtime answers ``Version`` within the CRI deadline,
+  else 503 with the reason (the DaemonSet's liveness and readiness probes);
+* ``/metrics``: the agent's own metrics (Prometheus text).
+
+Anything else is 404, other methods 405. No authentication: the agent serves read-only usage
+numbers, like the kubelet's read-only port; restrict who can reach it with a NetworkPolicy
+(see docs/node-agent.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from prometheus_client import generate_latest
+
+from custom_metrics_server.node_agent.collector import Collector
+from custom_metrics_server.node_agent.runtime import RuntimeClient, RuntimeUnavailable
+
+__all__ = ["AgentApp"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+TEXT: Final = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+async def _answer(send: Send, status: int, body: bytes, content_type: bytes = TEXT) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class AgentApp:
+    """The ASGI app of ``node-agent``."""
+
+    def __init__(self, collector: Collector, runtime: RuntimeClient) -> None:
+        self.collector = collector
+        self.runtime = runtime
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            await _answer(send, 405, b"method not allowed\n")
+            return
+        path = scope["path"]
+        if path == "/metrics/resource":
+            await _answer(send, 200, await self.collector.body())
+        elif path == "/healthz":
+            await self._healthz(send)
+        elif path == "/metrics":
+            await _answer(send, 200, generate_latest(self.collector.registry))
+        else:
+            await _answer(send, 404, b"not found\n")
+
+    async def _healthz(self, send: Send) -> None:
+        try:
+            await self.runtime.version()
+        except RuntimeUnavailable as err:
+            self.collector.runtime_up.set(0)
+            await _answer(send, 503, f"container runtime: {err.message}\n".encode())
+            return
+        await _answer(send, 200, b"ok")

@@ -1,0 +1,248 @@
+"""`--usage-source=node-agent` end to end: a fake API server lists two nodes, their pods and
+one agent pod per node; two real `node-agent` processes (on 127.0.0.1 and 127.0.0.2, one
+port, certificates from one CA) read two real gRPC CRI servers; the Kubernetes backend finds
+the agents through their pods and serves `kube_running_pod_resource_usage` from them."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trustme
+
+from custom_metrics_server.app import create_app
+from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.backends.node_agents import AgentDirectory
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.node_agent.summary import (
+    ContainerStats,
+    CpuStats,
+    MemoryStats,
+    PodStats,
+    Summary,
+)
+from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
+from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod
+from tests.node_agent.test_agent_process import Agent, start_agent, stop_agent
+
+pytestmark = pytest.mark.integration
+
+P = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods"
+SELECTOR = "app.kubernetes.io/name=custom-metrics-node-agent"
+# metrics-server's decode test ("Normal"): coredns' counter, working set, start and sample time.
+CPU_1 = 4_710_169_000  # 4.710169 core-seconds
+AT_1 = 1_633_253_812_125_000_000
+STARTED = 1_633_252_712_000_000_000
+MEMORY = 12_533_760
+# The next sample, 15 s later: +1.5 core-seconds for `app`, +0.3 for `sidecar`.
+AT_2 = AT_1 + 15_000_000_000
+
+
+def _container(name: str, cpu: int, at: int) -> ContainerStats:
+    return ContainerStats(name, STARTED, CpuStats(cpu, at), MemoryStats(MEMORY, at))
+
+
+def node_summary(pods: dict[str, list[tuple[str, int]]], at: int) -> Summary:
+    return Summary(
+        None,
+        tuple(
+            PodStats(
+                "shop",
+                name,
+                None,
+                None,
+                None,
+                tuple(_container(c, cpu, at) for c, cpu in containers),
+            )
+            for name, containers in pods.items()
+        ),
+    )
+
+
+def first_pods() -> dict[str, dict[str, list[tuple[str, int]]]]:
+    return {
+        "node-1": {"web-1": [("app", CPU_1)]},
+        "node-2": {"web-2": [("app", CPU_1), ("sidecar", CPU_1)]},
+    }
+
+
+def second_pods() -> dict[str, dict[str, list[tuple[str, int]]]]:
+    return {
+        "node-1": {"web-1": [("app", CPU_1 + 1_500_000_000)]},
+        "node-2": {"web-2": [("app", CPU_1 + 1_500_000_000), ("sidecar", CPU_1 + 300_000_000)]},
+    }
+
+
+def agent_pod(name: str, node_name: str, ip: str) -> dict[str, Any]:
+    body = pod(
+        "custom-metrics",
+        name,
+        labels={"app.kubernetes.io/name": "custom-metrics-node-agent"},
+        node_name=node_name,
+    )
+    body["status"].update(
+        {"podIP": ip, "hostIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}
+    )
+    return body
+
+
+async def until(condition: Callable[[], Any], within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[FakeKubeApiServer, dict[str, FakeCriRuntime], str, int]]:
+    ca = trustme.CA()
+    serving = ca.issue_cert("127.0.0.1", "127.0.0.2")
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    cert_file, key_file = tmp_path / "agent.crt", tmp_path / "agent.key"
+    serving.cert_chain_pems[0].write_to_path(str(cert_file))
+    serving.private_key_pem.write_to_path(str(key_file))
+    port = free_port()
+    runtimes: dict[str, FakeCriRuntime] = {}
+    agents: list[Agent] = []
+    with FakeKubeApiServer() as api:
+        for name in ("shop", "custom-metrics"):
+            api.add("namespaces", {"metadata": {"name": name}})
+        for number, ip in ((1, "127.0.0.1"), (2, "127.0.0.2")):
+            node_name = f"node-{number}"
+            api.add("nodes", node(node_name))
+            api.add("pods", agent_pod(f"agent-{number}", node_name, ip))
+            work = tmp_path / node_name
+            work.mkdir()
+            socket_dir = Path("/tmp") / f"cri-{port}-{number}"
+            socket_dir.mkdir(exist_ok=True)
+            runtime = FakeCriRuntime(socket_dir / "cri.sock")
+            await runtime.start()
+            runtimes[node_name] = runtime
+            agents.append(
+                await asyncio.to_thread(
+                    start_agent,
+                    work,
+                    "--cri-endpoint",
+                    runtime.endpoint,
+                    "--bind-address",
+                    ip,
+                    "--secure-port",
+                    str(port),
+                    "--tls-cert-file",
+                    str(cert_file),
+                    "--tls-private-key-file",
+                    str(key_file),
+                    "--stats-cache-duration",
+                    "0",
+                )
+            )
+        api.add("pods", pod("shop", "web-1", node_name="node-1"))
+        web_2 = pod("shop", "web-2", node_name="node-2")
+        web_2["spec"]["containers"] = [{"name": "app"}, {"name": "sidecar"}]
+        api.add("pods", web_2)
+        # A pod of the agent's label elsewhere is not an agent.
+        api.add(
+            "pods",
+            agent_pod("stray", "node-1", "10.9.9.9")
+            | {
+                "metadata": {
+                    "name": "stray",
+                    "namespace": "shop",
+                    "labels": {"app.kubernetes.io/name": "custom-metrics-node-agent"},
+                }
+            },
+        )
+        try:
+            yield api, runtimes, str(ca_file), port
+        finally:
+            for agent in agents:
+                stop_agent(agent)
+            for runtime in runtimes.values():
+                await runtime.stop()
+                runtime.socket_path.parent.rmdir()
+
+
+async def test_backend_serves_usage_from_two_agents(
+    cluster: tuple[FakeKubeApiServer, dict[str, FakeCriRuntime], str, int],
+) -> None:
+    api, runtimes, ca_file, port = cluster
+    for node_name, pods in first_pods().items():
+        runtimes[node_name].world = world_from_summary(node_summary(pods, AT_1))
+    settings = KubernetesSettings(
+        scrape_interval=0.3,
+        scrape_timeout=3.0,
+        discovery_interval=60,
+        discovery_min_refresh=0,
+        usage_source="node-agent",
+        node_agent_namespace="custom-metrics",
+        node_agent_selector=SELECTOR,
+        node_agent_port=port,
+        node_agent_ca_file=ca_file,
+    )
+    backend = KubernetesBackend(KubeClient(api.connection()), settings)
+    async with backend:
+        await until(lambda: backend.ready().ready)
+        assert backend.agents is not None
+        assert backend.agents.nodes() == {"node-1": "127.0.0.1", "node-2": "127.0.0.2"}
+        await until(lambda: set(backend.usage_store.nodes()) == {"node-1", "node-2"})
+        assert backend.usage_store.pod_usage("shop", "web-1") is None  # one sample so far
+        for node_name, pods in second_pods().items():
+            runtimes[node_name].world = world_from_summary(node_summary(pods, AT_2))
+        await until(lambda: backend.usage_store.pod_usage("shop", "web-2") is not None)
+        await until(lambda: backend.usage_store.pod_usage("shop", "web-1") is not None)
+        assert backend.usage_store.node_usage("node-1") is not None  # host totals, rated
+
+        app = create_app(cluster=backend.state, backends=[backend])
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="https://t"
+        ) as client:
+            response = await client.get(
+                P + "/*/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dcpu"
+            )
+            items = {i["describedObject"]["name"]: i for i in response.json()["items"]}
+            memory = await client.get(
+                P + "/web-2/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dmemory"
+            )
+    # (counter at AT_2 - counter at AT_1) / 15 s, summed over each pod's containers
+    assert items["web-1"]["value"] == "100m"
+    assert items["web-2"]["value"] == "120m"
+    assert items["web-1"]["windowSeconds"] == 15
+    assert items["web-1"]["timestamp"] == "2021-10-03T09:37:07Z"
+    assert memory.json()["items"][0]["value"] == str(2 * MEMORY)
+
+
+def test_directory_follows_agent_pods() -> None:
+    directory = AgentDirectory()
+    directory.list_started()
+    directory.listed(agent_pod("a", "n1", "10.0.0.1"))
+    old = agent_pod("b", "n1", "10.0.0.2")
+    old["status"]["conditions"] = []
+    directory.listed(old)
+    pending = agent_pod("c", "n2", "10.0.0.3")
+    pending["status"]["phase"] = "Pending"
+    directory.listed(pending)
+    directory.list_finished()
+    assert directory.nodes() == {"n1": "10.0.0.1"}  # the ready one of two; pending none
+    directory.event("DELETED", agent_pod("a", "n1", "10.0.0.1"))
+    assert directory.address("n1") == "10.0.0.2"
+    pending["status"]["phase"] = "Running"
+    directory.event("MODIFIED", pending)
+    directory.list_started()
+    directory.listed(pending)
+    directory.list_finished()
+    assert directory.nodes() == {"n2": "10.0.0.3"}

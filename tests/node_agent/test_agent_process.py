@@ -1,0 +1,148 @@
+"""The real ``custom-metrics-server node-agent`` process over HTTPS, reading a real gRPC CRI
+server on a unix socket and the host's /proc."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from custom_metrics_server.exposition import parse_resource_metrics
+from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
+from tests.node_agent.samples import CASES, families, go_order, sample_path
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Agent:
+    url: str
+    process: subprocess.Popen[str]
+    ca_file: Path
+
+    def client(self) -> httpx.AsyncClient:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        return httpx.AsyncClient(base_url=self.url, verify=context, timeout=10)
+
+
+def start_agent(workdir: Path, *args: str) -> Agent:
+    """Start ``node-agent`` with ``args`` (put ``--secure-port`` there to override 0)."""
+    command = [
+        sys.executable,
+        "-m",
+        "custom_metrics_server",
+        "node-agent",
+        "--secure-port",
+        "0",
+        "--cert-dir",
+        str(workdir / "certs"),
+        *args,
+    ]
+    with open(workdir / "agent.log", "w") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    assert process.stdout is not None
+    line = process.stdout.readline()  # the banner, once the socket is bound
+    if " serving " not in line:
+        process.kill()
+        raise RuntimeError(f"agent did not start: {line!r}\n{(workdir / 'agent.log').read_text()}")
+    url = line.split(" serving ", 1)[1].split("/metrics/resource")[0]
+    return Agent(url, process, workdir / "certs" / "apiserver.crt")
+
+
+def stop_agent(agent: Agent) -> None:
+    agent.process.terminate()
+    try:
+        assert agent.process.wait(timeout=15) == 0
+    finally:
+        if agent.process.poll() is None:
+            agent.process.kill()
+        if agent.process.stdout is not None:
+            agent.process.stdout.close()
+
+
+@pytest.fixture
+async def agent(runtime: FakeCriRuntime, tmp_path: Path) -> AsyncIterator[Agent]:
+    started = await asyncio.to_thread(
+        start_agent,
+        tmp_path,
+        "--cri-endpoint",
+        runtime.endpoint,
+        "--cri-timeout",
+        "1s",
+        "--bind-address",
+        "127.0.0.1",
+    )
+    yield started
+    stop_agent(started)
+
+
+async def test_serves_the_kubelet_body_healthz_and_own_metrics(
+    runtime: FakeCriRuntime, agent: Agent
+) -> None:
+    case = "07_nil_container_metrics"
+    summary = CASES[case]
+    assert summary is not None
+    runtime.world = world_from_summary(summary)
+    async with agent.client() as client:
+        response = await client.get("/metrics/resource")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+        body = response.text
+        # Pods exactly as the sample; the node's totals come from this machine's /proc.
+        node = {"node_cpu_usage_seconds_total", "node_memory_working_set_bytes"}
+        node |= {"node_swap_usage_bytes"}
+        assert go_order(body, without=frozenset(node)) == go_order(sample_path(case).read_text())
+        assert node <= set(families(body))
+        scrape = parse_resource_metrics(response.content, default_time=time.time())
+        assert scrape.node is not None
+        assert abs(scrape.node.cpu.timestamp - time.time()) < 60
+        assert (await client.get("/healthz")).text == "ok"
+        own = (await client.get("/metrics")).text
+        assert "node_agent_collections_total 1.0" in own
+        assert "node_agent_runtime_up 1.0" in own
+        assert (await client.get("/nope")).status_code == 404
+        assert (await client.post("/metrics/resource")).status_code == 405
+
+        await runtime.stop()
+        health = await client.get("/healthz")
+        assert health.status_code == 503
+        assert "container runtime" in health.text
+        await asyncio.sleep(1.1)  # past --stats-cache-duration
+        down = await client.get("/metrics/resource")
+        assert down.content == go_order(sample_path("01_error_getting_summary").read_text())
+
+
+def test_bad_endpoint_is_a_usage_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "custom_metrics_server",
+            "node-agent",
+            "--cri-endpoint",
+            "tcp://x:1",
+            "--cert-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "unsupported CRI endpoint" in result.stderr

@@ -1,0 +1,138 @@
+"""The agent's collection path against a real gRPC CRI server: the kubelet samples again,
+now with every container and pod value travelling through the runtime's RPCs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+
+from custom_metrics_server.node_agent.collector import Collector
+from custom_metrics_server.node_agent.kubelet_text import render_resource_metrics
+from custom_metrics_server.node_agent.runtime import RuntimeClient, RuntimeUnavailable
+from custom_metrics_server.node_agent.summary import NodeStats, Summary
+from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
+from tests.node_agent.samples import CASES, families, go_order, sample_path
+
+
+class FixedNode:
+    def __init__(self, node: NodeStats) -> None:
+        self.node = node
+
+    def read(self) -> NodeStats:
+        return self.node
+
+
+#: case -> (Windows sandboxes?, families compared apart, and why)
+_KIND = {
+    # container_a has committed memory (Windows only) *and* swap (Linux only): no single
+    # runtime reports both, so a Linux runtime has no commit family; and the kubelet on a CRI
+    # runtime sums container swap into pod swap (see the next test), which the sample lacks.
+    "05_arbitrary_container_metrics_for_different_container_pods_and_namespaces": (
+        False,
+        frozenset({"container_memory_commit_bytes", "pod_swap_usage_bytes"}),
+    ),
+    "06_arbitrary_container_metrics_for_negative_starttime": (True, frozenset()),
+    # The CRI has no pod-level swap (the kubelet sums containers'); this pod has none.
+    "08_arbitrary_pod_metrics": (False, frozenset({"pod_swap_usage_bytes"})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_samples_through_the_cri(runtime: FakeCriRuntime, case: str) -> None:
+    summary = CASES[case]
+    windows, missing = _KIND.get(case, (False, frozenset()))
+    if summary is None:
+        runtime.fail_with = grpc.StatusCode.UNAVAILABLE
+        node = None
+    else:
+        runtime.world = world_from_summary(summary, windows=windows, exited=1, not_ready=2)
+        node = summary.node
+    async with RuntimeClient(runtime.endpoint, timeout=2) as client:
+        collector = Collector(client.pods, node and FixedNode(node), max_age=0)
+        body = await collector.body()
+    sample = sample_path(case).read_text()
+    if missing:
+        assert go_order(body.decode(), without=missing) == go_order(sample, without=missing)
+    else:
+        assert body == go_order(sample)
+    if summary is not None:
+        assert runtime.calls.count("ListPodSandboxStats") == 1
+    if case.startswith("05"):
+        assert families(body.decode())["pod_swap_usage_bytes"].splitlines()[2:] == [
+            'pod_swap_usage_bytes{namespace="namespace_a",pod="pod_a"} 1000 1624396278302'
+        ]
+
+
+async def test_runtime_without_sandbox_stats_sums_containers(runtime: FakeCriRuntime) -> None:
+    case = "05_arbitrary_container_metrics_for_different_container_pods_and_namespaces"
+    summary = CASES[case]
+    assert summary is not None
+    runtime.world = world_from_summary(summary, exited=1, not_ready=1)
+    runtime.sandbox_stats_unimplemented = True
+    async with RuntimeClient(runtime.endpoint) as client:
+        first = await client.pods()
+        second = await client.pods()
+    assert first == second
+    assert runtime.calls.count("ListPodSandboxStats") == 1  # remembered
+    assert runtime.calls.count("ListContainerStats") == 2
+    body = families(render_resource_metrics(Summary(None, first)).decode())
+    sample = families(sample_path(case).read_text())
+    for name in ("container_cpu_usage_seconds_total", "container_start_time_seconds"):
+        assert body[name] == sample[name]
+    assert body["pod_cpu_usage_seconds_total"].splitlines()[2:] == [
+        'pod_cpu_usage_seconds_total{namespace="namespace_a",pod="pod_a"} 20 1624396278302',
+        'pod_cpu_usage_seconds_total{namespace="namespace_b",pod="pod_b"} 10 1624396278302',
+    ]
+
+
+async def test_version_and_deadline(runtime: FakeCriRuntime) -> None:
+    async with RuntimeClient(runtime.endpoint, timeout=0.3) as client:
+        version = await client.version()
+        assert (version.runtime_name, version.runtime_api_version) == ("fake-cri", "v1")
+        assert client.reachable
+        runtime.delay = 1.0
+        started = time.monotonic()
+        with pytest.raises(RuntimeUnavailable) as failure:
+            await client.pods()
+        assert failure.value.reason == "deadline"
+        assert time.monotonic() - started < 0.9
+        assert not client.reachable
+
+
+async def test_reconnects_after_the_runtime_restarts(runtime: FakeCriRuntime) -> None:
+    summary = CASES["07_nil_container_metrics"]
+    assert summary is not None
+    runtime.world = world_from_summary(summary)
+    async with RuntimeClient(runtime.endpoint, timeout=1, max_backoff=0.5) as client:
+        collector = Collector(client.pods, None, max_age=0)
+        good = await collector.body()
+        assert b"container_cpu_usage_seconds_total{" in good
+        await runtime.stop()
+        down = await collector.body()
+        assert down == go_order(sample_path("01_error_getting_summary").read_text())
+        assert collector.runtime_up._value.get() == 0
+        await runtime.start()
+        deadline = time.monotonic() + 10
+        while (body := await collector.body()) != good:
+            assert time.monotonic() < deadline, body
+            await asyncio.sleep(0.1)
+        assert collector.runtime_up._value.get() == 1
+
+
+async def test_concurrent_scrapes_share_one_collection(runtime: FakeCriRuntime) -> None:
+    async with RuntimeClient(runtime.endpoint) as client:
+        collector = Collector(client.pods, None, max_age=60)
+        runtime.delay = 0.1
+        bodies = await asyncio.gather(*(collector.body() for _ in range(20)))
+        await collector.body()  # cached
+    assert len(set(bodies)) == 1
+    assert runtime.calls.count("ListPodSandbox") == 1
+
+
+def test_endpoint_forms() -> None:
+    assert RuntimeClient("/run/crio/crio.sock").endpoint == "/run/crio/crio.sock"
+    with pytest.raises(ValueError, match="unsupported CRI endpoint"):
+        RuntimeClient("tcp://127.0.0.1:1234")

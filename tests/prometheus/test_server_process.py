@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
+from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.prometheus.client import MAX_GET_QUERY, PrometheusClient
 from custom_metrics_server.prometheus.rules import ServerConfig
 from tests.conftest import RunningServer, start_server, stop_server
 from tests.prometheus.conftest import CLUSTER, FIXTURES, RULES
-from tests.prometheus.real_prometheus import RealPrometheus
+from tests.prometheus.real_prometheus import CounterLine, Gauge, RealPrometheus
 
 pytestmark = pytest.mark.integration
 
@@ -318,3 +320,69 @@ def test_resource_metrics_from_prometheus_needs_rules_and_a_cluster(
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_kubectl_top_through_prometheus_resource_rules(tmp_path: Path) -> None:
+    """prometheus-adapter v0.11's shipped configuration (resourceRules only) answers the
+    queries it is documented for, `kubectl top`, from a real Prometheus: usage for the demo's
+    pods and nodes is written into Prometheus, and kubectl shows exactly that."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    world = SimulatedCluster(DemoSettings(seed=42, pods=6)).world
+    pods = [
+        (p["metadata"]["namespace"], p["metadata"]["name"], c["name"])
+        for p in world.objects[GroupResource("", "pods")]
+        for c in p["spec"]["containers"]
+    ]
+    nodes = [n["metadata"]["name"] for n in world.objects[GroupResource("", "nodes")]]
+    series: list[Gauge | CounterLine] = []
+    for index, (namespace, pod, container) in enumerate(pods):
+        labels = {"namespace": namespace, "pod": pod, "container": container}
+        series.append(CounterLine("container_cpu_usage_seconds_total", labels, 0.125 * (index + 1)))
+        series.append(
+            Gauge("container_memory_working_set_bytes", labels, float((index + 1) * 2**25))
+        )
+    for index, node in enumerate(nodes):
+        series.append(CounterLine("node_cpu_usage_seconds_total", {"node": node}, 1.0 + index))
+        series.append(Gauge("node_memory_working_set_bytes", {"node": node}, float(2**30)))
+    prometheus = RealPrometheus(tmp_path / "prometheus", series, before=900, after=1800)
+    prometheus.workdir.mkdir()
+    prometheus.backfill()
+    prometheus.start()
+    running = start_server(
+        tmp_path,
+        "--demo-pods",
+        "6",
+        "--prometheus-url",
+        prometheus.url,
+        "--config",
+        str(FIXTURES / "adapter-resource-rules.yaml"),
+        "--resource-metrics-source=prometheus",
+    )
+    try:
+
+        def top(*args: str) -> str:
+            result = subprocess.run(
+                [kubectl, "--kubeconfig", str(running.kubeconfig), "top", *args],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            return result.stdout if result.returncode == 0 else ""
+
+        namespace, pod, container = pods[0]
+        eventually(lambda: pod in top("pods", "-A"))
+        rows = {
+            tuple(line.split()[:2]): line.split()[2:] for line in top("pods", "-A").splitlines()[1:]
+        }
+        assert rows[(namespace, pod)] == ["125m", "32Mi"]
+        containers = top("pod", pod, "-n", namespace, "--containers").splitlines()[1:]
+        assert containers[0].split() == [pod, container, "125m", "32Mi"]
+        node_rows = {line.split()[0]: line.split()[1] for line in top("nodes").splitlines()[1:]}
+        assert node_rows[nodes[0]] == "1000m"
+        assert node_rows[nodes[1]] == "2000m"
+    finally:
+        stop_server(running)
+        prometheus.stop()

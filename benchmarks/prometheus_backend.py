@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from request_path import cpu_seconds, machine, rss_mib, run_wrk  # noqa: E402
+from request_path import cpu_seconds, machine, rss_mib, run_wrk, start_serve  # noqa: E402
 
 from tests.prometheus.real_prometheus import CounterLine, RealPrometheus  # noqa: E402
 
@@ -66,16 +66,8 @@ def start(workdir: Path, prometheus: RealPrometheus) -> tuple[subprocess.Popen[s
     cluster.write_text(json.dumps({"objects": objects}))
     rules = workdir / "rules.yaml"
     rules.write_text(RULES)
-    command = [
-        sys.executable,
-        "-m",
-        "custom_metrics_server",
-        "serve",
-        "--demo",
-        "--secure-port",
-        "0",
-        "--cert-dir",
-        str(workdir / "certs"),
+    return start_serve(
+        workdir,
         "--demo-file",
         str(cluster),
         "--prometheus-url",
@@ -84,13 +76,7 @@ def start(workdir: Path, prometheus: RealPrometheus) -> tuple[subprocess.Popen[s
         str(rules),
         "--metrics-max-age",
         "1h",
-    ]
-    log = open(workdir / "server.log", "w")  # noqa: SIM115 - lives as long as the process
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, cwd=workdir)
-    assert process.stdout is not None
-    first = process.stdout.readline()
-    url = first.split(" on ", 1)[1].split()[0]
-    return process, url
+    )
 
 
 def direct_latency(prometheus: RealPrometheus, seconds: float) -> dict[str, float]:

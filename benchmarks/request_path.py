@@ -37,8 +37,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def start_server(workdir: Path, pods: int, web_pods: int) -> tuple[subprocess.Popen[str], str]:
-    """The server process and its base URL, once ready."""
+def start_server(
+    workdir: Path, pods: int, web_pods: int, *extra: str
+) -> tuple[subprocess.Popen[str], str]:
+    """The server process and its base URL, once it printed its banner."""
+    return start_serve(workdir, "--demo-pods", str(pods), "--demo-web-pods", str(web_pods), *extra)
+
+
+def start_serve(workdir: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """`serve --demo` with `args` on a free port; the process and its base URL."""
     command = [
         sys.executable,
         "-m",
@@ -49,10 +56,7 @@ def start_server(workdir: Path, pods: int, web_pods: int) -> tuple[subprocess.Po
         "0",
         "--cert-dir",
         str(workdir / "certs"),
-        "--demo-pods",
-        str(pods),
-        "--demo-web-pods",
-        str(web_pods),
+        *args,
     ]
     log = open(workdir / "server.log", "w")  # noqa: SIM115 - lives as long as the process
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, cwd=workdir)

@@ -12,6 +12,7 @@ same few headers over and over).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
@@ -59,22 +60,9 @@ def negotiate(accept: str, *, discovery_root: bool = False) -> Representation | 
     if not accept.strip():
         return _PLAIN
     best: tuple[float, int, Representation] | None = None
-    for clause in accept.split(","):
-        media, _, raw_params = clause.strip().partition(";")
-        media = media.strip().lower()
+    for media, params, quality in accept_clauses(accept):
         specificity = _SPECIFICITY.get(media)
-        if specificity is None:
-            continue
-        params: dict[str, str] = {}
-        for param in raw_params.split(";"):
-            key, _, value = param.strip().partition("=")
-            if key:
-                params[key.strip().lower()] = value.strip()
-        try:
-            quality = float(params.get("q", "1"))
-        except ValueError:
-            quality = 1.0
-        if quality <= 0 or _CONVERSION_PARAMS & params.keys():
+        if specificity is None or _CONVERSION_PARAMS & params.keys():
             continue
         if media == PROTOBUF:
             chosen = _PROTOBUF
@@ -87,6 +75,30 @@ def negotiate(accept: str, *, discovery_root: bool = False) -> Representation | 
             return _PLAIN
         return not_acceptable(SERVED_MEDIA_TYPES)
     return best[2]
+
+
+@lru_cache(maxsize=256)
+def accept_clauses(accept: str) -> tuple[tuple[str, Mapping[str, str], float], ...]:
+    """(media type, parameters, q) of each acceptable clause of an Accept header, in order.
+
+    Media types and parameter names are lower-cased; clauses with q <= 0 are dropped, and an
+    unparsable q counts as 1 (as upstream's parser does). O(len(accept)), cached.
+    """
+    out = []
+    for clause in accept.split(","):
+        media, _, raw_params = clause.strip().partition(";")
+        params: dict[str, str] = {}
+        for param in raw_params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key:
+                params[key.strip().lower()] = value.strip()
+        try:
+            quality = float(params.get("q", "1"))
+        except ValueError:
+            quality = 1.0
+        if quality > 0:
+            out.append((media.strip().lower(), params, quality))
+    return tuple(out)
 
 
 def pretty_user_agent(user_agent: str) -> bool:

@@ -51,6 +51,7 @@ from custom_metrics_server.grammar import (
     parse_label_selector,
     resource_route,
 )
+from custom_metrics_server.negotiation import accept_clauses
 from custom_metrics_server.quantity import Format, Quantity, format_quantity
 from custom_metrics_server.selectors import (
     EVERYTHING,
@@ -201,19 +202,8 @@ def negotiate(accept: str) -> tuple[View, bool] | NotAcceptable:
     if not accept.strip():
         return ("json", False)
     best: tuple[float, View, bool] | None = None
-    for clause in accept.split(","):
-        media, _, raw_params = clause.strip().partition(";")
-        media = media.strip().lower()
-        params: dict[str, str] = {}
-        for param in raw_params.split(";"):
-            key, _, value = param.strip().partition("=")
-            if key:
-                params[key.strip().lower()] = value.strip()
-        try:
-            quality = float(params.get("q", "1"))
-        except ValueError:
-            quality = 1.0
-        if quality <= 0 or media not in _JSON_MEDIA:
+    for media, params, quality in accept_clauses(accept):
+        if media not in _JSON_MEDIA:
             continue
         view: View = "json"
         if _CONVERSION_PARAMS & params.keys():

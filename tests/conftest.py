@@ -57,10 +57,9 @@ class RunningServer:
         return httpx.Client(base_url=self.url, verify=self.ssl_context(), timeout=10, **kwargs)  # type: ignore[arg-type]
 
 
-def start_server(workdir: Path, *args: str, timeout: float = 30) -> RunningServer:
-    """Start the real server on a free port and wait until it is ready."""
-    cert_dir = workdir / "certs"
-    command = [
+def server_command(workdir: Path, *args: str) -> list[str]:
+    """`custom-metrics-server serve --demo` on a free port with its certificates in workdir."""
+    return [
         sys.executable,
         "-m",
         "custom_metrics_server",
@@ -69,9 +68,15 @@ def start_server(workdir: Path, *args: str, timeout: float = 30) -> RunningServe
         "--secure-port",
         "0",
         "--cert-dir",
-        str(cert_dir),
+        str(workdir / "certs"),
         *args,
     ]
+
+
+def start_server(workdir: Path, *args: str, timeout: float = 30) -> RunningServer:
+    """Start the real server on a free port and wait until it is ready."""
+    cert_dir = workdir / "certs"
+    command = server_command(workdir, *args)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(workdir / "server.log", "w") as log:
         process = subprocess.Popen(

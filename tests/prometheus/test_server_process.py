@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from custom_metrics_server.backends.simulated import DemoSettings, SimulatedClus
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.prometheus.client import MAX_GET_QUERY, PrometheusClient
 from custom_metrics_server.prometheus.rules import ServerConfig
-from tests.conftest import RunningServer, start_server, stop_server
+from tests.conftest import RunningServer, server_command, start_server, stop_server
 from tests.prometheus.conftest import CLUSTER, FIXTURES, RULES
 from tests.prometheus.real_prometheus import CounterLine, Gauge, RealPrometheus
 
@@ -224,19 +223,7 @@ def test_prometheus_adapter_deployment_arguments_are_accepted(tmp_path: Path) ->
 
 
 def _server_command(tmp_path: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "custom_metrics_server",
-        "serve",
-        "--demo",
-        "--demo-file",
-        str(CLUSTER),
-        "--secure-port",
-        "0",
-        "--cert-dir",
-        str(tmp_path / "certs"),
-    ]
+    return server_command(tmp_path, "--demo-file", str(CLUSTER))
 
 
 def test_upstream_default_config_answers_the_documented_query_with_kubectl(
@@ -302,21 +289,13 @@ def test_long_queries_are_posted(running_prometheus: RealPrometheus) -> None:
 def test_resource_metrics_from_prometheus_needs_rules_and_a_cluster(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "custom_metrics_server",
-        "serve",
-        "--demo",
-        "--secure-port",
-        "0",
-        "--cert-dir",
-        str(tmp_path / "certs"),
+    command = server_command(
+        tmp_path,
         "--prometheus-url",
         "http://127.0.0.1:9",
         "--resource-metrics-source=prometheus",
         *extra,
-    ]
+    )
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert message in result.stderr

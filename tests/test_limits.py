@@ -264,10 +264,17 @@ def test_long_urls_over_the_real_server_are_414_or_the_parsers_400(
     received = _raw_exchange(demo_server, head(60 << 10))
     assert received.startswith(b"HTTP/1.1 414 "), received[:200]
     assert b'"reason":"RequestEntityTooLarge"' in received
-    # From about 64 KiB httptools itself refuses the request line before the app runs.
+    # From about 64 KiB httptools itself refuses the request line before the app runs; the
+    # answer is still a Status (tls_peer overrides uvicorn's plain-text 400).
     received = _raw_exchange(demo_server, head(100 << 10))
     assert received.startswith(b"HTTP/1.1 400 "), received[:200]
-    assert received.endswith(b"Invalid HTTP request received.")
+    assert b"content-type: application/json\r\n" in received
+    assert received.endswith(b'"reason":"BadRequest","code":400}\n'), received[-200:]
+    assert b"the request is not valid HTTP/1.1" in received
+    # A malformed header line is the same Status.
+    received = _raw_exchange(demo_server, b"GET / HTTP/1.1\r\nBad Header\r\n\r\n")
+    assert received.startswith(b"HTTP/1.1 400 "), received[:200]
+    assert b'"kind":"Status"' in received
     with demo_server.client() as client:
         assert client.get("/apis/custom.metrics.k8s.io/v1beta2").status_code == 200
 

@@ -31,6 +31,9 @@ from cryptography import x509
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from custom_metrics_server import wire
+from custom_metrics_server.errors import BadRequest
+
 TLS_VERSIONS: Final = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
 #: Go's generic apiserver `ReadHeaderTimeout` (secure_serving.go).
 HEADER_READ_TIMEOUT: Final = 32.0
@@ -61,6 +64,12 @@ def tls_extension(transport: Any) -> dict[str, Any] | None:
         "client_cert_error": None,
         "client_cert_der": der or None,
     }
+
+
+_UNPARSABLE = (
+    "the request is not valid HTTP/1.1: a malformed request line or header, "
+    "or a request head over the parser's size limit"
+)
 
 
 class TlsHttpToolsProtocol(HttpToolsProtocol):
@@ -95,6 +104,23 @@ class TlsHttpToolsProtocol(HttpToolsProtocol):
         """The head arrived in time: stop the timer before the app runs."""
         self._cancel_head_timer()
         super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request httptools cannot parse (a malformed line or header, or a head beyond its
+        size limit) gets a Kubernetes `Status` like every other failure, not uvicorn's plain
+        text; the connection is closed, as the stream cannot be trusted after it."""
+        body = wire.status(BadRequest(_UNPARSABLE))
+        head = [
+            b"HTTP/1.1 400 Bad Request\r\n",
+            *(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers),
+            b"content-type: application/json\r\n",
+            b"cache-control: no-cache, private\r\n",
+            b"x-content-type-options: nosniff\r\n",
+            b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Drop the timer with the connection."""

@@ -859,7 +859,7 @@ def test_the_component_grants_kubectl_top_like_metrics_server(
     assert any("nodes/proxy" in r["resources"] for r in core)
 
 
-# --- the node agent component (manifests/overlays/node-agent) ----------------------------------
+# --- the node agent component (manifests/components/node-agent) ----------------------------------
 
 AGENT = "custom-metrics-node-agent"
 
@@ -873,7 +873,7 @@ def with_agents(production_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     overlay = copy / "overlays" / "production"
     kustomization = overlay / "kustomization.yaml"
     document = yaml.safe_load(kustomization.read_text())
-    document["components"] = ["../node-agent"]
+    document["components"] = ["../../components/node-agent"]
     kustomization.write_text(yaml.safe_dump(document))
     return kustomize(overlay)
 

@@ -215,6 +215,16 @@ class ClusterState(InMemoryCluster):
         """The watch sink feeding one watched resource."""
         return self._sinks[group_resource]
 
+    def load(self, objects: Mapping[GroupResource, Iterable[dict[str, Any]]]) -> None:
+        """Replace every watched resource with these API objects, as one full list each (the
+        demo world and tests; the watches feed the sinks themselves). O(objects)."""
+        for resource in WATCHED:
+            sink = self.sink(resource)
+            sink.list_started()
+            for obj in objects.get(resource, ()):
+                sink.listed(obj)
+            sink.list_finished()
+
     def ready(self) -> Readiness:
         """Ready once every watched resource has been listed once."""
         waiting = [str(gr) for gr, sink in self._sinks.items() if not sink.synced]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from custom_metrics_server import schemas
 from custom_metrics_server.app import AppSettings, create_app
-from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, WATCHED, ClusterState
+from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.core_api import DemoCoreApi
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotAcceptable, NotFound
@@ -75,12 +75,7 @@ def cluster() -> ClusterState:
             pod("done", phase="Succeeded"),  # completed: never listed
         ],
     }
-    for resource in WATCHED:
-        sink = state.sink(resource)
-        sink.list_started()
-        for obj in objects.get(resource, []):
-            sink.listed(obj)
-        sink.list_finished()
+    state.load(objects)
     return state
 
 

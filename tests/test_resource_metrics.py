@@ -11,7 +11,7 @@ import pytest
 
 from custom_metrics_server.app import create_app
 from custom_metrics_server.backends.resource_metrics import ResourceMetricsBackend, usage_of
-from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, WATCHED, ClusterState
+from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.domain import GroupResource
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -53,12 +53,7 @@ def pod(
 
 
 def load(state: ClusterState, objects: dict[GroupResource, list[dict[str, Any]]]) -> None:
-    for resource in WATCHED:
-        sink = state.sink(resource)
-        sink.list_started()
-        for obj in objects.get(resource, []):
-            sink.listed(obj)
-        sink.list_finished()
+    state.load(objects)
 
 
 def world() -> ClusterState:

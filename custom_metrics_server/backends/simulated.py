@@ -40,7 +40,7 @@ from custom_metrics_server.backends.memory import (
     Snapshot,
     SnapshotBuilder,
 )
-from custom_metrics_server.cluster_state import PODS, WATCHED, ClusterState
+from custom_metrics_server.cluster_state import PODS, ClusterState
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
 from custom_metrics_server.exposition import parse_resource_metrics
 from custom_metrics_server.heap import settle_heap
@@ -109,12 +109,7 @@ class SimulatedCluster(MemoryBackend):
 
     def _load_world(self) -> None:
         """Feed the generated JSON through the same sinks the Kubernetes watches use."""
-        for resource in WATCHED:
-            sink = self.cluster.sink(resource)
-            sink.list_started()
-            for obj in self.world.objects.get(resource, ()):
-                sink.listed(obj)
-            sink.list_finished()
+        self.cluster.load(self.world.objects)
         state = self.cluster
         self._running = sorted(k for k, pod in state.pods.items() if pod.lifecycle == "Runnable")
         running = set(self._running)

@@ -11,7 +11,7 @@ import pytest
 
 from custom_metrics_server.app import AppSettings, create_app
 from custom_metrics_server.backends.prometheus import PrometheusBackend
-from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, WATCHED, ClusterState
+from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.resource_api import ResourceMetricsApi
 from tests.prometheus.conftest import FIXTURES, settings_for
 from tests.prometheus.real_prometheus import RealPrometheus
@@ -34,12 +34,7 @@ def cluster() -> ClusterState:
         NODES: [{"metadata": {"name": "node-a"}}, {"metadata": {"name": "node-b"}}],
         PODS: [pod("web-0", "app", "sidecar"), pod("web-1", "app"), pod("api-0", "app")],
     }
-    for resource in WATCHED:
-        sink = state.sink(resource)
-        sink.list_started()
-        for obj in objects.get(resource, []):
-            sink.listed(obj)
-        sink.list_finished()
+    state.load(objects)
     return state
 
 

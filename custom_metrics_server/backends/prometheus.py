@@ -287,7 +287,7 @@ class PrometheusBackend:
         queries = sorted({(rule.server, rule.series_query) for rule in config.all_rules})
         results = await asyncio.gather(
             *(
-                self._clients[server].series(query, start=now - window, end=now)
+                self._clients[server].series_shapes(query, start=now - window, end=now)
                 for server, query in queries
             ),
             return_exceptions=True,
@@ -302,7 +302,7 @@ class PrometheusBackend:
                 logger.warning("series listing %r failed, keeping the last one: %s", key[1], result)
                 listings[key] = self._listings.get(key, ())
             else:
-                listings[key] = sorted(registry_module.reduce_series(result))
+                listings[key] = sorted(result)
         for server in config.servers:
             if server not in failed_servers:
                 self._listed_at[server] = now

@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import urlencode
 
@@ -26,6 +27,7 @@ import httpx
 import orjson
 
 from custom_metrics_server import __version__
+from custom_metrics_server.prometheus.registry import SeriesShape, series_shape
 from custom_metrics_server.prometheus.rules import ServerConfig
 
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
@@ -79,6 +81,79 @@ def _ssl_context(server: ServerConfig) -> ssl.SSLContext | bool:
     return context
 
 
+_STRUCTURAL: Final = re.compile(rb'[{}"\\]')
+_SUCCESS: Final = re.compile(rb'"status"\s*:\s*"success"')
+
+
+class SeriesReader:
+    """Incremental reader of a `/api/v1/series` body (`{"status":"success","data":[{...},...]}`):
+    each series object is cut out of the byte stream by tracking braces outside strings, decoded
+    alone and reduced to its shape at once. O(body) time, O(one series + shapes) memory.
+    """
+
+    def __init__(self) -> None:
+        self.shapes: set[SeriesShape] = set()
+        self._depth = 0
+        self._in_string = False
+        self._carry_skip = 0  # an escape at the end of the last chunk skips this chunk's first byte
+        self._object = bytearray()
+        self._head = b""
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Consume the next piece of the body."""
+        if len(self._head) < 64:
+            self._head += chunk[: 64 - len(self._head)]
+        self._tail = (self._tail + chunk)[-64:]
+        start: int | None = 0 if self._depth >= 2 else None
+        skip_until = self._carry_skip
+        for match in _STRUCTURAL.finditer(chunk):
+            index = match.start()
+            if index < skip_until:
+                continue
+            char = chunk[index]
+            if self._in_string:
+                if char == 0x5C:  # a backslash escapes the next byte
+                    skip_until = index + 2
+                elif char == 0x22:
+                    self._in_string = False
+            elif char == 0x22:
+                self._in_string = True
+            elif char == 0x7B:
+                self._depth += 1
+                if self._depth == 2:
+                    start = index
+            elif char == 0x7D:
+                if self._depth == 2 and start is not None:
+                    self._object += chunk[start : index + 1]
+                    self._emit()
+                    start = None
+                self._depth -= 1
+        if self._depth >= 2 and start is not None:
+            self._object += chunk[start:]
+        self._carry_skip = max(0, skip_until - len(chunk))
+
+    def _emit(self) -> None:
+        try:
+            labels = orjson.loads(self._object)
+        except orjson.JSONDecodeError:
+            labels = None
+        self._object.clear()
+        if isinstance(labels, dict) and (shape := series_shape(labels)) is not None:
+            self.shapes.add(shape)
+
+    def finish(self, where: str) -> set[SeriesShape]:
+        """The shapes, once the body is complete and was a successful listing."""
+        if (
+            self._depth != 0
+            or self._in_string
+            or not self._head.lstrip().startswith(b"{")
+            or not (_SUCCESS.search(self._head) or _SUCCESS.search(self._tail))
+        ):
+            raise PrometheusError("unavailable", f"{where} answered 200 with a malformed body")
+        return self.shapes
+
+
 class PrometheusClient:
     """One Prometheus-compatible server."""
 
@@ -124,15 +199,17 @@ class PrometheusClient:
             raise PrometheusError("unavailable", "query answer has no data object")
         return data
 
-    async def series(self, match: str, *, start: float, end: float) -> Sequence[Mapping[str, str]]:
-        """`/api/v1/series` for one selector over [start, end]: one label set per series."""
+    async def series_shapes(self, match: str, *, start: float, end: float) -> set[SeriesShape]:
+        """The distinct (name, label names) of `/api/v1/series` for one selector over
+        [start, end], read as a stream: memory holds one series at a time, never the listing
+        (upstream's listing of every series is what grew prometheus-adapter to gigabytes)."""
         form = [("match[]", match), ("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
-        data = await self._call("/api/v1/series", form, "series")
-        if not isinstance(data, list):
-            raise PrometheusError("unavailable", "series listing did not return a list")
-        return data
+        shapes: set[SeriesShape] = await self._call("/api/v1/series", form, "series", stream=True)
+        return shapes
 
-    async def _call(self, path: str, form: list[tuple[str, str]], kind: str) -> Any:
+    async def _call(
+        self, path: str, form: list[tuple[str, str]], kind: str, *, stream: bool = False
+    ) -> Any:
         encoded = urlencode(form)
         use_post = self.verb == "POST" or len(encoded) > MAX_GET_QUERY
         attempt = 0
@@ -141,7 +218,7 @@ class PrometheusClient:
         try:
             while True:
                 try:
-                    result = await self._once(path, encoded, use_post)
+                    result = await self._once(path, encoded, use_post, stream=stream)
                     outcome = "ok"
                     return result
                 except PrometheusError as err:
@@ -155,16 +232,28 @@ class PrometheusClient:
             if self._observe is not None:
                 self._observe(self.server.name, kind, outcome, time.perf_counter() - started)
 
-    async def _once(self, path: str, encoded: str, use_post: bool) -> Any:
+    async def _once(self, path: str, encoded: str, use_post: bool, *, stream: bool) -> Any:
         headers = {}
         if self._token is not None and (token := self._token.token()):
             headers["Authorization"] = f"Bearer {token}"
+        if use_post:
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            request = self._http.build_request("POST", path, content=encoded, headers=headers)
+        else:
+            request = self._http.build_request("GET", f"{path}?{encoded}", headers=headers)
         try:
-            if use_post:
-                headers["Content-Type"] = "application/x-www-form-urlencoded"
-                response = await self._http.post(path, content=encoded, headers=headers)
-            else:
-                response = await self._http.get(f"{path}?{encoded}", headers=headers)
+            response = await self._http.send(request, stream=stream)
+            try:
+                if stream and response.status_code == 200:
+                    reader = SeriesReader()
+                    async for chunk in response.aiter_bytes():
+                        reader.feed(chunk)
+                    return reader.finish(self._where())
+                if stream:
+                    await response.aread()
+                return self._decode(response)
+            finally:
+                await response.aclose()
         except httpx.TimeoutException as err:
             raise PrometheusError(
                 "timeout", f"{self._where()} did not answer within {self.timeout:g}s"
@@ -173,7 +262,6 @@ class PrometheusClient:
             raise PrometheusError(
                 "unavailable", f"{self._where()} is unreachable: {err or type(err).__name__}"
             ) from err
-        return self._decode(response)
 
     def _where(self) -> str:
         return f"Prometheus server {self.server.name!r} ({self.server.url})"

@@ -44,14 +44,17 @@ class Registry:
     external: Mapping[str, Entry] = field(default_factory=dict)
 
 
+def series_shape(labels: Mapping[str, str]) -> SeriesShape | None:
+    """(name, label names) of one series' label set; None without a name."""
+    name = labels.get("__name__")
+    if not name or not isinstance(name, str):
+        return None
+    return name, frozenset(key for key in labels if key != "__name__")
+
+
 def reduce_series(series: Iterable[Mapping[str, str]]) -> set[SeriesShape]:
     """The distinct (name, label names) of a `/api/v1/series` answer."""
-    shapes: set[SeriesShape] = set()
-    for labels in series:
-        name = labels.get("__name__")
-        if name:
-            shapes.add((name, frozenset(key for key in labels if key != "__name__")))
-    return shapes
+    return {shape for labels in series if (shape := series_shape(labels)) is not None}
 
 
 def _candidates(group: str, resource: str) -> list[str]:

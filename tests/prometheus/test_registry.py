@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import tracemalloc
 
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, MetricInfo
+from custom_metrics_server.prometheus.client import PrometheusError, SeriesReader
 from custom_metrics_server.prometheus.registry import build, reduce_series
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig, parse_config
 
@@ -69,3 +75,77 @@ def test_listing_memory_is_bounded_by_metric_shapes_not_series() -> None:
     tracemalloc.stop()
     assert len(shapes) == 3
     assert peak < 1_000_000  # the reduction keeps shapes, never the series themselves
+
+
+# --- the streamed series listing -------------------------------------------------------------
+
+LABEL_VALUE = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ['"', "\\", "{", "}", '\\"', "},{", '"}', "\\\\", "\u2028"]
+)
+SERIES = st.lists(
+    st.dictionaries(
+        st.sampled_from(["__name__", "pod", "namespace", "le", "path", "x"]),
+        LABEL_VALUE,
+        max_size=5,
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    series=SERIES,
+    cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=8),
+    indent=st.booleans(),
+)
+def test_the_streamed_listing_reduces_like_the_whole_document(
+    series: list[dict[str, str]], cuts: list[int], indent: bool
+) -> None:
+    # Prometheus writes compact JSON; a proxy or another engine may indent it.
+    body = orjson.dumps(
+        {"status": "success", "data": series}, option=orjson.OPT_INDENT_2 if indent else 0
+    )
+    reader = SeriesReader()
+    previous = 0
+    for cut in sorted({min(c, len(body)) for c in cuts}):
+        reader.feed(body[previous:cut])
+        previous = cut
+    reader.feed(body[previous:])
+    expected = reduce_series(s for s in series if isinstance(s.get("__name__"), str))
+    assert reader.finish("test") == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>502 Bad Gateway</html>",
+        b'{"status":"success","data":[{"__name__":"a"',  # cut short
+        b'{"status":"error","data":[]}',
+        b"",
+    ],
+)
+def test_a_broken_listing_is_unavailable_not_empty(body: bytes) -> None:
+    reader = SeriesReader()
+    reader.feed(body)
+    with pytest.raises(PrometheusError) as caught:
+        reader.finish("Prometheus server 'default'")
+    assert caught.value.kind == "unavailable"
+
+
+def test_streaming_memory_is_one_series_not_the_listing() -> None:
+    series = [
+        {"__name__": f"m{i % 3}", "namespace": f"ns{i % 50}", "pod": f"pod-{i}", "container": "c"}
+        for i in range(50_000)
+    ]
+    body = orjson.dumps({"status": "success", "data": series})
+    del series
+    chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+    tracemalloc.start()
+    reader = SeriesReader()
+    for chunk in chunks:
+        reader.feed(chunk)
+    shapes = reader.finish("test")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(shapes) == 3
+    assert peak < 512 * 1024  # the 4.5 MB body arrives in 64 KiB chunks; no object list

@@ -106,6 +106,8 @@ class Sample:
     window: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     cache: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
+    #: False for a sample made for one answer (the encoders then skip the render cache).
+    reused: bool = field(default=True, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,7 @@ def label_selector_json(selector: Selector) -> dict[str, Any] | None:
         return None
 
 
-def _item_v1beta2(sample: Sample, selector: dict[str, Any] | None) -> bytes:
+def _item_v1beta2(sample: Sample, selector: dict[str, Any] | None) -> dict[str, Any]:
     item: dict[str, Any] = {
         "describedObject": object_ref(sample.described),
         "metric": {"name": sample.metric, "selector": selector},
@@ -96,10 +96,10 @@ def _item_v1beta2(sample: Sample, selector: dict[str, Any] | None) -> bytes:
     if sample.window is not None:
         item["windowSeconds"] = sample.window
     item["value"] = format_quantity(sample.value)
-    return go_escape(orjson.dumps(item))
+    return item
 
 
-def _item_v1beta1(sample: Sample, selector: dict[str, Any] | None) -> bytes:
+def _item_v1beta1(sample: Sample, selector: dict[str, Any] | None) -> dict[str, Any]:
     item: dict[str, Any] = {
         "describedObject": object_ref(sample.described),
         "metricName": sample.metric,
@@ -109,7 +109,7 @@ def _item_v1beta1(sample: Sample, selector: dict[str, Any] | None) -> bytes:
         item["window"] = sample.window
     item["value"] = format_quantity(sample.value)
     item["selector"] = selector
-    return go_escape(orjson.dumps(item))
+    return item
 
 
 _ITEM_RENDERERS: Final = {ItemShape.V1BETA2: _item_v1beta2, ItemShape.V1BETA1: _item_v1beta1}
@@ -135,6 +135,11 @@ def metric_value_list(
     # selector is part of the cache key.
     # A str key: its hash is computed once per request, not once per item (enum and tuple
     # hashes are recomputed on every lookup).
+    if samples and not samples[0].reused:
+        # Samples made for this answer alone (a Prometheus query's): one encoder call for the
+        # whole list instead of one per item, and nothing cached that nobody will read.
+        items = go_escape(orjson.dumps([render(sample, selector) for sample in samples]))
+        return head + items[1:] + b"}\n"
     cache_key = shape.value if selector is None else f"{shape.value}|{metric_selector}"
     fragments: list[bytes] = []
     append = fragments.append
@@ -143,7 +148,7 @@ def metric_value_list(
         if fragment is None:
             if len(sample.cache) > 8:  # bounded: selectors come from requests
                 sample.cache.clear()
-            fragment = sample.cache[cache_key] = render(sample, selector)
+            fragment = sample.cache[cache_key] = go_escape(orjson.dumps(render(sample, selector)))
         append(fragment)
     return head + b",".join(fragments) + b"]}\n"
 

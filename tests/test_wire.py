@@ -197,3 +197,40 @@ def test_values_are_canonical_quantities(value: object, text: str) -> None:
         metric_selector=EVERYTHING,
     )
     assert orjson.loads(body)["items"][0]["value"] == text
+
+
+@given(
+    values=st.lists(
+        st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=-1e6, max_value=1e9),
+        max_size=6,
+    ),
+    names=st.lists(st.text(min_size=1, max_size=8), min_size=6, max_size=6),
+    window=st.none() | st.integers(min_value=1, max_value=3600),
+    shape=st.sampled_from(list(ItemShape)),
+    selector=st.sampled_from(["", "verb=GET", "a in (x,y)"]),
+)
+def test_one_off_samples_render_the_same_bytes_in_one_call(
+    values: list[Decimal], names: list[str], window: int | None, shape: ItemShape, selector: str
+) -> None:
+    """Samples made for one answer (`reused=False`, the Prometheus backend's) are encoded in
+    one call instead of per cached fragment; the body must not change by a byte."""
+
+    def made(reused: bool) -> list[Sample]:
+        return [
+            sample(
+                described=ObjectRef("Pod", "ns", name, "v1"),
+                value=value,
+                window=window,
+                reused=reused,
+            )
+            for value, name in zip(values, names, strict=False)
+        ]
+
+    kwargs = {
+        "api_version": f"custom.metrics.k8s.io/{shape.value}",
+        "shape": shape,
+        "metric_selector": parse_selector(selector),
+    }
+    once = wire.metric_value_list(made(False), **kwargs)  # type: ignore[arg-type]
+    assert once == wire.metric_value_list(made(True), **kwargs)  # type: ignore[arg-type]
+    orjson.loads(once)

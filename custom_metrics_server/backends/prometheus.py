@@ -427,6 +427,7 @@ class PrometheusBackend:
                     value=hit[0],
                     timestamp=hit[1],
                     window=window,
+                    reused=False,
                 )
             )
         return samples

@@ -176,7 +176,8 @@ class ExternalBackendRequest:
 
 @dataclass(frozen=True, slots=True)
 class Readiness:
-    """Whether a component has synced; `reason` says what it waits for when not."""
+    """Whether a component has synced; `reason` says what it waits for when not, or, on a
+    ready component, what is degraded (shown by `/readyz?verbose`, never failing it)."""
 
     ready: bool
     reason: str = ""

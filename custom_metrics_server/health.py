@@ -4,7 +4,9 @@ PURE. `/livez` and `/healthz` pass while the process runs; `/readyz` also needs 
 and the cluster view to have synced. A healthy non-verbose answer is `ok`; a verbose or failing
 one lists each check (`[+]name ok` / `[-]name failed: ...`) and ends with
 `<endpoint> check passed|failed`. Failures answer 500 as upstream. The failure reason is shown
-only with `?verbose` (upstream withholds it; operators asked for it, see docs/operations.md).
+only with `?verbose` (upstream withholds it; operators asked for it, see docs/operations.md), and
+so is the note of a check that passes degraded (`[+]backend-prometheus ok (...)`): a backend that
+lost its source keeps the server in rotation and says so there.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ def render(
     lines = []
     for name, check in selected.items():
         if check.ready:
-            lines.append(f"[+]{name} ok")
+            # A ready check may carry a note (a backend serving degraded: last good data kept).
+            note = f" ({check.reason})" if verbose and check.reason else ""
+            lines.append(f"[+]{name} ok{note}")
         else:
             reason = check.reason if verbose and check.reason else "reason withheld"
             lines.append(f"[-]{name} failed: {reason}")

@@ -86,3 +86,12 @@ async def test_fastapi_extras_are_not_exposed(asgi_client: httpx.AsyncClient) ->
     response = await asgi_client.post("/healthz")
     assert response.status_code == 405
     assert response.json()["reason"] == "MethodNotAllowed"
+
+
+def test_a_ready_check_with_a_note_passes_and_shows_it_only_verbose() -> None:
+    degraded = Readiness(ready=True, reason="listing of 'default' failing")
+    assert render("readyz", {"ping": OK, "backend-p": degraded}, verbose=False) == (200, "ok")
+    status, body = render("readyz", {"ping": OK, "backend-p": degraded}, verbose=True)
+    assert status == 200
+    assert "[+]backend-p ok (listing of 'default' failing)\n" in body
+    assert body.endswith("readyz check passed\n")

@@ -174,6 +174,7 @@ class PrometheusBackend:
         self._registry = Registry()
         self._listings: dict[tuple[str, str], Sequence[SeriesShape]] = {}
         self._listed_at: dict[str, float] = {}
+        self._listing_errors: dict[str, str] = {}
         self._attempted = False
         self._wake = asyncio.Event()
         # describedObject values are reused across requests (their rendered JSON is not, as
@@ -292,20 +293,21 @@ class PrometheusBackend:
             ),
             return_exceptions=True,
         )
-        failed_servers: set[str] = set()
+        failed: dict[str, str] = {}
         listings: dict[tuple[str, str], Sequence[SeriesShape]] = {}
         for key, result in zip(queries, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, PrometheusError):
                     raise result
-                failed_servers.add(key[0])
+                failed[key[0]] = str(result)
                 logger.warning("series listing %r failed, keeping the last one: %s", key[1], result)
                 listings[key] = self._listings.get(key, ())
             else:
                 listings[key] = sorted(result)
         for server in config.servers:
-            if server not in failed_servers:
+            if server not in failed:
                 self._listed_at[server] = now
+        self._listing_errors = failed
         self._listings = listings
         self._registry = await registry_module.build(config, listings, self._resolve)
         self._attempted = True
@@ -344,10 +346,17 @@ class PrometheusBackend:
         return self._registry.external.keys()
 
     def ready(self) -> Readiness:
-        """Ready once the first listing was attempted; later outages only fail its metrics."""
-        if self._attempted:
-            return Readiness(ready=True)
-        return Readiness(ready=False, reason="waiting for the first Prometheus series listing")
+        """Ready once the first listing was attempted; later outages only fail its metrics,
+        and the note says which server's listing is failing (`/readyz?verbose`)."""
+        if not self._attempted:
+            return Readiness(ready=False, reason="waiting for the first Prometheus series listing")
+        if self._listing_errors:
+            notes = "; ".join(
+                f"listing of {server!r} failing, serving the last good one: {error}"
+                for server, error in sorted(self._listing_errors.items())
+            )
+            return Readiness(ready=True, reason=notes)
+        return Readiness(ready=True)
 
     def listing_age(self, server: str = "default") -> float | None:
         """Seconds since the last fully successful listing of `server`, if any."""

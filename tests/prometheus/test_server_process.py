@@ -100,6 +100,15 @@ def test_outage_gives_503_and_recovers_without_restart(
                     in client.get("/apis/custom.metrics.k8s.io/v1beta2").text
                 )
                 assert client.get("/readyz").status_code == 200
+
+                def degraded() -> bool:
+                    verbose = client.get("/readyz", params={"verbose": "1"})
+                    return verbose.status_code == 200 and (
+                        "[+]backend-prometheus ok (listing of 'default' failing, serving the "
+                        "last good one: Prometheus server 'default'" in verbose.text
+                    )
+
+                eventually(degraded)  # the 1 s relist fails: said, not failed
                 other = client.get(f"{PODS}/web-0/fixture_metric")
                 assert other.status_code == 200
                 assert other.json()["items"][0]["value"] == "5"
@@ -111,6 +120,7 @@ def test_outage_gives_503_and_recovers_without_restart(
                 running_prometheus.start()
             eventually(lambda: client.get(path).status_code == 200)
             assert client.get(path).json()["items"][0]["value"] == "2"
+            eventually(lambda: "failing" not in client.get("/readyz?verbose").text)
     finally:
         stop_server(running)
 

@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -50,10 +50,12 @@ from custom_metrics_server.domain import (
     MetricInfo,
     ObjectRef,
     Readiness,
+    ResourceMapping,
     Sample,
 )
 from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, InternalError
 from custom_metrics_server.prometheus import registry as registry_module
+from custom_metrics_server.prometheus import results
 from custom_metrics_server.prometheus.client import PrometheusClient, PrometheusError
 from custom_metrics_server.prometheus.promql import range_window
 from custom_metrics_server.prometheus.queries import custom_query, external_query
@@ -142,16 +144,8 @@ class _Forward(Collector):
         yield from self._source.collect()
 
 
-def _point(raw: object) -> tuple[Decimal, float] | None:
-    """(value, timestamp) of a `[1700000000.123, "0.5"]` pair; None for NaN, +-Inf or junk."""
-    if not isinstance(raw, list | tuple) or len(raw) != 2:
-        return None
-    try:
-        value = Decimal(str(raw[1]))
-        timestamp = float(raw[0])
-    except (InvalidOperation, ValueError, TypeError):
-        return None
-    return (value, timestamp) if value.is_finite() and math.isfinite(timestamp) else None
+def _by_name(shape: SeriesShape) -> tuple[str, list[str]]:
+    return shape[0], sorted(shape[1])
 
 
 class PrometheusBackend:
@@ -199,14 +193,17 @@ class PrometheusBackend:
     def load_config(self) -> AdapterConfig:
         """Read and compile the configuration; raises `ConfigError` (startup fails on it)."""
         text, digest = self._read_config()
-        config = parse_config(
+        config = self._parse(text)
+        # Called before the event loop runs (startup): there are no clients to close yet.
+        self._apply(config, digest)
+        return config
+
+    def _parse(self, text: str) -> AdapterConfig:
+        return parse_config(
             text,
             default_server=self.settings.default_server,
             source=str(self.settings.config_path or "the configuration"),
         )
-        # Called before the event loop runs (startup): there are no clients to close yet.
-        self._apply(config, digest)
-        return config
 
     def _read_config(self) -> tuple[str, bytes]:
         if self.settings.config_text is not None:
@@ -252,11 +249,7 @@ class PrometheusBackend:
         if digest == self._config_digest:
             return False
         try:
-            config = parse_config(
-                text,
-                default_server=self.settings.default_server,
-                source=str(self.settings.config_path),
-            )
+            config = self._parse(text)
         except ConfigError as err:
             self._reload_failed(str(err))
             self._config_digest = digest  # report once per broken version
@@ -303,7 +296,8 @@ class PrometheusBackend:
                 logger.warning("series listing %r failed, keeping the last one: %s", key[1], result)
                 listings[key] = self._listings.get(key, ())
             else:
-                listings[key] = sorted(result)
+                # By name: two series one rule names alike resolve the same way every time.
+                listings[key] = sorted(result, key=_by_name)
         for server in config.servers:
             if server not in failed:
                 self._listed_at[server] = now
@@ -314,16 +308,17 @@ class PrometheusBackend:
         self.metrics.discovered.labels("custom").set(len(self._registry.custom))
         self.metrics.discovered.labels("external").set(len(self._registry.external))
 
-    async def _resolve(self, text: str) -> Any:
+    async def _resolve(self, text: str) -> ResourceMapping | None:
         return self.cluster.mapping(text) or await self.cluster.resolve(text)
 
     async def _relist_loop(self) -> None:
         while True:
+            # Cleared before listing: a reload during the listing wakes the next one at once.
+            self._wake.clear()
             try:
                 await self.relist()
             except Exception:
                 logger.exception("series relist failed")
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.relist_interval)
 
@@ -399,20 +394,16 @@ class PrometheusBackend:
         window = rule.window if rule.window is not None else range_window(query.promql)
         wanted = set(names)
         found: dict[str, tuple[Decimal, float]] = {}
-        for series in self._vector(data, rule, request.metric.metric):
-            labels = series.get("metric")
-            if not isinstance(labels, Mapping):
-                continue
+        for labels, value, stamp in results.samples(
+            self._vector(data, rule, request.metric.metric)
+        ):
             name = labels.get(label)
             if name not in wanted or name in found:
                 continue
-            if query.namespace_label is not None and (
-                labels.get(query.namespace_label, namespace) != namespace
+            if query.namespace_label is None or (
+                labels.get(query.namespace_label, namespace) == namespace
             ):
-                continue
-            point = _point(series.get("value"))
-            if point is not None:
-                found[name] = point
+                found[name] = (value, stamp)
         now = time.time()
         samples = []
         refs = self._refs
@@ -456,23 +447,18 @@ class PrometheusBackend:
         )
         data = await self._query(rule, promql, request.metric)
         window = rule.window if rule.window is not None else range_window(promql)
-        samples: list[ExternalSample] = []
+        found: list[ExternalSample] = []
         if isinstance(data, Mapping) and data.get("resultType") == "scalar":
-            point = _point(data.get("result"))
-            if point is not None:
-                samples.append(ExternalSample(request.metric, {}, point[0], point[1], window))
+            scalar = results.point(data.get("result"))
+            if scalar is not None:
+                found.append(ExternalSample(request.metric, {}, scalar[0], scalar[1], window))
         else:
-            for series in self._vector(data, rule, request.metric):
-                point = _point(series.get("value"))
-                raw_labels = series.get("metric")
-                if point is not None and isinstance(raw_labels, Mapping):
-                    labels = {str(k): str(v) for k, v in raw_labels.items()}
-                    samples.append(
-                        ExternalSample(request.metric, labels, point[0], point[1], window)
-                    )
-        if not samples and rule.absent == "zero":
-            samples.append(ExternalSample(request.metric, {}, Decimal(0), time.time(), window))
-        return samples
+            for labels, value, stamp in results.samples(self._vector(data, rule, request.metric)):
+                series_labels = {str(k): str(v) for k, v in labels.items()}
+                found.append(ExternalSample(request.metric, series_labels, value, stamp, window))
+        if not found and rule.absent == "zero":
+            found.append(ExternalSample(request.metric, {}, Decimal(0), time.time(), window))
+        return found
 
     async def _query(self, rule: Rule, query: str, metric: str) -> Any:
         client = self._clients.get(rule.server)
@@ -490,7 +476,7 @@ class PrometheusBackend:
             raise InternalError(f"{message}; query: {query}") from err
 
     @staticmethod
-    def _vector(data: Any, rule: Rule, metric: str) -> list[Mapping[str, Any]]:
+    def _vector(data: Any, rule: Rule, metric: str) -> list[object]:
         """The series of an instant-vector answer. Another result type is the rule's fault
         (500, naming it); a malformed answer is the engine's (503)."""
         kind = data.get("resultType") if isinstance(data, Mapping) else None
@@ -499,12 +485,12 @@ class PrometheusBackend:
                 f"metric {metric!r} ({rule.where}): metricsQuery returned a {kind}, "
                 "not an instant vector"
             )
-        result = data.get("result") if isinstance(data, Mapping) else None
-        if kind != "vector" or not isinstance(result, list):
+        result = results.vector_result(data)
+        if result is None:
             raise BackendUnavailable(
                 f"metric {metric!r} ({rule.where}): Prometheus sent a malformed query answer"
             )
-        return [series for series in result if isinstance(series, Mapping)]
+        return result
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from decimal import Decimal
+from typing import TYPE_CHECKING
 
+from custom_metrics_server.errors import InternalError
+from custom_metrics_server.prometheus import results
 from custom_metrics_server.prometheus.client import PrometheusError
-from custom_metrics_server.prometheus.gotemplate import Fields, TemplateError
+from custom_metrics_server.prometheus.queries import render
 from custom_metrics_server.prometheus.rules import ResourceRule, ResourceRules
 from custom_metrics_server.usage import ContainerResourceUsage, ResourceUsage
 
@@ -34,42 +36,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PodKey = tuple[str, str]
-
-
-def _render(template: Any, matchers: str, group_by: list[str]) -> str:
-    return str(
-        template.render(
-            Fields(
-                "naming.queryTemplateArgs",
-                {
-                    "Series": "",
-                    "LabelMatchers": matchers,
-                    "LabelValuesByName": {},
-                    "GroupBy": ",".join(group_by),
-                    "GroupBySlice": group_by,
-                },
-            )
-        )
-    )
-
-
-def _series(data: Any) -> list[tuple[Mapping[str, str], Decimal, float]]:
-    out: list[tuple[Mapping[str, str], Decimal, float]] = []
-    if not isinstance(data, Mapping) or data.get("resultType") != "vector":
-        return out
-    for series in data.get("result") or ():
-        if not isinstance(series, Mapping):
-            continue
-        labels, point = series.get("metric"), series.get("value")
-        if not isinstance(labels, Mapping) or not isinstance(point, list) or len(point) != 2:
-            continue
-        try:
-            value, stamp = Decimal(str(point[1])), float(point[0])
-        except (InvalidOperation, ValueError, TypeError):
-            continue
-        if value.is_finite() and value >= 0:
-            out.append((labels, value, stamp))
-    return out
 
 
 def _nanocores(cores: Decimal) -> int:
@@ -146,10 +112,17 @@ class PrometheusResourceUsage:
         if namespace is None or pod is None:
             logger.warning("resourceRules: no label maps to namespaces and pods")
             return {}
-        group_by = [namespace, pod, rule.container_label]
-        query = _render(rule.container_query, f'{namespace}!=""', group_by)
+        query = render(
+            rule.container_query,
+            where="resourceRules",
+            series="",
+            matchers=[f'{namespace}!=""'],
+            by_name={},
+            group_by=[namespace, pod, rule.container_label],
+            metric="containerQuery",
+        )
         out: dict[PodKey, dict[str, tuple[Decimal, float]]] = {}
-        for labels, value, stamp in _series(await self._query(rules, query)):
+        for labels, value, stamp in await self._usage(rules, query):
             key = (labels.get(namespace, ""), labels.get(pod, ""))
             container = labels.get(rule.container_label, "")
             if all(key) and container:
@@ -163,22 +136,35 @@ class PrometheusResourceUsage:
         if node is None:
             logger.warning("resourceRules: no label maps to nodes")
             return {}
-        query = _render(rule.node_query, f'{node}!=""', [node])
+        query = render(
+            rule.node_query,
+            where="resourceRules",
+            series="",
+            matchers=[f'{node}!=""'],
+            by_name={},
+            group_by=[node],
+            metric="nodeQuery",
+        )
         return {
             labels[node]: (value, stamp)
-            for labels, value, stamp in _series(await self._query(rules, query))
+            for labels, value, stamp in await self._usage(rules, query)
             if labels.get(node)
         }
 
-    async def _query(self, rules: ResourceRules, query: str) -> Any:
-        return await self.backend.client(rules.server).query(query)
+    async def _usage(
+        self, rules: ResourceRules, query: str
+    ) -> list[tuple[Mapping[str, str], Decimal, float]]:
+        """The non-negative samples of a query's vector (usage cannot be negative)."""
+        data = await self.backend.client(rules.server).query(query)
+        vector = results.vector_result(data) or []
+        return [sample for sample in results.samples(vector) if sample[1] >= 0]
 
     async def run(self) -> None:
         """Refresh every `interval` until cancelled; failures keep the last values."""
         while True:
             try:
                 await self.refresh()
-            except (PrometheusError, TemplateError) as err:
+            except (PrometheusError, InternalError) as err:
                 logger.warning("resourceRules refresh failed, keeping the last values: %s", err)
             except Exception:
                 logger.exception("resourceRules refresh failed")

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from custom_metrics_server.errors import InternalError
-from custom_metrics_server.prometheus.gotemplate import Fields, TemplateError
+from custom_metrics_server.prometheus.gotemplate import Fields, Template, TemplateError
 from custom_metrics_server.prometheus.promql import eq, selector_matchers
 from custom_metrics_server.prometheus.rules import NAMESPACES, Rule
 from custom_metrics_server.selectors import Selector
@@ -32,17 +32,19 @@ class CustomQuery:
 
 
 def render(
-    rule: Rule,
+    template: Template,
     *,
+    where: str,
     series: str,
     matchers: Sequence[str],
     by_name: Mapping[str, str],
     group_by: Sequence[str],
     metric: str,
 ) -> str:
-    """Execute the rule's template; a template failure is a configuration error (500)."""
+    """Execute a query template with prometheus-adapter's arguments (`where` names the rule in
+    errors); a template failure is a configuration error (500)."""
     try:
-        query = rule.metrics_query.render(
+        query = template.render(
             Fields(
                 "naming.queryTemplateArgs",
                 {
@@ -55,9 +57,9 @@ def render(
             )
         )
     except TemplateError as err:
-        raise InternalError(f"{rule.where}: metricsQuery for {metric!r}: {err}") from err
+        raise InternalError(f"{where}: query for {metric!r}: {err}") from err
     if not query.strip():
-        raise InternalError(f"{rule.where}: metricsQuery for {metric!r} rendered empty")
+        raise InternalError(f"{where}: query for {metric!r} rendered empty")
     return query
 
 
@@ -90,7 +92,8 @@ def custom_query(
         matchers.append(eq(object_label, names[0]))
         by_name[object_label] = names[0]
     promql = render(
-        rule,
+        rule.metrics_query,
+        where=rule.where,
         series=series,
         matchers=matchers,
         by_name=by_name,
@@ -115,5 +118,11 @@ def external_query(
     for find, replace in rule.replacements:
         by_name = {key: value.replace(find, replace) for key, value in by_name.items()}
     return render(
-        rule, series=series, matchers=matchers, by_name=by_name, group_by=[], metric=metric
+        rule.metrics_query,
+        where=rule.where,
+        series=series,
+        matchers=matchers,
+        by_name=by_name,
+        group_by=[],
+        metric=metric,
     )

@@ -10,13 +10,13 @@ template map to a group-resource known to the cluster makes the metric available
 resource; a series is namespaced when one of its labels maps to `namespaces`. A namespaced
 resource whose series carry no namespace label cannot be asked for, and is left out.
 
-Cost: `reduce_series` is O(series x labels) once per listing; `build` is O(pairs x labels).
+Cost: `series_shape` is O(labels) per series of a listing; `build` is O(pairs x labels).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from custom_metrics_server.domain import GroupResource, MetricInfo, ResourceMapping
@@ -50,11 +50,6 @@ def series_shape(labels: Mapping[str, str]) -> SeriesShape | None:
     if not name or not isinstance(name, str):
         return None
     return name, frozenset(key for key in labels if key != "__name__")
-
-
-def reduce_series(series: Iterable[Mapping[str, str]]) -> set[SeriesShape]:
-    """The distinct (name, label names) of a `/api/v1/series` answer."""
-    return {shape for labels in series if (shape := series_shape(labels)) is not None}
 
 
 def _candidates(group: str, resource: str) -> list[str]:

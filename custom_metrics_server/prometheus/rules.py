@@ -93,6 +93,30 @@ class SeriesFilter:
         return (self.regex.search(name) is not None) == self.positive
 
 
+def _label_for(
+    overrides: Mapping[str, tuple[str, str]],
+    template: Template | None,
+    group_resource: GroupResource,
+    singular: str,
+) -> str | None:
+    """An override naming the resource (plural or singular), else the template's label."""
+    for label, (group, resource) in overrides.items():
+        if group == group_resource.group and resource in (group_resource.resource, singular):
+            return label
+    if template is None:
+        return None
+    try:
+        label = template.render(
+            Fields(
+                "schema.GroupResource",
+                {"Group": group_resource.group.translate(_GROUP_SANITIZER), "Resource": singular},
+            )
+        )
+    except TemplateError:
+        return None
+    return label or None
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One compiled discovery rule (custom or external)."""
@@ -128,27 +152,7 @@ class Rule:
     def label_for(self, group_resource: GroupResource, singular: str) -> str | None:
         """The Prometheus label naming objects of `group_resource` (upstream
         `LabelForResource`): an override, else the template, else None."""
-        for label, (group, resource) in self.overrides.items():
-            if group == group_resource.group and resource in (
-                group_resource.resource,
-                singular,
-            ):
-                return label
-        if self.resource_template is None:
-            return None
-        try:
-            label = self.resource_template.render(
-                Fields(
-                    "schema.GroupResource",
-                    {
-                        "Group": group_resource.group.translate(_GROUP_SANITIZER),
-                        "Resource": singular,
-                    },
-                )
-            )
-        except TemplateError:
-            return None
-        return label or None
+        return _label_for(self.overrides, self.resource_template, group_resource, singular)
 
     def label_resource(self, label: str) -> tuple[str, str] | None:
         """(group, resource) a label names, unresolved (`pod`, `deployment`), or None."""
@@ -175,20 +179,10 @@ class ResourceRule:
     resource_template: Template | None
 
     def label_for(self, resource: str) -> str | None:
-        """The label of a core resource (`namespace`, `pod`, `node`): an override naming it
-        (singular or plural), else the template."""
-        for label, (group, name) in self.overrides.items():
-            if not group and name in (resource, resource + "s"):
-                return label
-        if self.resource_template is None:
-            return None
-        try:
-            rendered = self.resource_template.render(
-                Fields("schema.GroupResource", {"Group": "", "Resource": resource})
-            )
-        except TemplateError:
-            return None
-        return rendered or None
+        """The label of a core resource (`namespace`, `pod`, `node`, singular)."""
+        return _label_for(
+            self.overrides, self.resource_template, GroupResource("", resource + "s"), resource
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Iterable
 
 import orjson
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, MetricInfo
 from custom_metrics_server.prometheus.client import PrometheusError, SeriesReader
-from custom_metrics_server.prometheus.registry import build, reduce_series
+from custom_metrics_server.prometheus.registry import SeriesShape, build, series_shape
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig, parse_config
 
 DEFAULT = ServerConfig(name=DEFAULT_SERVER, url="http://p:9090")
@@ -32,13 +33,18 @@ externalRules:
 QUERY = (DEFAULT_SERVER, '{__name__=~".+"}')
 
 
+def shapes(series: Iterable[dict[str, str]]) -> set[SeriesShape]:
+    """The whole-document reduction the streamed reader must equal."""
+    return {shape for labels in series if (shape := series_shape(labels)) is not None}
+
+
 async def registry_for(series: list[dict[str, str]]):  # type: ignore[no-untyped-def]
     cluster = InMemoryCluster()
 
     async def resolve(text: str):  # type: ignore[no-untyped-def]
         return cluster.mapping(text)
 
-    return await build(CONFIG, {QUERY: sorted(reduce_series(series))}, resolve)
+    return await build(CONFIG, {QUERY: sorted(shapes(series))}, resolve)
 
 
 async def test_association_follows_upstream() -> None:
@@ -61,20 +67,6 @@ async def test_association_follows_upstream() -> None:
     assert not any(info.metric in ("orphans", "unrelated", "queue_len") for info in custom)
     assert set(registry.external) == {"q_len"}
     assert registry.external["q_len"].series == "queue_len"
-
-
-def test_listing_memory_is_bounded_by_metric_shapes_not_series() -> None:
-    """50,000 pod series of 3 metrics reduce to 3 (name, label-set) pairs."""
-    series = (
-        {"__name__": f"m{i % 3}", "namespace": f"ns{i % 50}", "pod": f"pod-{i}", "container": "c"}
-        for i in range(50_000)
-    )
-    tracemalloc.start()
-    shapes = reduce_series(series)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert len(shapes) == 3
-    assert peak < 1_000_000  # the reduction keeps shapes, never the series themselves
 
 
 # --- the streamed series listing -------------------------------------------------------------
@@ -111,7 +103,7 @@ def test_the_streamed_listing_reduces_like_the_whole_document(
         reader.feed(body[previous:cut])
         previous = cut
     reader.feed(body[previous:])
-    expected = reduce_series(s for s in series if isinstance(s.get("__name__"), str))
+    expected = shapes(s for s in series if isinstance(s.get("__name__"), str))
     assert reader.finish("test") == expected
 
 

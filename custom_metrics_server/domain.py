@@ -7,10 +7,10 @@ slots) except the per-sample render cache, which the wire layer owns and fills l
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final, NamedTuple, NewType
+from typing import TYPE_CHECKING, Final, NamedTuple, NewType, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from custom_metrics_server.selectors import Selector
@@ -120,6 +120,38 @@ class ExternalSample:
     timestamp: float
     window: int | None = None
     cache: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
+    #: False for a sample made for one answer (see `Sample.reused`).
+    reused: bool = field(default=True, compare=False, repr=False)
+
+
+class _Renderable(Protocol):
+    @property
+    def cache(self) -> dict[object, bytes]: ...
+
+    @property
+    def reused(self) -> bool: ...
+
+
+R = TypeVar("R", bound=_Renderable)
+
+
+def fragments(samples: Sequence[R], key: str, encode: Callable[[R], bytes]) -> list[bytes]:
+    """Each sample's encoded item, memoised on the sample under `key` (a str: its hash is
+    computed once per request, not per item) unless the samples are single-use. The cache of a
+    sample is bounded: keys carry request-chosen selectors. O(samples)."""
+    if samples and not samples[0].reused:
+        return [encode(sample) for sample in samples]
+    out: list[bytes] = []
+    append = out.append
+    for sample in samples:
+        cache = sample.cache
+        fragment = cache.get(key)
+        if fragment is None:
+            if len(cache) > 8:
+                cache.clear()
+            fragment = cache[key] = encode(sample)
+        append(fragment)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,7 +40,7 @@ from typing import Any, Final
 import orjson
 
 from custom_metrics_server import wire
-from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample
+from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample, fragments
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.quantity import format_quantity
 from custom_metrics_server.selectors import Selector
@@ -707,16 +707,8 @@ def metric_value_list(
     # As in wire: the echoed selector is part of the fragment, so of the key.
     cache_key = base_key if selector is None else f"{base_key}|{metric_selector}"
     encode = _ITEM_ENCODERS[shape]
-    parts: list[bytes] = [_LIST_METADATA]
-    append = parts.append
-    for sample in samples:
-        fragment = sample.cache.get(cache_key)
-        if fragment is None:
-            if len(sample.cache) > 8:  # bounded: selectors come from requests
-                sample.cache.clear()
-            fragment = sample.cache[cache_key] = encode(sample, selector)
-        append(fragment)
-    return envelope(api_version, "MetricValueList", parts)
+    items = fragments(samples, cache_key, lambda sample: encode(sample, selector))
+    return envelope(api_version, "MetricValueList", [_LIST_METADATA, *items])
 
 
 def _external_item(sample: ExternalSample) -> bytes:
@@ -736,12 +728,9 @@ def _external_item(sample: ExternalSample) -> bytes:
     return length_delimited(b"\x12", body)
 
 
-def external_metric_value_list(samples: Iterable[ExternalSample]) -> bytes:
+def external_metric_value_list(samples: Sequence[ExternalSample]) -> bytes:
     """An `ExternalMetricValueList` body; items cached per sample. O(items)."""
-    parts: list[bytes] = [_LIST_METADATA]
-    for sample in samples:
-        fragment = sample.cache.get("pb|external")
-        if fragment is None:
-            fragment = sample.cache["pb|external"] = _external_item(sample)
-        parts.append(fragment)
-    return envelope("external.metrics.k8s.io/v1beta1", "ExternalMetricValueList", parts)
+    items = fragments(samples, "pb|external", _external_item)
+    return envelope(
+        "external.metrics.k8s.io/v1beta1", "ExternalMetricValueList", [_LIST_METADATA, *items]
+    )

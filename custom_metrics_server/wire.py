@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 import orjson
 
-from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample
+from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample, fragments
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.quantity import format_quantity
 from custom_metrics_server.selectors import Selector, SelectorError
@@ -130,27 +130,17 @@ def metric_value_list(
     )
     render = _ITEM_RENDERERS[shape]
     selector = label_selector_json(metric_selector)
-    # The fragment depends on the echoed selector too; samples are shared across requests
-    # with different selectors only by backends that do not memoise per selector, so the
-    # selector is part of the cache key.
-    # A str key: its hash is computed once per request, not once per item (enum and tuple
-    # hashes are recomputed on every lookup).
     if samples and not samples[0].reused:
         # Samples made for this answer alone (a Prometheus query's): one encoder call for the
-        # whole list instead of one per item, and nothing cached that nobody will read.
-        items = go_escape(orjson.dumps([render(sample, selector) for sample in samples]))
-        return head + items[1:] + b"}\n"
+        # whole list instead of one per item.
+        body = go_escape(orjson.dumps([render(sample, selector) for sample in samples]))
+        return head + body[1:] + b"}\n"
+    # The fragment depends on the echoed selector too, so the selector is part of the key.
     cache_key = shape.value if selector is None else f"{shape.value}|{metric_selector}"
-    fragments: list[bytes] = []
-    append = fragments.append
-    for sample in samples:
-        fragment = sample.cache.get(cache_key)
-        if fragment is None:
-            if len(sample.cache) > 8:  # bounded: selectors come from requests
-                sample.cache.clear()
-            fragment = sample.cache[cache_key] = go_escape(orjson.dumps(render(sample, selector)))
-        append(fragment)
-    return head + b",".join(fragments) + b"]}\n"
+    items = fragments(
+        samples, cache_key, lambda sample: go_escape(orjson.dumps(render(sample, selector)))
+    )
+    return head + b",".join(items) + b"]}\n"
 
 
 def _external_item(sample: ExternalSample) -> bytes:
@@ -166,17 +156,12 @@ def _external_item(sample: ExternalSample) -> bytes:
     return go_escape(orjson.dumps(item))
 
 
-def external_metric_value_list(samples: Iterable[ExternalSample]) -> bytes:
+def external_metric_value_list(samples: Sequence[ExternalSample]) -> bytes:
     """An `ExternalMetricValueList` body; items cached per sample like custom items."""
-    fragments = []
-    for sample in samples:
-        fragment = sample.cache.get("external")
-        if fragment is None:
-            fragment = sample.cache["external"] = _external_item(sample)
-        fragments.append(fragment)
+    items = fragments(samples, "external", _external_item)
     return (
         b'{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1",'
-        b'"metadata":{},"items":[' + b",".join(fragments) + b"]}\n"
+        b'"metadata":{},"items":[' + b",".join(items) + b"]}\n"
     )
 
 

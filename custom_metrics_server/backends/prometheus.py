@@ -451,13 +451,21 @@ class PrometheusBackend:
         if isinstance(data, Mapping) and data.get("resultType") == "scalar":
             scalar = results.point(data.get("result"))
             if scalar is not None:
-                found.append(ExternalSample(request.metric, {}, scalar[0], scalar[1], window))
+                found.append(
+                    ExternalSample(request.metric, {}, scalar[0], scalar[1], window, reused=False)
+                )
         else:
             for labels, value, stamp in results.samples(self._vector(data, rule, request.metric)):
                 series_labels = {str(k): str(v) for k, v in labels.items()}
-                found.append(ExternalSample(request.metric, series_labels, value, stamp, window))
+                found.append(
+                    ExternalSample(
+                        request.metric, series_labels, value, stamp, window, reused=False
+                    )
+                )
         if not found and rule.absent == "zero":
-            found.append(ExternalSample(request.metric, {}, Decimal(0), time.time(), window))
+            found.append(
+                ExternalSample(request.metric, {}, Decimal(0), time.time(), window, reused=False)
+            )
         return found
 
     async def _query(self, rule: Rule, query: str, metric: str) -> Any:

@@ -410,7 +410,8 @@ class Server:
             seconds = request_deadline(seconds, query)
         task = asyncio.current_task()
         if not seconds or task is None:
-            await self._http(scope, receive, send)
+            # No deadline: still watch for a shutdown beginning mid-request (Connection: close).
+            await self._http(scope, receive, _TrackedSend(send, self))
             return
         started = time.perf_counter()
         tracked = _TrackedSend(send, self)

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Self
 
 import orjson
+import pytest
 
 from custom_metrics_server import cli
 from custom_metrics_server.app import AppSettings, Server, create_app, request_deadline
@@ -394,9 +395,13 @@ async def test_an_in_time_request_with_a_timeout_parameter_is_served() -> None:
 # Shutdown: requests already in flight when it begins.
 
 
-async def test_a_response_started_after_begin_shutdown_closes_its_connection() -> None:
+@pytest.mark.parametrize("request_timeout", [30, 0])
+async def test_a_response_started_after_begin_shutdown_closes_its_connection(
+    request_timeout: float,
+) -> None:
+    """With or without a request deadline (0: none), as the two take different paths."""
     backend = BlockingBackend()
-    app = _app(backend, request_timeout=30)
+    app = _app(backend, request_timeout=request_timeout)
     heads: list[list[tuple[bytes, bytes]]] = []
 
     async def run(scope: dict[str, object]) -> None:

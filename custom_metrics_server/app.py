@@ -490,9 +490,6 @@ class Server:
         rejections only; upstream writes its 429, 414 and 504 as JSON or text) asks for
         protobuf."""
         body, headers = status_response(error, accept)
-        headers += tuple(
-            (name.lower().encode(), value.encode()) for name, value in error.headers.items()
-        )
         await send_body(send, error.code, body, headers)
         if not observe:
             return

@@ -125,14 +125,16 @@ def request_header(scope: Scope, name: bytes) -> str:
 def status_response(
     error: StatusError, accept: str
 ) -> tuple[bytes, tuple[tuple[bytes, bytes], ...]]:
-    """A failure's `Status` body and headers, negotiated like data as upstream's
-    `ErrorNegotiated` does: protobuf when the Accept header prefers it. A 406 is always JSON
-    (upstream writes the negotiation failure with `WriteRawJSON`)."""
+    """A failure's `Status` body and headers (the error's own, such as `Retry-After`,
+    included), negotiated like data as upstream's `ErrorNegotiated` does: protobuf when the
+    Accept header prefers it. A 406 is always JSON (upstream writes the negotiation failure
+    with `WriteRawJSON`)."""
+    own = tuple((name.lower().encode(), value.encode()) for name, value in error.headers.items())
     if not isinstance(error, NotAcceptable) and accept:
         chosen = negotiate(accept)
         if not isinstance(chosen, NotAcceptable) and chosen.protobuf:
-            return protobuf.status(error), _PROTOBUF_HEADERS
-    return wire.status(error), _JSON_HEADERS
+            return protobuf.status(error), _PROTOBUF_HEADERS + own
+    return wire.status(error), _JSON_HEADERS + own
 
 
 class ApiEndpoints:
@@ -283,9 +285,6 @@ class ApiEndpoints:
         self, send: Send, error: StatusError, scope: Scope, *, request_id: str = ""
     ) -> None:
         body, headers = status_response(error, request_header(scope, b"accept"))
-        headers += tuple(
-            (name.lower().encode(), value.encode()) for name, value in error.headers.items()
-        )
         if request_id:
             headers += ((b"audit-id", request_id.encode()),)
         await send_body(send, error.code, body, headers)

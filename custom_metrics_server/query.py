@@ -34,7 +34,12 @@ from custom_metrics_server.domain import (
     Readiness,
     Sample,
 )
-from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, metric_not_found
+from custom_metrics_server.errors import (
+    BackendTimeout,
+    BackendUnavailable,
+    StatusError,
+    metric_not_found,
+)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -74,22 +79,26 @@ class QueryEngine:
     async def custom(self, request: MetricRequest) -> Sequence[Sample]:
         """Samples answering a custom-metrics request, in object order."""
         name = None if request.wildcard else request.name
-        selector_text = (
-            "" if request.metric_selector.is_everything() else str(request.metric_selector)
-        )
+
+        def not_found() -> StatusError:
+            # The selector's text is built only for the error (most requests never need it).
+            selector = request.metric_selector
+            return metric_not_found(
+                resource=request.resource,
+                metric=request.metric,
+                name=name,
+                selector="" if selector.is_everything() else str(selector),
+            )
+
         mapping = self.cluster.mapping(request.resource) or await self.cluster.resolve(
             request.resource
         )
         if mapping is None:
-            raise metric_not_found(
-                resource=request.resource, metric=request.metric, name=name, selector=selector_text
-            )
+            raise not_found()
         info = MetricInfo(mapping.group_resource, mapping.namespaced, request.metric)
         backend = self._owner(info, lambda b: b.list_metrics())
         if backend is None:
-            raise metric_not_found(
-                resource=request.resource, metric=request.metric, name=name, selector=selector_text
-            )
+            raise not_found()
         namespace = request.namespace if mapping.namespaced else None
         objects: Sequence[ObjectKey]
         if name is None:
@@ -108,9 +117,7 @@ class QueryEngine:
         )
         samples = await self._call(backend, backend.fetch(backend_request))
         if name is not None and not samples:
-            raise metric_not_found(
-                resource=request.resource, metric=request.metric, name=name, selector=selector_text
-            )
+            raise not_found()
         return samples
 
     async def external(self, request: ExternalMetricRequest) -> Sequence[ExternalSample]:

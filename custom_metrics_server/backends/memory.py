@@ -18,7 +18,7 @@ from collections.abc import Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from custom_metrics_server.cluster import InMemoryCluster
 from custom_metrics_server.domain import (
@@ -34,7 +34,6 @@ from custom_metrics_server.quantity import Quantity
 from custom_metrics_server.tasks import drain
 
 Number = Decimal | int | float
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,8 +168,9 @@ class PrometheusBackend:
         self._registry = Registry()
         self._listings: dict[tuple[str, str], Sequence[SeriesShape]] = {}
         self._listed_at: dict[str, float] = {}
-        self._listing_errors: dict[str, str] = {}
-        self._attempted = False
+        self._readiness = Readiness(
+            ready=False, reason="waiting for the first Prometheus series listing"
+        )
         self._wake = asyncio.Event()
         # describedObject values are reused across requests (their rendered JSON is not, as
         # every answer carries a new evaluation time); bounded by the objects asked about.
@@ -301,10 +302,13 @@ class PrometheusBackend:
         for server in config.servers:
             if server not in failed:
                 self._listed_at[server] = now
-        self._listing_errors = failed
         self._listings = listings
         self._registry = await registry_module.build(config, listings, self._resolve)
-        self._attempted = True
+        notes = "; ".join(
+            f"listing of {server!r} failing, serving the last good one: {error}"
+            for server, error in sorted(failed.items())
+        )
+        self._readiness = Readiness(ready=True, reason=notes)
         self.metrics.discovered.labels("custom").set(len(self._registry.custom))
         self.metrics.discovered.labels("external").set(len(self._registry.external))
 
@@ -342,16 +346,9 @@ class PrometheusBackend:
 
     def ready(self) -> Readiness:
         """Ready once the first listing was attempted; later outages only fail its metrics,
-        and the note says which server's listing is failing (`/readyz?verbose`)."""
-        if not self._attempted:
-            return Readiness(ready=False, reason="waiting for the first Prometheus series listing")
-        if self._listing_errors:
-            notes = "; ".join(
-                f"listing of {server!r} failing, serving the last good one: {error}"
-                for server, error in sorted(self._listing_errors.items())
-            )
-            return Readiness(ready=True, reason=notes)
-        return Readiness(ready=True)
+        and the note says which server's listing is failing (`/readyz?verbose`). Built by
+        each relist, not per call: the query layer asks on every request."""
+        return self._readiness
 
     def listing_age(self, server: str = "default") -> float | None:
         """Seconds since the last fully successful listing of `server`, if any."""

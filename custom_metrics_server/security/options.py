@@ -58,6 +58,7 @@ from custom_metrics_server.security.trust import (
     request_header_settings,
 )
 from custom_metrics_server.security.webhook import Backoff
+from custom_metrics_server.tasks import cancel_and_wait
 from custom_metrics_server.tls import (
     ReloadingServerContext,
     ServingCertificate,
@@ -287,11 +288,7 @@ class SecurityConfig:
             tasks = [asyncio.create_task(job()) for job in self.background]
             yield
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(tasks)
             for client in self.clients:
                 await client.aclose()
 

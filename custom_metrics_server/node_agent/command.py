@@ -13,7 +13,6 @@ import logging
 import socket
 import ssl
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -25,6 +24,12 @@ from custom_metrics_server.node_agent.runtime import RuntimeClient, grpc_target
 from custom_metrics_server.node_agent.server import AgentApp
 from custom_metrics_server.observability import configure_logging
 from custom_metrics_server.security.options import duration as parse_duration
+from custom_metrics_server.security.tls_peer import (
+    HEADER_READ_TIMEOUT,
+    TlsHttpToolsProtocol,
+    with_header_read_timeout,
+)
+from custom_metrics_server.serving import TlsServer
 from custom_metrics_server.tls import ReloadingServerContext, ensure_serving_certificate
 
 __all__ = ["DEFAULT_CRI_ENDPOINT", "DEFAULT_PORT", "add_parser", "run"]
@@ -99,26 +104,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     return agent
 
 
-class _Server(uvicorn.Server):
-    """uvicorn plus a one-line banner with the bound port (known only once bound)."""
-
-    def __init__(self, config: uvicorn.Config, banner: str) -> None:
-        super().__init__(config)
-        self._banner = banner
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        # Exit 0 on SIGTERM (a DaemonSet rollout), at once on a second signal; uvicorn's own
-        # handler would re-raise the signal after shutting down.
-        self.force_exit = self.should_exit
-        self.should_exit = True
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            port = self.servers[0].sockets[0].getsockname()[1]
-            print(self._banner.format(port=port), flush=True)
-
-
 async def _serve(args: argparse.Namespace, context: ReloadingServerContext) -> None:
     async with RuntimeClient(args.cri_endpoint, timeout=args.cri_timeout) as runtime:
         node = (
@@ -142,6 +127,9 @@ async def _serve(args: argparse.Namespace, context: ReloadingServerContext) -> N
             host=args.bind_address,
             port=args.secure_port,
             ssl_context_factory=lambda _config, _default: context.listening,
+            # The agent listens on every node, unauthenticated: the same slowloris and
+            # handshake guards as the API server.
+            http=with_header_read_timeout(TlsHttpToolsProtocol, HEADER_READ_TIMEOUT),
             ws="none",
             lifespan="on",
             proxy_headers=False,
@@ -154,7 +142,8 @@ async def _serve(args: argparse.Namespace, context: ReloadingServerContext) -> N
             f"custom-metrics-server v{__version__} node-agent serving "
             f"https://{host}:{{port}}/metrics/resource from {args.cri_endpoint}"
         )
-        await _Server(config, banner).serve()
+        # SIGTERM (a DaemonSet rollout) drains and exits 0; a second signal exits at once.
+        await TlsServer(config, lambda port: print(banner.format(port=port), flush=True)).serve()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -146,3 +146,18 @@ def test_bad_endpoint_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "unsupported CRI endpoint" in result.stderr
+
+
+async def test_silent_connections_are_closed_by_the_handshake_timeout(agent: Agent) -> None:
+    """The agent listens on every node without authentication: a connection that never
+    starts TLS is closed after the shared 10 s handshake timeout (asyncio's default is 60 s),
+    while a real client is served meanwhile."""
+    host, port = agent.url.removeprefix("https://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+    started = time.monotonic()
+    async with agent.client() as client:
+        assert (await client.get("/healthz")).status_code in (200, 503)
+    closed = await asyncio.wait_for(reader.read(1), timeout=30)
+    assert closed == b""
+    assert 8 < time.monotonic() - started < 25
+    writer.close()

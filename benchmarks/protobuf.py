@@ -116,7 +116,7 @@ def encoder_timings(items: int) -> list[dict[str, Any]]:
             {**pod, "metadata": {**pod["metadata"], "name": f"web-{i:05d}"}} for i in range(items)
         ],
     }
-    for name, encode_document in (("json", wire.dumps), ("protobuf", protobuf.pod_metrics_list)):
+    for name, encode_document in (("json", wire.dumps), ("protobuf", protobuf.encode_document)):
         took = min(_seconds(encode_document, document, {}) for _ in range(5))
         rows.append(
             {

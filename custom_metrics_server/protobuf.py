@@ -32,7 +32,7 @@ from __future__ import annotations
 import calendar
 import enum
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final
@@ -606,34 +606,6 @@ def encode_document(document: Mapping[str, Any], message: Message | None = None)
     if message is None:
         message = message_for(api_version, kind)
     return envelope(api_version, kind, (encode_message(message, document),))
-
-
-def node_metrics_list(document: Mapping[str, Any]) -> bytes:
-    """`NodeMetricsList` body from its JSON-shaped document (see `encode_document`)."""
-    return encode_document(document, NODE_METRICS_LIST)
-
-
-def pod_metrics_list(document: Mapping[str, Any]) -> bytes:
-    """`PodMetricsList` body from its JSON-shaped document (see `encode_document`)."""
-    return encode_document(document, POD_METRICS_LIST)
-
-
-def node_metrics(document: Mapping[str, Any]) -> bytes:
-    """`NodeMetrics` body (one node) from its JSON-shaped document."""
-    return encode_document(document, NODE_METRICS)
-
-
-def pod_metrics(document: Mapping[str, Any]) -> bytes:
-    """`PodMetrics` body (one pod) from its JSON-shaped document."""
-    return encode_document(document, POD_METRICS)
-
-
-def list_body(api_version: str, kind: str, items: Iterable[bytes]) -> bytes:
-    """A list body (`metadata` {} and one `items` field per item) from item messages encoded
-    beforehand, e.g. `POD_METRICS.encode(item)` cached per pod so a list is a join. O(items)."""
-    parts = [_LIST_METADATA]
-    parts.extend(length_delimited(b"\x12", item) for item in items)
-    return envelope(api_version, kind, parts)
 
 
 def status(error: StatusError) -> bytes:

@@ -315,36 +315,26 @@ def _single(list_document: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("document", "encode"),
+    ("document", "message"),
     [
-        (POD_METRICS_LIST, protobuf.pod_metrics_list),
-        (NODE_METRICS_LIST, protobuf.node_metrics_list),
-        (_single(POD_METRICS_LIST, "PodMetrics"), protobuf.pod_metrics),
-        (_single(NODE_METRICS_LIST, "NodeMetrics"), protobuf.node_metrics),
-        ({**POD_METRICS_LIST, "items": []}, protobuf.pod_metrics_list),
+        (POD_METRICS_LIST, protobuf.POD_METRICS_LIST),
+        (NODE_METRICS_LIST, protobuf.NODE_METRICS_LIST),
+        (_single(POD_METRICS_LIST, "PodMetrics"), protobuf.POD_METRICS),
+        (_single(NODE_METRICS_LIST, "NodeMetrics"), protobuf.NODE_METRICS),
+        ({**POD_METRICS_LIST, "items": []}, protobuf.POD_METRICS_LIST),
     ],
     ids=["PodMetricsList", "NodeMetricsList", "PodMetrics", "NodeMetrics", "empty"],
 )
 def test_metrics_k8s_io_documents_decode_to_the_json_values(
-    document: dict[str, Any], encode: Any
+    document: dict[str, Any], message: Any
 ) -> None:
-    body = encode(document)
+    body = protobuf.encode_document(document, message)
     assert body == protobuf.encode_document(document)  # the kind picks the same message
     kubeproto.same_values(orjson.loads(wire.dumps(document)), body)
 
 
-def test_list_body_from_items_encoded_beforehand() -> None:
-    for document, message in (
-        (POD_METRICS_LIST, protobuf.POD_METRICS),
-        (NODE_METRICS_LIST, protobuf.NODE_METRICS),
-    ):
-        items = [message.encode(item) for item in document["items"]]
-        body = protobuf.list_body(document["apiVersion"], document["kind"], items)
-        assert body == protobuf.encode_document(document)
-
-
 def test_window_is_a_duration_in_nanoseconds() -> None:
-    _, _, decoded, _ = kubeproto.decode(protobuf.pod_metrics_list(POD_METRICS_LIST))
+    _, _, decoded, _ = kubeproto.decode(protobuf.encode_document(POD_METRICS_LIST))
     items: Any = decoded.items  # type: ignore[attr-defined]
     assert items[0].window.duration == 20_038_000_000
     assert items[1].window.duration == 60_500_000_000
@@ -390,7 +380,7 @@ def test_full_object_meta_round_trips() -> None:
         ],
     }
     document = {**_single(NODE_METRICS_LIST, "NodeMetrics"), "metadata": metadata}
-    body = protobuf.node_metrics(document)
+    body = protobuf.encode_document(document)
     decoded = kubeproto.same_values(orjson.loads(wire.dumps(document)), body)
     # A pointer bool set to false is still written (normalisation would hide it).
     assert decoded["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is False

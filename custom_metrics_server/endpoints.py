@@ -230,7 +230,8 @@ class ApiEndpoints:
         return None
 
     async def _serve_metrics_api(self, scope: Scope, query: QueryParams, send: Send) -> int:
-        """`metrics.k8s.io`: parse, negotiate (JSON or Table), render; returns the code sent.
+        """`metrics.k8s.io`: parse, negotiate (JSON, protobuf or Table), render; returns the
+        code sent.
         Errors propagate as `StatusError` to `__call__`."""
         api = self.metrics_api
         assert api is not None  # routed here only when set
@@ -240,19 +241,13 @@ class ApiEndpoints:
             return 404
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
-        accept = request_header(scope, b"accept")
-        chosen = resource_api.negotiate(accept)
-        # An acceptable Table wins (kubectl get asks for it first); otherwise protobuf when
-        # the client prefers it to JSON.
-        if isinstance(chosen, NotAcceptable) or chosen[0] == "json":
-            preferred = negotiate(accept)
-            if not isinstance(preferred, NotAcceptable) and preferred.protobuf:
-                body = protobuf.encode_document(api.document(request))
-                await send_body(send, 200, body, _PROTOBUF_HEADERS)
-                return 200
+        chosen = resource_api.negotiate(request_header(scope, b"accept"))
         if isinstance(chosen, NotAcceptable):
             raise chosen
         view, pretty = chosen
+        if view == "protobuf":
+            await send_body(send, 200, api.render(request, view), _PROTOBUF_HEADERS)
+            return 200
         if query.pretty is not None:
             pretty = query.pretty
         elif not pretty:

@@ -23,7 +23,8 @@ JSON: Final = "application/json"
 PROTOBUF: Final = "application/vnd.kubernetes.protobuf"
 #: In the server's order of preference (`*/*` gets the first); the 406 message lists them.
 SERVED_MEDIA_TYPES: Final = (JSON, PROTOBUF)
-_CONVERSION_PARAMS: Final = frozenset({"as", "g", "v", "stream", "sv"})
+#: Accept parameters that ask for a conversion (Table, PartialObjectMetadata, streams).
+CONVERSION_PARAMS: Final = frozenset({"as", "g", "v", "stream", "sv"})
 _PRETTY_AGENTS: Final = ("curl", "Wget", "Mozilla/5.0")
 
 
@@ -44,7 +45,8 @@ _PLAIN: Final = Representation(JSON, pretty=False)
 _PRETTY: Final = Representation(JSON, pretty=True)
 _PROTOBUF: Final = Representation(PROTOBUF, pretty=False)
 # How specific a served clause is: at equal q the more specific wins (goautoneg's order).
-_SPECIFICITY: Final = {JSON: 2, PROTOBUF: 2, "application/*": 1, "*/*": 0}
+#: How specific each served media range is: an exact type beats `application/*` and `*/*`.
+SPECIFICITY: Final = {JSON: 2, PROTOBUF: 2, "application/*": 1, "*/*": 0}
 
 
 @lru_cache(maxsize=256)
@@ -61,8 +63,8 @@ def negotiate(accept: str, *, discovery_root: bool = False) -> Representation | 
         return _PLAIN
     best: tuple[float, int, Representation] | None = None
     for media, params, quality in accept_clauses(accept):
-        specificity = _SPECIFICITY.get(media)
-        if specificity is None or _CONVERSION_PARAMS & params.keys():
+        specificity = SPECIFICITY.get(media)
+        if specificity is None or CONVERSION_PARAMS & params.keys():
             continue
         if media == PROTOBUF:
             chosen = _PROTOBUF

@@ -35,7 +35,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Final, Literal, Protocol
 
-from custom_metrics_server import wire
+from custom_metrics_server import protobuf, wire
 from custom_metrics_server.cluster_state import NODES, PODS, ClusterState
 from custom_metrics_server.errors import (
     BadRequest,
@@ -51,7 +51,13 @@ from custom_metrics_server.grammar import (
     parse_label_selector,
     resource_route,
 )
-from custom_metrics_server.negotiation import accept_clauses
+from custom_metrics_server.negotiation import (
+    CONVERSION_PARAMS,
+    PROTOBUF,
+    SERVED_MEDIA_TYPES,
+    SPECIFICITY,
+    accept_clauses,
+)
 from custom_metrics_server.quantity import Format, Quantity, format_quantity
 from custom_metrics_server.selectors import (
     EVERYTHING,
@@ -87,12 +93,8 @@ GROUP_VERSIONS: Final[dict[str, tuple[str, ...]]] = {GROUP: (VERSION,)}
 PREFIX: Final = f"/apis/{GROUP}"
 
 Kind = Literal["group", "version", "pods", "nodes"]
-#: What an `Accept` header chose: plain JSON, or a Table of meta.k8s.io/v1 or v1beta1.
-View = Literal["json", "v1", "v1beta1"]
-
-_SERVED_MEDIA_TYPES: Final = ("application/json",)
-_JSON_MEDIA: Final = frozenset({"application/json", "application/*", "*/*"})
-_CONVERSION_PARAMS: Final = frozenset({"as", "g", "v", "stream", "sv"})
+#: What an `Accept` header chose: plain JSON, protobuf, or a Table of meta.k8s.io/v1 or v1beta1.
+View = Literal["json", "protobuf", "v1", "v1beta1"]
 _INCLUDE_OBJECT: Final = frozenset({"None", "Metadata", "Object"})
 _NAMESPACED: Final = {"pods": True, "nodes": False}
 
@@ -194,22 +196,26 @@ def _include_object(raw_query: bytes | str) -> str:
 def negotiate(accept: str) -> tuple[View, bool] | NotAcceptable:
     """The view an `Accept` header asks for and whether to indent, or the 406 to send.
 
-    JSON clauses (`application/json`, `application/*`, `*/*`) without conversion parameters
-    give the object itself; `as=Table;g=meta.k8s.io;v=v1|v1beta1` gives a Table; other
-    conversions (`as=PartialObjectMetadata`, streams) and other media types are skipped. The
-    highest q wins, the first clause on ties. Cached per header value.
+    Clauses without conversion parameters give the object itself, in protobuf for
+    `application/vnd.kubernetes.protobuf` and JSON for the JSON ranges; a JSON clause with
+    `as=Table;g=meta.k8s.io;v=v1|v1beta1` gives a Table; other conversions (protobuf Tables,
+    `as=PartialObjectMetadata`, streams) and other media types are skipped. As in
+    `negotiation.negotiate`: the highest q, then the most specific type, then the first
+    written wins. Cached per header value.
     """
     if not accept.strip():
         return ("json", False)
-    best: tuple[float, View, bool] | None = None
+    best: tuple[float, int, View, bool] | None = None
     for media, params, quality in accept_clauses(accept):
-        if media not in _JSON_MEDIA:
+        specificity = SPECIFICITY.get(media)
+        if specificity is None:
             continue
-        view: View = "json"
-        if _CONVERSION_PARAMS & params.keys():
+        view: View = "protobuf" if media == PROTOBUF else "json"
+        if CONVERSION_PARAMS & params.keys():
             table_version = params.get("v", "")
             if (
-                params.get("as") != "Table"
+                view == "protobuf"
+                or params.get("as") != "Table"
                 or params.get("g") != "meta.k8s.io"
                 or table_version not in ("v1", "v1beta1")
                 or "stream" in params
@@ -218,11 +224,11 @@ def negotiate(accept: str) -> tuple[View, bool] | NotAcceptable:
                 continue
             view = "v1" if table_version == "v1" else "v1beta1"
         pretty = params.get("pretty", "") in ("1", "true")
-        if best is None or quality > best[0]:
-            best = (quality, view, pretty)
+        if best is None or (quality, specificity) > best[:2]:
+            best = (quality, specificity, view, pretty)
     if best is None:
-        return not_acceptable(_SERVED_MEDIA_TYPES)
-    return (best[1], best[2])
+        return not_acceptable(SERVED_MEDIA_TYPES)
+    return (best[2], best[3])
 
 
 # Rendering helpers --------------------------------------------------------------------------
@@ -491,12 +497,15 @@ class ResourceMetricsApi:
     def render(
         self, request: MetricsApiRequest, view: View = "json", *, pretty: bool = False
     ) -> bytes:
-        """The response body: the document (or its Table) through the Go-compatible encoder."""
+        """The response body: the document in protobuf, or it (or its Table) through the
+        Go-compatible JSON encoder."""
         document = self.document(request)
+        if view == "protobuf":
+            return protobuf.encode_document(document)
         if view != "json" and request.kind in ("pods", "nodes"):
             document = self.table(document, version=view, include_object=request.include_object)
         elif view != "json":
-            raise not_acceptable(_SERVED_MEDIA_TYPES)
+            raise not_acceptable(SERVED_MEDIA_TYPES)
         body = wire.dumps(document)
         return wire.prettify(body) if pretty else body
 

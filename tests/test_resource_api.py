@@ -476,7 +476,7 @@ def test_table_variants() -> None:
     ("accept", "view"),
     [
         ("", "json"),
-        ("application/vnd.kubernetes.protobuf, */*", "json"),
+        ("application/vnd.kubernetes.protobuf, */*", "protobuf"),  # what the HPA sends
         ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json", "v1"),
         ("application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json", "json"),
     ],
@@ -487,9 +487,21 @@ def test_negotiation(accept: str, view: str) -> None:
     assert chosen[0] == view
 
 
-def test_protobuf_only_or_unknown_conversions_are_406() -> None:
-    assert isinstance(negotiate("application/vnd.kubernetes.protobuf"), NotAcceptable)
+def test_protobuf_is_a_view_and_unknown_conversions_are_406() -> None:
+    assert negotiate("application/vnd.kubernetes.protobuf") == ("protobuf", False)
+    # q first, then the more specific type, then the first written (negotiation's rules)
+    assert negotiate("*/*, application/vnd.kubernetes.protobuf")[0] == "protobuf"  # type: ignore[index]
+    table_low = (
+        "application/json;as=Table;g=meta.k8s.io;v=v1;q=0.5, application/vnd.kubernetes.protobuf"
+    )
+    assert negotiate(table_low)[0] == "protobuf"  # type: ignore[index]
+    protobuf_table = "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1"
+    assert negotiate(f"{protobuf_table}, application/json;as=Table;g=meta.k8s.io;v=v1")[0] == "v1"  # type: ignore[index]
+    assert isinstance(negotiate(protobuf_table), NotAcceptable)
     assert isinstance(negotiate("application/json;as=Table;v=v2;g=meta.k8s.io"), NotAcceptable)
+    refused = negotiate("application/yaml")
+    assert isinstance(refused, NotAcceptable)
+    assert "application/vnd.kubernetes.protobuf" in refused.message
 
 
 # --- through the app ------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import orjson
 from custom_metrics_server import wire
 from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample, fragments
 from custom_metrics_server.errors import StatusError
+from custom_metrics_server.grammar import go_duration_ns
 from custom_metrics_server.quantity import format_quantity
 from custom_metrics_server.selectors import Selector
 
@@ -157,40 +158,9 @@ def parse_time(text: str | None) -> tuple[int, int] | None:
     return seconds, nanos
 
 
-_DURATION_UNITS: Final = {
-    "ns": 1,
-    "us": 1_000,
-    "\u00b5s": 1_000,
-    "\u03bcs": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
-_DURATION_PART: Final = re.compile(r"(\d*)(?:\.(\d*))?(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
-
-
 def parse_duration(text: str | None) -> int:
-    """Go `time.ParseDuration` (`metav1.Duration` JSON, e.g. `20.038s`, `1m30s`) to
-    nanoseconds; null or "" is zero."""
-    if not text or text in ("0", "+0", "-0"):
-        return 0
-    sign = -1 if text[0] == "-" else 1
-    body = text[1:] if text[0] in "+-" else text
-    if not body:
-        raise ValueError(f"not a Go duration: {text!r}")
-    total = 0
-    position = 0
-    while position < len(body):
-        match = _DURATION_PART.match(body, position)
-        if match is None or not (match.group(1) or match.group(2)):
-            raise ValueError(f"not a Go duration: {text!r}")
-        unit = _DURATION_UNITS[match.group(3)]
-        total += int(match.group(1) or "0") * unit
-        if match.group(2):
-            total += int(match.group(2)) * unit // 10 ** len(match.group(2))
-        position = match.end()
-    return sign * total
+    """`metav1.Duration` JSON (`20.038s`) to nanoseconds; null or "" is zero."""
+    return go_duration_ns(text) if text else 0
 
 
 # --- schema-driven encoder -----------------------------------------------------------------

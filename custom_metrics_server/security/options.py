@@ -34,14 +34,15 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
-import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from custom_metrics_server.grammar import duration_seconds
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.security.authn import Authenticator, TokenAuthenticator
 from custom_metrics_server.security.authz import DEFAULT_ALWAYS_ALLOW_PATHS, Authorizer
@@ -87,22 +88,16 @@ class SecurityConfigError(Exception):
 
 # --- flag types -------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s))+$")
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
 
 def duration(text: str) -> float:
-    """A Go duration (`10s`, `1m30s`, `500ms`) or plain seconds, as seconds."""
+    """A Go duration (`10s`, `1m30s`, `500ms`) or plain seconds, as seconds; not negative."""
     try:
-        return float(text)
+        seconds: float | None = float(text)
     except ValueError:
-        pass
-    if not _DURATION.match(text):
+        seconds = duration_seconds(text)
+    if seconds is None or not 0 <= seconds < math.inf:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 1m30s)")
-    return sum(
-        float(amount) * _UNITS[unit]
-        for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
-    )
+    return seconds
 
 
 def boolean(text: str) -> bool:

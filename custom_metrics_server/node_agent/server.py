@@ -79,4 +79,5 @@ class AgentApp:
             self.collector.runtime_up.set(0)
             await _answer(send, 503, f"container runtime: {err.message}\n".encode())
             return
+        self.collector.runtime_up.set(1)  # "the last CRI call succeeded": this one did
         await _answer(send, 200, b"ok")

@@ -125,6 +125,14 @@ async def test_serves_the_kubelet_body_healthz_and_own_metrics(
         await asyncio.sleep(1.1)  # past --stats-cache-duration
         down = await client.get("/metrics/resource")
         assert down.content == go_order(sample_path("01_error_getting_summary").read_text())
+        assert "node_agent_runtime_up 0.0" in (await client.get("/metrics")).text
+
+        await runtime.start()  # /healthz sees the runtime back, and so does the gauge
+        for _ in range(100):
+            if (await client.get("/healthz")).status_code == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert "node_agent_runtime_up 1.0" in (await client.get("/metrics")).text
 
 
 def test_bad_endpoint_is_a_usage_error(tmp_path: Path) -> None:

@@ -139,6 +139,25 @@ def ensure_serving_certificate(cert_dir: Path, hosts: list[str]) -> ServingCerti
     return ServingCertificate(cert_file, key_file, trust_anchor(cert_file))
 
 
+def client_context(
+    ca_file: str | None = None,
+    *,
+    insecure: bool = False,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+) -> ssl.SSLContext:
+    """A client TLS context: `ca_file` (else the system store) or no verification at all with
+    `insecure`, and a client certificate when `cert_file` is given (its key in `key_file` or
+    in the same file). Kubernetes, kubelets, node agents and Prometheus are all reached so."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
 def trust_anchor(cert_file: Path) -> bytes:
     """The last certificate of a chain file: the CA clients should trust."""
     certs = x509.load_pem_x509_certificates(cert_file.read_bytes())

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
@@ -47,6 +46,7 @@ from custom_metrics_server.kube.client import (
 )
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.tasks import cancel_and_wait
+from custom_metrics_server.tls import client_context
 from custom_metrics_server.usage import UsageStore
 
 __all__ = [
@@ -125,12 +125,12 @@ def kubelet_http_client(
     (``ca_file``, else the cluster CA of ``connection``; ``insecure`` skips verification as
     metrics-server's ``--kubelet-insecure-tls`` does), the bearer token and client
     certificate of ``connection`` (the kubelet authorises them through the API server)."""
-    context = ssl.create_default_context(cafile=ca_file or connection.ca_file)
-    if insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if connection.cert_file and connection.key_file:
-        context.load_cert_chain(connection.cert_file, connection.key_file)
+    context = client_context(
+        ca_file or connection.ca_file,
+        insecure=insecure,
+        cert_file=connection.cert_file if connection.key_file else None,
+        key_file=connection.key_file,
+    )
     return httpx.AsyncClient(
         verify=context,
         timeout=timeout,

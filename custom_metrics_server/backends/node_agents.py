@@ -13,13 +13,13 @@ It keeps two small strings per agent pod; every operation is O(1) except a relis
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import httpx
 
 from custom_metrics_server.kube.client import USER_AGENT
+from custom_metrics_server.tls import client_context
 
 __all__ = ["AgentDirectory", "agent_http_client"]
 
@@ -120,12 +120,8 @@ def agent_http_client(
     """The client for agents: their serving CA (``ca_file``; the system's otherwise), or no
     verification with ``insecure``. No credentials are sent: agents need none, and a
     compromised agent pod must not collect the server's token."""
-    context = ssl.create_default_context(cafile=ca_file)
-    if insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
     return httpx.AsyncClient(
-        verify=context,
+        verify=client_context(ca_file, insecure=insecure),
         timeout=timeout,
         headers={"User-Agent": USER_AGENT, "Accept": "text/plain"},
         follow_redirects=False,

@@ -17,6 +17,8 @@ from kubernetes.client import Configuration
 from kubernetes.config import incluster_config, kube_config
 from kubernetes.config.config_exception import ConfigException
 
+from custom_metrics_server.tls import client_context
+
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
@@ -49,13 +51,12 @@ class Connection:
 
     def ssl_context(self) -> ssl.SSLContext:
         """Client TLS context: the cluster CA (or the system store) and the client certificate."""
-        context = ssl.create_default_context(cafile=self.ca_file)
-        if not self.verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if self.cert_file and self.key_file:
-            context.load_cert_chain(self.cert_file, self.key_file)
-        return context
+        return client_context(
+            self.ca_file,
+            insecure=not self.verify,
+            cert_file=self.cert_file if self.key_file else None,
+            key_file=self.key_file,
+        )
 
 
 def load_connection(kubeconfig: str | None = None, *, context: str | None = None) -> Connection:

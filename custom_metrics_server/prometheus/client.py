@@ -29,6 +29,7 @@ import orjson
 from custom_metrics_server import __version__
 from custom_metrics_server.prometheus.registry import SeriesShape, series_shape
 from custom_metrics_server.prometheus.rules import ServerConfig
+from custom_metrics_server.tls import client_context
 
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
 #: Longer encoded forms go as POST bodies; many proxies cap request lines at 4-8 KiB.
@@ -72,13 +73,12 @@ class _TokenFile:
 def _ssl_context(server: ServerConfig) -> ssl.SSLContext | bool:
     if not server.url.startswith("https://"):
         return True
-    context = ssl.create_default_context(cafile=server.ca_file)
-    if server.insecure_skip_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if server.client_cert_file:
-        context.load_cert_chain(server.client_cert_file, server.client_key_file)
-    return context
+    return client_context(
+        server.ca_file,
+        insecure=server.insecure_skip_verify,
+        cert_file=server.client_cert_file,
+        key_file=server.client_key_file,
+    )
 
 
 _STRUCTURAL: Final = re.compile(rb'[{}"\\]')

@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotFound, route_not_found
+from custom_metrics_server.errors import MethodNotAllowed, NotFound, route_not_found
 from custom_metrics_server.grammar import (
     QueryParams,
     check_selector_sizes,
     check_timeout,
+    parse_field_selector_param,
     parse_label_selector,
     resource_route,
 )
@@ -35,8 +36,6 @@ from custom_metrics_server.selectors import (
     FIELD_EVERYTHING,
     FieldSelector,
     Selector,
-    SelectorError,
-    parse_field_selector_cached,
 )
 
 __all__ = ["CoreApiRequest", "DemoCoreApi", "is_core_api_path"]
@@ -95,10 +94,7 @@ class DemoCoreApi:
                 f'watch is not supported on resources of kind "{resource}"',
                 details={"kind": resource},
             )
-        try:
-            fields = parse_field_selector_cached(query.field_selector)
-        except SelectorError as err:
-            raise BadRequest(str(err)) from err
+        fields = parse_field_selector_param(query.field_selector)
         labels = parse_label_selector(query.label_selector)
         return CoreApiRequest("v1", resource, namespace, None, labels, fields)
 

@@ -31,9 +31,11 @@ from custom_metrics_server.errors import (
 )
 from custom_metrics_server.selectors import (
     EVERYTHING,
+    FIELD_EVERYTHING,
+    FieldSelector,
     Selector,
     SelectorError,
-    parse_field_selector,
+    parse_field_selector_cached,
     parse_selector_cached,
 )
 
@@ -358,14 +360,21 @@ def parse_label_selector(text: str) -> Selector:
         raise BadRequest(str(err)) from err
 
 
+def parse_field_selector_param(text: str) -> FieldSelector:
+    """A `fieldSelector` value; a parse error is a 400."""
+    if not text:
+        return FIELD_EVERYTHING
+    try:
+        return parse_field_selector_cached(text)
+    except SelectorError as err:
+        raise BadRequest(str(err)) from err
+
+
 def _check_field_selector(text: str, *, name: str | None) -> None:
     """Upstream accepts only metadata.name/namespace, and on named routes only the path name."""
     if not text:
         return
-    try:
-        selector = parse_field_selector(text)
-    except SelectorError as err:
-        raise BadRequest(str(err)) from err
+    selector = parse_field_selector_param(text)
     if name is not None and selector.requires_exact("metadata.name") != name:
         raise BadRequest("fieldSelector metadata.name doesn't match requested name")
 

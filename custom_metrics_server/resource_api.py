@@ -48,6 +48,7 @@ from custom_metrics_server.grammar import (
     QueryParams,
     check_selector_sizes,
     check_timeout,
+    parse_field_selector_param,
     parse_label_selector,
     resource_route,
 )
@@ -64,8 +65,6 @@ from custom_metrics_server.selectors import (
     FIELD_EVERYTHING,
     FieldSelector,
     Selector,
-    SelectorError,
-    parse_field_selector_cached,
 )
 from custom_metrics_server.usage import ResourceUsage
 
@@ -161,18 +160,9 @@ def parse_request(
         namespace,
         None,
         parse_label_selector(query.label_selector),
-        _field_selector(query.field_selector),
+        parse_field_selector_param(query.field_selector),
         _include_object(raw_query),
     )
-
-
-def _field_selector(text: str) -> FieldSelector:
-    if not text:
-        return FIELD_EVERYTHING
-    try:
-        return parse_field_selector_cached(text)
-    except SelectorError as err:
-        raise BadRequest(str(err)) from err
 
 
 def _include_object(raw_query: bytes | str) -> str:

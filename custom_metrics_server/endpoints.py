@@ -248,10 +248,7 @@ class ApiEndpoints:
         if view == "protobuf":
             await send_body(send, 200, api.render(request, view), _PROTOBUF_HEADERS)
             return 200
-        if query.pretty is not None:
-            pretty = query.pretty
-        elif not pretty:
-            pretty = pretty_user_agent(request_header(scope, b"user-agent"))
+        pretty = _pretty(scope, query, accepted=pretty)
         await send_body(send, 200, api.render(request, view, pretty=pretty))
         return 200
 
@@ -268,11 +265,7 @@ class ApiEndpoints:
         if isinstance(representation, NotAcceptable):
             raise representation
         body = wire.dumps(api.document(request, self.server_address))
-        pretty = query.pretty
-        if pretty is None:
-            pretty = representation.pretty or pretty_user_agent(
-                request_header(scope, b"user-agent")
-            )
+        pretty = _pretty(scope, query, accepted=representation.pretty)
         await send_body(send, 200, wire.prettify(body) if pretty else body)
         return 200
 
@@ -295,9 +288,7 @@ class ApiEndpoints:
             raise chosen
         if chosen.protobuf:
             return chosen  # binary: `pretty` does not apply
-        pretty = query.pretty
-        if pretty is None:
-            pretty = chosen.pretty or pretty_user_agent(request_header(scope, b"user-agent"))
+        pretty = _pretty(scope, query, accepted=chosen.pretty)
         return chosen if chosen.pretty == pretty else Representation(chosen.media_type, pretty)
 
     async def _answer(self, parsed: ParsedRequest, encoding: _Encoding) -> bytes:
@@ -327,6 +318,14 @@ class ApiEndpoints:
         if isinstance(parsed, GroupDiscovery):
             return encoding.document(discovery.api_group(parsed.group))
         return encoding.document(discovery.api_group_list(self.server_address, self._extra_groups))
+
+
+def _pretty(scope: Scope, query: QueryParams, *, accepted: bool) -> bool:
+    """Indent JSON? `?pretty=` decides when given; else the Accept clause's `pretty=1`, or a
+    curl/Wget/browser user agent (upstream's `isPrettyPrint`)."""
+    if query.pretty is not None:
+        return query.pretty
+    return accepted or pretty_user_agent(request_header(scope, b"user-agent"))
 
 
 def _labels(parsed: ParsedRequest, engine: QueryEngine) -> tuple[str, str, str]:

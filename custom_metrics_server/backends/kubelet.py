@@ -276,7 +276,8 @@ class KubeletScraper:
         results = await asyncio.gather(*jobs)
         self._counters.rounds_completed += 1
         self._counters.last_round_seconds = loop.time() - started
-        if self._first_round is None:
+        if self._first_round is None and names:
+            # A round before the node watch listed anything says nothing about the kubelets.
             self._first_round = (sum(results), len(names))
 
     async def _scrape_later(self, name: str, delay: float) -> bool:

@@ -162,12 +162,15 @@ class KubernetesBackend(ResourceMetricsBackend):
         self._tasks: list[asyncio.Task[None]] = []
 
     def ready(self) -> Readiness:
-        """Ready once every watched resource has listed; the reason names what is missing."""
+        """Ready once every watched resource has listed; the reason names what is missing.
+        Once ready, the scraper's note (no kubelet answered its first round) rides along for
+        `/readyz?verbose` without failing it. O(watches), asked on every request."""
         waiting = [r for r in self.watches if not r.readiness().ready]
         if waiting:
             reasons = "; ".join(f"{r.name}: {r.readiness().reason}" for r in waiting)
             return Readiness(ready=False, reason=reasons)
-        return Readiness(ready=True)
+        scraping = self.scraper.readiness()
+        return Readiness(ready=True, reason=scraping.reason if scraping.ready else "")
 
     async def __aenter__(self) -> Self:
         for runner, name in [(self.discovery.run, "discovery")] + [

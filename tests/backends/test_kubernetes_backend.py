@@ -215,3 +215,27 @@ async def test_unknown_crd_resolves_after_discovery_refresh(
     found = await backend.state.resolve("widgets.example.com")
     assert found is not None
     assert found.kind == "Widget"
+
+
+async def test_no_kubelet_answering_is_a_readiness_note_not_a_failure(
+    api: FakeKubeApiServer,
+) -> None:
+    """Nodes whose kubelets never answer (no node proxy body here): the backend stays ready
+    once its watches listed, and says why under /readyz?verbose."""
+    settings = KubernetesSettings(
+        scrape_interval=0.2, scrape_timeout=2.0, discovery_interval=60, discovery_min_refresh=0
+    )
+    backend = KubernetesBackend(KubeClient(api.connection()), settings)
+    async with backend:
+        await until(lambda: backend.ready().ready and bool(backend.ready().reason))
+        nodes = len(api.objects("nodes"))
+        assert backend.ready().reason == (
+            f"no kubelet answered the first scrape round (0 of {nodes})"
+        )
+        app = create_app(cluster=backend.state, backends=[backend])
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="https://t"
+        ) as http:
+            verbose = await http.get("/readyz", params={"verbose": "1"})
+    assert verbose.status_code == 200
+    assert "[+]backend-kubernetes ok (no kubelet answered the first scrape round" in verbose.text

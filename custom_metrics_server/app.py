@@ -65,6 +65,7 @@ from custom_metrics_server.grammar import duration_seconds, is_api_path, parse_q
 from custom_metrics_server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
 from custom_metrics_server.query import QueryEngine
 from custom_metrics_server.security.gate import AllowAllGate, Gate
+from custom_metrics_server.tasks import background
 
 if TYPE_CHECKING:
     from custom_metrics_server.core_api import DemoCoreApi
@@ -135,6 +136,9 @@ def _build_shell(
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(
+                background(metrics.watch_loop_lag(), name="event-loop-lag")
+            )
             if security is not None:
                 await stack.enter_async_context(security.lifespan())
             for backend in engine.backends:

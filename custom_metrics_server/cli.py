@@ -25,6 +25,7 @@ import yaml
 from custom_metrics_server import __version__
 from custom_metrics_server.app import AppSettings, create_app
 from custom_metrics_server.backends.base import ClusterView, MetricsBackend
+from custom_metrics_server.backends.kubelet import DEFAULT_CONCURRENCY
 from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.backends.prometheus_options import (
@@ -200,6 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="deadline of one kubelet scrape (default 10s)",
     )
     kube.add_argument(
+        "--kubelet-scrape-concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"kubelet scrapes in flight at once, over their own connections (default "
+        f"{DEFAULT_CONCURRENCY}); nodes that keep failing take at most a quarter of them",
+    )
+    kube.add_argument(
         "--discovery-interval",
         type=parse_duration,
         default=600.0,
@@ -366,6 +374,7 @@ def _kubernetes(args: argparse.Namespace) -> _Served:
             kubelet_insecure_tls=args.kubelet_insecure_tls,
             scrape_interval=args.metric_resolution,
             scrape_timeout=args.kubelet_request_timeout,
+            scrape_concurrency=args.kubelet_scrape_concurrency,
             discovery_interval=args.discovery_interval,
             leader_elect=args.leader_elect,
             lease_namespace=args.leader_elect_resource_namespace,

@@ -46,6 +46,12 @@ _LATENCY_BUCKETS: Final = (
     60.0,
 )
 _FRESHNESS_BUCKETS: Final = (1, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
+_LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+#: How often the event loop's lag is sampled (s), and from what lag a warning is logged.
+LAG_SAMPLE_INTERVAL: Final = 0.25
+LAG_WARNING: Final = 1.0
+
+logger = logging.getLogger(__name__)
 
 
 class ServerMetrics:
@@ -78,6 +84,13 @@ class ServerMetrics:
             "Age of the oldest value in each metric response, by API group.",
             ["group"],
             buckets=_FRESHNESS_BUCKETS,
+            registry=self.registry,
+        )
+        self._loop_lag = Histogram(
+            "custom_metrics_server_event_loop_lag_seconds",
+            "How late the event loop ran a timer due now, sampled every 0.25 s: every request "
+            "and health probe waits that long too.",
+            buckets=_LAG_BUCKETS,
             registry=self.registry,
         )
         self._request_children: dict[tuple[str, ...], Any] = {}
@@ -137,6 +150,26 @@ class ServerMetrics:
         if child is None:
             child = self._freshness_children[group] = self._freshness.labels(group)
         child.observe(max(0.0, age_seconds))
+
+    async def watch_loop_lag(self, interval: float = LAG_SAMPLE_INTERVAL) -> None:
+        """Sample the event loop's lag forever (until cancelled): sleep `interval`, observe
+        how late the wake-up came. A warning (at most one a minute) when it exceeds
+        `LAG_WARNING`: something holds the loop and every request waits for it."""
+        loop = asyncio.get_running_loop()
+        warned = float("-inf")
+        while True:
+            due = loop.time() + interval
+            await asyncio.sleep(interval)
+            now = loop.time()
+            lag = max(0.0, now - due)
+            self._loop_lag.observe(lag)
+            if lag >= LAG_WARNING and now - warned >= 60:
+                warned = now
+                logger.warning(
+                    "the event loop was blocked for %.2fs: requests and health probes waited "
+                    "as long (see custom_metrics_server_event_loop_lag_seconds)",
+                    lag,
+                )
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -5,13 +5,14 @@
   in between slices instead of stalling for the whole build.
 * `cancel_and_wait`: how background tasks are stopped (cancel all, then await each, so none
   is left running or unretrieved).
+* `background`: a task that lives exactly as long as an `async with` block.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Generator, Iterable
+from collections.abc import AsyncIterator, Coroutine, Generator, Iterable
 from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
@@ -44,3 +45,13 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
     for task in pending:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@contextlib.asynccontextmanager
+async def background(work: Coroutine[Any, Any, None], *, name: str) -> AsyncIterator[None]:
+    """Run `work` as a task while the block runs; cancel it (and wait) when the block ends."""
+    task = asyncio.create_task(work, name=name)
+    try:
+        yield
+    finally:
+        await cancel_and_wait([task])

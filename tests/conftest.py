@@ -57,14 +57,15 @@ class RunningServer:
         return httpx.Client(base_url=self.url, verify=self.ssl_context(), timeout=10, **kwargs)  # type: ignore[arg-type]
 
 
-def server_command(workdir: Path, *args: str) -> list[str]:
-    """`custom-metrics-server serve --demo` on a free port with its certificates in workdir."""
+def server_command(workdir: Path, *args: str, demo: bool = True) -> list[str]:
+    """`custom-metrics-server serve` (`--demo` unless told otherwise) on a free loopback port
+    with its certificates in workdir."""
     return [
         sys.executable,
         "-m",
         "custom_metrics_server",
         "serve",
-        "--demo",
+        *(["--demo"] if demo else ["--bind-address", "127.0.0.1"]),
         "--secure-port",
         "0",
         "--cert-dir",
@@ -73,10 +74,12 @@ def server_command(workdir: Path, *args: str) -> list[str]:
     ]
 
 
-def start_server(workdir: Path, *args: str, timeout: float = 30) -> RunningServer:
+def start_server(
+    workdir: Path, *args: str, timeout: float = 30, demo: bool = True
+) -> RunningServer:
     """Start the real server on a free port and wait until it is ready."""
     cert_dir = workdir / "certs"
-    command = server_command(workdir, *args)
+    command = server_command(workdir, *args, demo=demo)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(workdir / "server.log", "w") as log:
         process = subprocess.Popen(

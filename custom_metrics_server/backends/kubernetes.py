@@ -27,13 +27,17 @@ from typing import Final, Literal, Self
 
 import httpx
 
-from custom_metrics_server.backends.kubelet import KubeletScraper
+from custom_metrics_server.backends.kubelet import (
+    DEFAULT_CONCURRENCY,
+    KubeletScraper,
+    ScraperCollector,
+)
 from custom_metrics_server.backends.node_agents import AgentDirectory, agent_http_client
 from custom_metrics_server.backends.resource_metrics import (
     ResourceMetricsBackend,
     render_state_exposition,
 )
-from custom_metrics_server.cluster_state import WATCHED, ClusterState
+from custom_metrics_server.cluster_state import NODES, WATCHED, ClusterState
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.exposition import render_pod_resource_metrics
 from custom_metrics_server.kube.client import KubeClient
@@ -66,6 +70,7 @@ class KubernetesSettings:
     kubelet_insecure_tls: bool = False
     scrape_interval: float = 15.0
     scrape_timeout: float = 10.0
+    scrape_concurrency: int = DEFAULT_CONCURRENCY
     discovery_interval: float = 600.0
     discovery_min_refresh: float = 5.0  # at most one on-miss refresh this often
     watch_page_size: int = 500
@@ -105,6 +110,7 @@ class KubernetesBackend(ResourceMetricsBackend):
             )
             for gr in WATCHED
         ]
+        nodes_reflector = self.reflectors[WATCHED.index(NODES)]
         self.agents: AgentDirectory | None = None
         self._agent_client: httpx.AsyncClient | None = None
         watches = list(self.reflectors)
@@ -132,6 +138,7 @@ class KubernetesBackend(ResourceMetricsBackend):
                 ca_file=self.settings.node_agent_ca_file,
                 insecure=self.settings.node_agent_insecure_tls,
                 timeout=self.settings.scrape_timeout,
+                max_connections=self.settings.scrape_concurrency,
             )
             source, port, target = "direct", self.settings.node_agent_port, "node agent"
             address = self.agents.address
@@ -142,6 +149,8 @@ class KubernetesBackend(ResourceMetricsBackend):
             store=self.usage_store,
             interval=self.settings.scrape_interval,
             timeout=self.settings.scrape_timeout,
+            concurrency=self.settings.scrape_concurrency,
+            nodes_synced=nodes_reflector.wait_synced,
             source=source,
             kubelet_port=port,
             kubelet_ca_file=self.settings.kubelet_ca_file,
@@ -194,6 +203,10 @@ class KubernetesBackend(ResourceMetricsBackend):
         if self._agent_client is not None:
             await self._agent_client.aclose()
         await self.client.aclose()
+
+    def collector(self) -> ScraperCollector:
+        """The scraper's self-metrics, for the server's `/metrics`."""
+        return ScraperCollector(self.scraper)
 
     def serves_resource_series(self) -> bool:
         """Only the Lease holder serves `/metrics/resources` (when leader election is on)."""

@@ -115,14 +115,22 @@ class AgentDirectory:
 
 
 def agent_http_client(
-    *, ca_file: str | None = None, insecure: bool = False, timeout: float = 10.0
+    *,
+    ca_file: str | None = None,
+    insecure: bool = False,
+    timeout: float = 10.0,
+    max_connections: int = 100,
 ) -> httpx.AsyncClient:
     """The client for agents: their serving CA (``ca_file``; the system's otherwise), or no
     verification with ``insecure``. No credentials are sent: agents need none, and a
-    compromised agent pod must not collect the server's token."""
+    compromised agent pod must not collect the server's token. At most `max_connections`
+    connections (the scraper's concurrency)."""
     return httpx.AsyncClient(
         verify=client_context(ca_file, insecure=insecure),
         timeout=timeout,
         headers={"User-Agent": USER_AGENT, "Accept": "text/plain"},
         follow_redirects=False,
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
     )

@@ -71,9 +71,11 @@ def error_from_response(status: int, body: bytes) -> KubeApiError:
 
 
 class KubeClient:
-    """One connection pool to kube-apiserver."""
+    """One connection pool to kube-apiserver (at most `max_connections` connections)."""
 
-    def __init__(self, connection: Connection, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, connection: Connection, *, timeout: float = 10.0, max_connections: int = 100
+    ) -> None:
         self.connection = connection
         self._http = httpx.AsyncClient(
             base_url=connection.host,
@@ -82,6 +84,9 @@ class KubeClient:
             auth=BearerAuth(connection),
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
             follow_redirects=False,
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
         )
 
     async def aclose(self) -> None:

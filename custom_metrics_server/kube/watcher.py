@@ -160,6 +160,7 @@ class Reflector:
         self._rv = ""
         self._needs_list = True
         self._synced = False
+        self._synced_event = asyncio.Event()
         self._failures = 0  # in a row, without progress
         self._expired_in_a_row = 0
         self._last_error: str | None = None
@@ -175,6 +176,10 @@ class Reflector:
     def synced(self) -> bool:
         """Whether a first full list has reached the sink."""
         return self._synced
+
+    async def wait_synced(self) -> None:
+        """Return once a first full list has reached the sink."""
+        await self._synced_event.wait()
 
     @property
     def stats(self) -> ReflectorStats:
@@ -293,6 +298,7 @@ class Reflector:
         self._rv = resource_version
         self._needs_list = False
         self._synced = True
+        self._synced_event.set()
         self._stats.lists += 1
         self._progress(watching=False)
         logger.info(

@@ -8,6 +8,7 @@ Timing tests use short intervals and generous tolerances: the machine may be loa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import ssl
@@ -69,6 +70,8 @@ class FakeApiServer:
         self._server: asyncio.Server | None = None
         self._clock_ms = 1_700_000_000_000
         self._connections: set[asyncio.StreamWriter] = set()
+        self.in_flight = 0  # node requests being answered now
+        self.max_in_flight = 0
 
     def add(self, name: str, **kwargs: object) -> FakeNode:
         self.nodes[name] = node = FakeNode(**kwargs)  # type: ignore[arg-type]
@@ -94,7 +97,18 @@ class FakeApiServer:
                 target = head.split(b" ", 2)[1].decode()
                 found = re.search(rb"(?im)^authorization: *(.*?)\r$", head)
                 self.authorizations.append(found.group(1).decode() if found else "")
-                status, body = await self._answer(target)
+                # A client that gives up closes the connection: stop answering then, as a
+                # real server's handler would, so `in_flight` counts live requests only.
+                answer = asyncio.ensure_future(self._answer(target))
+                hangup = asyncio.ensure_future(reader.read(1))
+                await asyncio.wait([answer, hangup], return_when=asyncio.FIRST_COMPLETED)
+                if not answer.done():
+                    answer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await answer
+                    return
+                hangup.cancel()
+                status, body = answer.result()
                 writer.write(
                     f"HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\n"
                     f"Content-Length: {len(body)}\r\n\r\n".encode()
@@ -120,7 +134,12 @@ class FakeApiServer:
             return 404, b'{"kind":"Status","reason":"NotFound","message":"nodes not found"}'
         node.requests.append(asyncio.get_running_loop().time())
         if node.delay:
-            await asyncio.sleep(node.delay)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(node.delay)
+            finally:
+                self.in_flight -= 1
         if node.status != 200:
             return node.status, b'{"kind":"Status","reason":"InternalError","message":"boom"}'
         self._clock_ms += 1000
@@ -184,11 +203,11 @@ async def test_node_starts_are_spread_over_the_interval(
     names = [f"n{i}" for i in range(4)]
     for name in names:
         server.add(name)
-    async with scraper(client, UsageStore(), names, interval=0.8):
+    async with scraper(client, UsageStore(), names, interval=1.6):
         await wait_for(lambda: all(server.nodes[n].requests for n in names))
     firsts = [server.nodes[n].requests[0] for n in names]
     gaps = [later - earlier for earlier, later in pairwise(firsts)]
-    # Node i starts i * interval / n into the round: 0.2 s apart.
+    # Node i starts i * interval / 2n into the round (the first half): 0.2 s apart.
     assert all(0.15 <= gap <= 0.45 for gap in gaps), gaps
     assert firsts[-1] - firsts[0] >= 0.5
 
@@ -264,7 +283,9 @@ async def test_a_failing_node_is_logged_once_and_again_when_it_recovers(
         node.status = 200
         await wait_for(lambda: store.pod_usage("default", "flaky-pod") is not None)
         stats = running.stats()
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [
+        r for r in caplog.records if r.levelno == logging.WARNING and "node " in r.getMessage()
+    ]
     recoveries = [r for r in caplog.records if "answers again" in r.getMessage()]
     assert len(warnings) == 1
     assert "flaky" in warnings[0].getMessage()
@@ -479,3 +500,114 @@ async def test_leaving_the_context_stops_all_scrapes(
     count = len(node.requests)
     await asyncio.sleep(0.3)
     assert len(node.requests) == count
+
+
+async def test_no_more_than_the_concurrency_is_in_flight_and_a_late_round_delays_the_next(
+    server: FakeApiServer, client: KubeClient
+) -> None:
+    # Nodes that hang: one slot, three nodes. The round cannot start them all before the next
+    # tick; the rest wait for a later round instead of piling up, and rounds never overlap.
+    names = ["h0", "h1", "h2"]
+    for name in names:
+        server.add(name, delay=1.0)
+    async with scraper(
+        client, UsageStore(), names, interval=0.2, timeout=1.0, concurrency=1
+    ) as running:
+        await wait_for(lambda: running.stats().rounds_overrun >= 1 and running.stats().deferred)
+        await wait_for(lambda: all(server.nodes[n].requests for n in names))
+        stats = running.stats()
+    assert server.max_in_flight == 1
+    assert stats.failures_by_reason["timeout"] >= 2
+    assert stats.in_flight <= 1
+
+
+async def test_nodes_that_keep_failing_are_retried_with_exponential_backoff(
+    server: FakeApiServer, client: KubeClient
+) -> None:
+    broken = server.add("broken", status=500)
+    fine = server.add("fine")
+    async with scraper(client, UsageStore(), ["broken", "fine"], interval=0.05) as running:
+        await wait_for(lambda: len(fine.requests) >= 24, within=10.0)
+        stats = running.stats()
+    # Rounds 0, 1, 3, 7, 15, 23, ...: about five attempts in 24 rounds instead of 24.
+    assert 3 <= len(broken.requests) <= 7, len(broken.requests)
+    assert stats.nodes_backing_off == 1
+    assert stats.nodes_failing == 1
+
+
+async def test_failing_nodes_take_at_most_a_quarter_of_the_slots(
+    server: FakeApiServer, client: KubeClient
+) -> None:
+    # First round: every node fails fast (status 500). Then they all hang: as failing nodes
+    # they may hold only 4 // 4 = 1 slot, so the healthy node always finds one.
+    hangers = [server.add(f"f{i}", status=500) for i in range(6)]
+    healthy = server.add("ok")
+    names = [f"f{i}" for i in range(6)] + ["ok"]
+    store = UsageStore()
+    async with scraper(client, store, names, interval=0.3, timeout=2.0, concurrency=4) as running:
+        await wait_for(lambda: running.stats().nodes_failing == 6)
+        for node in hangers:
+            node.status, node.delay = 200, 5.0
+        server.max_in_flight = 0
+        seen = len(healthy.requests)
+        await wait_for(lambda: len(healthy.requests) >= seen + 3, within=5.0)
+    assert server.max_in_flight == 1
+
+
+async def test_the_first_round_starts_as_soon_as_the_node_list_has_synced(
+    server: FakeApiServer, client: KubeClient
+) -> None:
+    server.add("n1")
+    synced = asyncio.Event()
+    running = KubeletScraper(
+        client,
+        nodes=lambda: ["n1"],
+        store=UsageStore(),
+        interval=30.0,
+        timeout=1.0,
+        nodes_synced=synced.wait,
+    )
+    async with running:
+        await asyncio.sleep(0.2)
+        assert server.nodes["n1"].requests == []
+        assert not running.readiness().ready
+        synced.set()
+        # Not a whole interval later: at once.
+        await wait_for(lambda: running.readiness().ready, within=2.0)
+    assert len(server.nodes["n1"].requests) == 1
+
+
+async def test_scrapes_use_their_own_connection_pool(server: FakeApiServer) -> None:
+    # The client handed in (the watches' and reviews' pool) has one connection, held by a
+    # request that hangs; the scraper's requests still go out at once on its own pool.
+    server.add("stuck", delay=5.0)
+    server.add("n1")
+    shared = KubeClient(Connection(host=f"http://127.0.0.1:{server.port}"), max_connections=1)
+    hanging = asyncio.create_task(shared.get_bytes("/api/v1/nodes/stuck/proxy/metrics/resource"))
+    await wait_for(lambda: bool(server.nodes["stuck"].requests))
+    store = UsageStore()
+    try:
+        running = KubeletScraper(shared, nodes=lambda: ["n1"], store=store, timeout=1.0)
+        async with running:
+            assert await running.scrape_node("n1") is True
+    finally:
+        hanging.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await hanging
+        await shared.aclose()
+
+
+async def test_many_nodes_failing_at_once_are_summed_up_in_one_line(
+    server: FakeApiServer, client: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    names = [f"n{i:02d}" for i in range(12)]
+    for name in names:
+        server.add(name, status=503)
+    caplog.set_level(logging.INFO, logger="custom_metrics_server.backends.kubelet")
+    async with scraper(client, UsageStore(), names, interval=0.5) as running:
+        await wait_for(lambda: running.stats().rounds_completed >= 1)
+    per_node = [r for r in caplog.records if "scraping the kubelet of node" in r.getMessage()]
+    summaries = [r for r in caplog.records if "started failing" in r.getMessage()]
+    assert len(per_node) == 5
+    assert len(summaries) == 1
+    assert "12 of 12 listed node(s) started failing (http_503 12)" in summaries[0].getMessage()

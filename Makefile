@@ -37,10 +37,10 @@ imports: install
 	$(BIN)/lint-imports
 
 verify-openapi: install
-	$(BIN)/python -m custom_metrics_server.openapi --check openapi
+	$(BIN)/python -m custom_metrics_server.api.openapi --check openapi
 
 update-openapi: install
-	$(BIN)/python -m custom_metrics_server.openapi --write openapi
+	$(BIN)/python -m custom_metrics_server.api.openapi --write openapi
 
 verify: lint typecheck imports verify-openapi
 

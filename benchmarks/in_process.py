@@ -61,7 +61,7 @@ def _build_app(pods: int) -> Any:
     try:
         from custom_metrics_server.server.app import AppSettings, create_app
     except ImportError:  # the layout before the house move
-        from custom_metrics_server.app import AppSettings, create_app  # type: ignore[no-redef]
+        from custom_metrics_server.server.app import AppSettings, create_app  # type: ignore[no-redef]
 
     args = cli.build_parser().parse_args(
         ["serve", "--demo", "--demo-pods", str(pods), "--demo-web-pods", str(pods)]
@@ -129,7 +129,7 @@ def _selector(text: str) -> Any:
         try:
             from custom_metrics_server.machinery.selectors import parse_selector
         except ImportError:
-            from custom_metrics_server.selectors import parse_selector  # type: ignore[no-redef]
+            from custom_metrics_server.machinery.selectors import parse_selector  # type: ignore[no-redef]
     return parse_selector(text)
 
 

@@ -222,7 +222,7 @@ class StateSink(ExtractingSink):
 
     def __init__(self) -> None:
         super().__init__()
-        from custom_metrics_server.cluster_state import PODS, ClusterState
+        from custom_metrics_server.compute.records import PODS, ClusterState
 
         self.state = ClusterState()
         self._pods = self.state.sink(PODS)
@@ -486,7 +486,7 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.state:
-        from custom_metrics_server.heap import tune_gc
+        from custom_metrics_server.runtime.heap import tune_gc
 
         tune_gc()  # as `serve` does
     load_before = os.getloadavg()

@@ -23,31 +23,31 @@ import uvicorn
 import yaml
 
 from custom_metrics_server import __version__
-from custom_metrics_server.app import AppSettings, create_app
-from custom_metrics_server.backends.base import ClusterView, MetricsBackend
-from custom_metrics_server.backends.kubelet import DEFAULT_CONCURRENCY
-from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.backends.memory import load_fixture
-from custom_metrics_server.backends.prometheus_options import (
-    add_prometheus_flags,
-)
-from custom_metrics_server.backends.prometheus_options import (
-    build_backend as build_prometheus_backend,
-)
-from custom_metrics_server.backends.prometheus_options import enabled as prometheus_enabled
-from custom_metrics_server.backends.resource_metrics import (
+from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
+from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.compute.metrics import (
     ResourceMetricsBackend,
     render_state_exposition,
 )
-from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
-from custom_metrics_server.core_api import DemoCoreApi
-from custom_metrics_server.heap import tune_gc
+from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
+from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import KubeConfigError, load_connection
 from custom_metrics_server.node_agent import command as node_agent
-from custom_metrics_server.observability import configure_logging
+from custom_metrics_server.prometheus.options import (
+    add_prometheus_flags,
+)
+from custom_metrics_server.prometheus.options import (
+    build_backend as build_prometheus_backend,
+)
+from custom_metrics_server.prometheus.options import enabled as prometheus_enabled
 from custom_metrics_server.prometheus.rules import ConfigError
-from custom_metrics_server.resource_api import ResourceMetricsApi
+from custom_metrics_server.runtime.heap import tune_gc
+from custom_metrics_server.runtime.logs import configure_logging
+from custom_metrics_server.runtime.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer
+from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.options import (
     SecurityConfigError,
     add_security_flags,
@@ -55,7 +55,7 @@ from custom_metrics_server.security.options import (
 )
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_header_read_timeout
-from custom_metrics_server.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer
+from custom_metrics_server.server.app import AppSettings, create_app
 
 logger = logging.getLogger("custom_metrics_server")
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import yaml
 
-from custom_metrics_server.app import Server, create_app
 from custom_metrics_server.backends.memory import load_fixture
+from custom_metrics_server.server.app import Server, create_app
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONTRACT_FIXTURE = FIXTURES / "contract.yaml"

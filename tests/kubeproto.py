@@ -2,7 +2,7 @@
 
 The `.proto` files in tests/fixtures/proto (written from the upstream definitions) are parsed
 by a small subset parser into descriptors for the `protobuf` runtime (upb), whose decoder then
-reads the server's bytes. Nothing here is shared with `custom_metrics_server.protobuf` but the
+reads the server's bytes. Nothing here is shared with `custom_metrics_server.api.protobuf` but the
 field numbers, so a wrong number, type or nesting on either side fails the comparison.
 
 `to_json_shape` turns a decoded message into the JSON wire form (Time as RFC 3339, Quantity as

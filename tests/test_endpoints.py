@@ -11,8 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from custom_metrics_server.app import create_app
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -22,6 +21,7 @@ from custom_metrics_server.domain import (
     Readiness,
     Sample,
 )
+from custom_metrics_server.server.app import create_app
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from custom_metrics_server.observability import ServerMetrics
+from custom_metrics_server.server.observability import ServerMetrics
 
 
 def _lag_samples(metrics: ServerMetrics) -> tuple[float, float]:
@@ -26,7 +26,7 @@ def _lag_samples(metrics: ServerMetrics) -> tuple[float, float]:
 async def test_a_blocked_event_loop_is_measured_and_logged(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("custom_metrics_server.observability.LAG_WARNING", 0.2)
+    monkeypatch.setattr("custom_metrics_server.server.observability.LAG_WARNING", 0.2)
     metrics = ServerMetrics()
     watcher = asyncio.create_task(metrics.watch_loop_lag(interval=0.01))
     try:

@@ -1,4 +1,4 @@
-"""Tests for custom_metrics_server.exposition.
+"""Tests for custom_metrics_server.compute.exposition.
 
 Parsing is checked against what the real metrics-server decoded from upstream's own kubelet
 samples (``../shared/reference/kubelet-samples/decoded.json``), against itself (the C-level
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from custom_metrics_server.exposition import (
+from custom_metrics_server.compute.exposition import (
     LIMIT_HELP,
     REQUEST_HELP,
     ContainerSample,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from custom_metrics_server.domain import ExternalMetricRequest, MetricRequest
-from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotFound
-from custom_metrics_server.grammar import (
+from custom_metrics_server.api.grammar import (
     GroupDiscovery,
     QueryParams,
     RootDiscovery,
@@ -15,6 +13,8 @@ from custom_metrics_server.grammar import (
     parse,
     parse_query,
 )
+from custom_metrics_server.domain import ExternalMetricRequest, MetricRequest
+from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotFound
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
 E = "/apis/external.metrics.k8s.io/v1beta1"

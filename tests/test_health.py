@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.health import render
+from custom_metrics_server.server.health import render
 
 OK = Readiness(ready=True)
 DOWN = Readiness(ready=False, reason="no series listing yet")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import GroupResource
-from custom_metrics_server.selectors import EVERYTHING, Selector, parse_selector
+from custom_metrics_server.machinery.selectors import EVERYTHING, Selector, parse_selector
 
 PODS = GroupResource("", "pods")
 

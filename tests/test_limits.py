@@ -19,8 +19,7 @@ import orjson
 import pytest
 
 from custom_metrics_server import cli
-from custom_metrics_server.app import AppSettings, Server, create_app, request_deadline
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -30,6 +29,7 @@ from custom_metrics_server.domain import (
     Readiness,
     Sample,
 )
+from custom_metrics_server.server.app import AppSettings, Server, create_app, request_deadline
 from tests.asgi import call, scope_for
 from tests.conftest import RunningServer
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from custom_metrics_server.errors import NotAcceptable
-from custom_metrics_server.negotiation import (
+from custom_metrics_server.api.negotiation import (
     JSON,
     PROTOBUF,
     Representation,
     negotiate,
     pretty_user_agent,
 )
+from custom_metrics_server.errors import NotAcceptable
 
 PLAIN = Representation(JSON, pretty=False)
 PROTO = Representation(PROTOBUF, pretty=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from custom_metrics_server import openapi
+from custom_metrics_server.api import openapi
 
 ROOT = Path(__file__).parent.parent
 

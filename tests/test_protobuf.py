@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_metrics_server import discovery, errors, protobuf, wire
+from custom_metrics_server import errors
+from custom_metrics_server.api import discovery, protobuf, wire
 from custom_metrics_server.domain import (
     ExternalSample,
     GroupResource,
@@ -23,7 +24,7 @@ from custom_metrics_server.domain import (
     ObjectRef,
     Sample,
 )
-from custom_metrics_server.selectors import EVERYTHING, parse_selector
+from custom_metrics_server.machinery.selectors import EVERYTHING, parse_selector
 from tests import kubeproto
 
 POD = ObjectRef(kind="Pod", namespace="default", name="web-1", api_version="v1")

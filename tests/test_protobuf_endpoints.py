@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from custom_metrics_server.app import Server
 from custom_metrics_server.errors import Forbidden, StatusError, Unauthorized
+from custom_metrics_server.server.app import Server
 from tests import kubeproto
 from tests.asgi import Reply, call, scope_for
 from tests.conftest import contract_app

@@ -1,4 +1,4 @@
-"""Tests for custom_metrics_server.quantity.
+"""Tests for custom_metrics_server.machinery.quantity.
 
 Most tables are ported from upstream k8s.io/apimachinery/pkg/api/resource tests
 (quantity_test.go, amount_test.go, scale_int_test.go, quantity_subnano_test.go);
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_metrics_server.quantity import (
+from custom_metrics_server.machinery.quantity import (
     ERR_FORMAT_WRONG,
     ERR_NUMERIC,
     ERR_SUFFIX,

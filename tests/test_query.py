@@ -10,8 +10,9 @@ from typing import Self
 
 import pytest
 
+from custom_metrics_server.api.grammar import parse, parse_query
 from custom_metrics_server.backends.memory import MemoryBackend, SnapshotBuilder
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -23,8 +24,7 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, NotFound
-from custom_metrics_server.grammar import parse, parse_query
-from custom_metrics_server.query import QueryEngine
+from custom_metrics_server.query.engine import QueryEngine
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
 

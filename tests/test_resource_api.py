@@ -12,13 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_metrics_server import schemas
-from custom_metrics_server.app import AppSettings, create_app
-from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, ClusterState
-from custom_metrics_server.core_api import DemoCoreApi
-from custom_metrics_server.domain import GroupResource
-from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotAcceptable, NotFound
-from custom_metrics_server.exposition import (
+from custom_metrics_server.api import schemas
+from custom_metrics_server.api.core_api import DemoCoreApi
+from custom_metrics_server.api.grammar import parse_query
+from custom_metrics_server.compute.exposition import (
     ContainerSample,
     CpuSample,
     MemorySample,
@@ -26,9 +23,7 @@ from custom_metrics_server.exposition import (
     PodSample,
     ResourceScrape,
 )
-from custom_metrics_server.grammar import parse_query
-from custom_metrics_server.quantity import Format, format_quantity
-from custom_metrics_server.resource_api import (
+from custom_metrics_server.compute.metrics_api import (
     MetricsApiRequest,
     ResourceMetricsApi,
     go_duration,
@@ -36,8 +31,13 @@ from custom_metrics_server.resource_api import (
     negotiate,
     parse_request,
 )
+from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.compute.usage import ContainerResourceUsage, ResourceUsage, UsageStore
+from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotAcceptable, NotFound
+from custom_metrics_server.machinery.quantity import Format, format_quantity
 from custom_metrics_server.security.requestinfo import request_attributes
-from custom_metrics_server.usage import ContainerResourceUsage, ResourceUsage, UsageStore
+from custom_metrics_server.server.app import AppSettings, create_app
 from tests import kubeproto
 from tests.asgi import call, scope_for
 

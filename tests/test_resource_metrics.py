@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server.app import create_app
-from custom_metrics_server.backends.resource_metrics import ResourceMetricsBackend, usage_of
-from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.compute.metrics import ResourceMetricsBackend, usage_of
+from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.server.app import create_app
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
 DEPLOYMENTS = GroupResource("apps", "deployments")

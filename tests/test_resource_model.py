@@ -1,4 +1,4 @@
-"""Tests for custom_metrics_server.resource_model.
+"""Tests for custom_metrics_server.compute.model.
 
 The request/limit tables are ported from upstream k8s.io/component-helpers/resource
 helpers_test.go (TestPodRequestsAndLimits, TestPodRequestsAndLimitsWithoutOverhead,
@@ -20,8 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_metrics_server.quantity import Quantity
-from custom_metrics_server.resource_model import (
+from custom_metrics_server.compute.model import (
     DEFAULT_OPTIONS,
     RESOURCE_UNITS,
     SCHEDULER_METRIC_OPTIONS,
@@ -31,6 +30,7 @@ from custom_metrics_server.resource_model import (
     pod_requests,
     resource_unit,
 )
+from custom_metrics_server.machinery.quantity import Quantity
 
 Pod = dict[str, Any]
 Texts = dict[str, str]

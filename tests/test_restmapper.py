@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS, RestMapper
 from custom_metrics_server.domain import GroupResource, ResourceMapping
-from custom_metrics_server.restmapper import BUILTIN_MAPPINGS, RestMapper
 
 MAPPER = RestMapper(BUILTIN_MAPPINGS)
 

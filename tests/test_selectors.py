@@ -1,4 +1,4 @@
-"""Tests of `custom_metrics_server.selectors` against apimachinery's own tables.
+"""Tests of `custom_metrics_server.machinery.selectors` against apimachinery's own tables.
 
 Rows are ported from `pkg/labels/selector_test.go`, `pkg/fields/selector_test.go` and
 `pkg/apis/meta/v1/helpers.go`; error texts are what the Go code produces (checked by reading
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_metrics_server.selectors import (
+from custom_metrics_server.machinery.selectors import (
     _BANG,
     _CLOSE,
     _COMMA,

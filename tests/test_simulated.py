@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from custom_metrics_server.api.grammar import parse, parse_query
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.domain import (
     ExternalMetricRequest,
@@ -11,9 +12,8 @@ from custom_metrics_server.domain import (
     MetricInfo,
     MetricRequest,
 )
-from custom_metrics_server.grammar import parse, parse_query
-from custom_metrics_server.query import QueryEngine
-from custom_metrics_server.selectors import parse_selector
+from custom_metrics_server.machinery.selectors import parse_selector
+from custom_metrics_server.query.engine import QueryEngine
 
 NOW = 1_767_323_045.0
 

@@ -1,4 +1,4 @@
-"""Tests for custom_metrics_server.usage: rates, resets, restarts, the two-sample rule and
+"""Tests for custom_metrics_server.compute.usage: rates, resets, restarts, the two-sample rule and
 age-out, following metrics-server's storage (pkg/storage: pod.go, node.go, types.go)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_metrics_server.exposition import (
+from custom_metrics_server.compute.exposition import (
     ContainerSample,
     CpuSample,
     MemorySample,
@@ -18,7 +18,7 @@ from custom_metrics_server.exposition import (
     ResourceScrape,
     parse_resource_metrics,
 )
-from custom_metrics_server.usage import (
+from custom_metrics_server.compute.usage import (
     FRESH_CONTAINER_MIN_AGE,
     NodeUsage,
     PodUsage,

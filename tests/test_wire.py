@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_metrics_server import schemas, wire
+from custom_metrics_server.api import schemas, wire
 from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample
 from custom_metrics_server.errors import (
     BadRequest,
@@ -17,7 +17,7 @@ from custom_metrics_server.errors import (
     route_not_found,
     watch_not_supported,
 )
-from custom_metrics_server.selectors import EVERYTHING, parse_selector
+from custom_metrics_server.machinery.selectors import EVERYTHING, parse_selector
 
 POD = ObjectRef(kind="Pod", namespace="default", name="web-1", api_version="v1")
 TS = 1767323045.9  # 2026-01-02T03:04:05.9Z: sub-second precision is dropped

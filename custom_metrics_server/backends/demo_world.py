@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
-from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS
+from custom_metrics_server.compute.exposition import format_go_float
+from custom_metrics_server.compute.model import pod_requests
+from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
 from custom_metrics_server.domain import GroupResource
-from custom_metrics_server.exposition import format_go_float
-from custom_metrics_server.quantity import Quantity
-from custom_metrics_server.resource_model import pod_requests
+from custom_metrics_server.machinery.quantity import Quantity
 
 ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # the kube name-generator alphabet
 PODS_PER_NODE: Final = 8

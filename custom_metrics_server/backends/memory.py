@@ -20,7 +20,7 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Any, Self
 
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -30,8 +30,8 @@ from custom_metrics_server.domain import (
     Readiness,
     Sample,
 )
-from custom_metrics_server.quantity import Quantity
-from custom_metrics_server.tasks import drain
+from custom_metrics_server.machinery.quantity import Quantity
+from custom_metrics_server.runtime.tasks import drain
 
 Number = Decimal | int | float
 

@@ -40,13 +40,13 @@ from custom_metrics_server.backends.memory import (
     Snapshot,
     SnapshotBuilder,
 )
-from custom_metrics_server.cluster_state import PODS, ClusterState
+from custom_metrics_server.compute.exposition import parse_resource_metrics
+from custom_metrics_server.compute.records import PODS, ClusterState
+from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
-from custom_metrics_server.exposition import parse_resource_metrics
-from custom_metrics_server.heap import settle_heap
-from custom_metrics_server.quantity import Quantity
-from custom_metrics_server.tasks import cancel_and_wait, drain, run_cooperatively
-from custom_metrics_server.usage import UsageStore
+from custom_metrics_server.machinery.quantity import Quantity
+from custom_metrics_server.runtime.heap import settle_heap
+from custom_metrics_server.runtime.tasks import cancel_and_wait, drain, run_cooperatively
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from kubernetes.client import Configuration
 from kubernetes.config import incluster_config, kube_config
 from kubernetes.config.config_exception import ConfigException
 
-from custom_metrics_server.tls import client_context
+from custom_metrics_server.runtime.tls import client_context
 
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 

@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS, RestMapper
 from custom_metrics_server.domain import GroupResource, Readiness, ResourceMapping
-from custom_metrics_server.restmapper import BUILTIN_MAPPINGS, RestMapper
 
 logger = logging.getLogger(__name__)
 

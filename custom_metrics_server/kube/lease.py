@@ -22,7 +22,7 @@ from typing import Any, Self
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
-from custom_metrics_server.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 

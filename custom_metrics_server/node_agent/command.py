@@ -22,15 +22,15 @@ from custom_metrics_server.node_agent.collector import Collector
 from custom_metrics_server.node_agent.host import HostReader
 from custom_metrics_server.node_agent.runtime import RuntimeClient, grpc_target
 from custom_metrics_server.node_agent.server import AgentApp
-from custom_metrics_server.observability import configure_logging
+from custom_metrics_server.runtime.logs import configure_logging
+from custom_metrics_server.runtime.serving import TlsServer
+from custom_metrics_server.runtime.tls import ReloadingServerContext, ensure_serving_certificate
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import (
     HEADER_READ_TIMEOUT,
     TlsHttpToolsProtocol,
     with_header_read_timeout,
 )
-from custom_metrics_server.serving import TlsServer
-from custom_metrics_server.tls import ReloadingServerContext, ensure_serving_certificate
 
 __all__ = ["DEFAULT_CRI_ENDPOINT", "DEFAULT_PORT", "add_parser", "run"]
 

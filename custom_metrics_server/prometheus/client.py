@@ -29,7 +29,7 @@ import orjson
 from custom_metrics_server import __version__
 from custom_metrics_server.prometheus.registry import SeriesShape, series_shape
 from custom_metrics_server.prometheus.rules import ServerConfig
-from custom_metrics_server.tls import client_context
+from custom_metrics_server.runtime.tls import client_context
 
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
 #: Longer encoded forms go as POST bodies; many proxies cap request lines at 4-8 KiB.

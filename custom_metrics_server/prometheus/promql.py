@@ -17,7 +17,7 @@ import re
 from typing import Final
 
 from custom_metrics_server.errors import BadRequest
-from custom_metrics_server.selectors import Operator, Selector, go_quote
+from custom_metrics_server.machinery.selectors import Operator, Selector, go_quote
 
 #: A Prometheus label name (`model.LabelNameRE`).
 LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

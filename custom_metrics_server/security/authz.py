@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from custom_metrics_server.errors import Forbidden, InternalError
+from custom_metrics_server.machinery.selectors import go_quote
 from custom_metrics_server.security.authn import Identity
 from custom_metrics_server.security.cache import SingleFlight, TtlCache
 from custom_metrics_server.security.requestinfo import RequestAttributes
@@ -37,7 +38,6 @@ from custom_metrics_server.security.webhook import (
     ReviewError,
     post_review,
 )
-from custom_metrics_server.selectors import go_quote
 
 logger = logging.getLogger(__name__)
 

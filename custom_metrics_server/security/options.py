@@ -42,8 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from custom_metrics_server.grammar import duration_seconds
+from custom_metrics_server.api.grammar import duration_seconds
 from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tls import (
+    ReloadingServerContext,
+    ServingCertificate,
+    ensure_serving_certificate,
+    trust_anchor,
+)
 from custom_metrics_server.security.authn import Authenticator, TokenAuthenticator
 from custom_metrics_server.security.authz import DEFAULT_ALWAYS_ALLOW_PATHS, Authorizer
 from custom_metrics_server.security.certs import CertificateError
@@ -59,13 +66,6 @@ from custom_metrics_server.security.trust import (
     request_header_settings,
 )
 from custom_metrics_server.security.webhook import Backoff
-from custom_metrics_server.tasks import cancel_and_wait
-from custom_metrics_server.tls import (
-    ReloadingServerContext,
-    ServingCertificate,
-    ensure_serving_certificate,
-    trust_anchor,
-)
 
 logger = logging.getLogger(__name__)
 

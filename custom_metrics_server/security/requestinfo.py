@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs
 
-from custom_metrics_server.selectors import (
+from custom_metrics_server.machinery.selectors import (
     Operator,
     SelectorError,
     parse_selector_cached,

@@ -31,7 +31,7 @@ from cryptography import x509
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from custom_metrics_server import wire
+from custom_metrics_server.api import wire
 from custom_metrics_server.errors import BadRequest
 
 TLS_VERSIONS: Final = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}

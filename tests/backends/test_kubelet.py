@@ -1,4 +1,4 @@
-"""Tests for custom_metrics_server.backends.kubelet: the scraper against a local HTTP server
+"""Tests for custom_metrics_server.compute.scraper: the scraper against a local HTTP server
 that answers the API server's node-proxy paths (and the kubelet's own path, for direct
 mode) with kubelet text, per node: counters that move, errors, slowness.
 
@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 import trustme
 
-from custom_metrics_server.backends.kubelet import (
+from custom_metrics_server.compute.scraper import (
     AGE_OUT_INTERVALS,
     KubeletScraper,
     ScrapeFailure,
 )
+from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.usage import UsageStore
 
 PROXY_PATH = re.compile(r"^/api/v1/nodes/([^/]+)/proxy/metrics/resource$")
 
@@ -277,7 +277,7 @@ async def test_a_failing_node_is_logged_once_and_again_when_it_recovers(
 ) -> None:
     node = server.add("flaky", status=500)
     store = UsageStore()
-    caplog.set_level(logging.DEBUG, logger="custom_metrics_server.backends.kubelet")
+    caplog.set_level(logging.DEBUG, logger="custom_metrics_server.compute.scraper")
     async with scraper(client, store, ["flaky"], interval=0.1, timeout=0.5) as running:
         await wait_for(lambda: running.stats().failures >= 3)
         node.status = 200
@@ -603,7 +603,7 @@ async def test_many_nodes_failing_at_once_are_summed_up_in_one_line(
     names = [f"n{i:02d}" for i in range(12)]
     for name in names:
         server.add(name, status=503)
-    caplog.set_level(logging.INFO, logger="custom_metrics_server.backends.kubelet")
+    caplog.set_level(logging.INFO, logger="custom_metrics_server.compute.scraper")
     async with scraper(client, UsageStore(), names, interval=0.5) as running:
         await wait_for(lambda: running.stats().rounds_completed >= 1)
     per_node = [r for r in caplog.records if "scraping the kubelet of node" in r.getMessage()]

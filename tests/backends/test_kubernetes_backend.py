@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server.app import create_app
 from custom_metrics_server.backends import demo_world
-from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
-from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS
+from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.machinery.quantity import Quantity
+from custom_metrics_server.server.app import create_app
 from tests.fakes.kube_apiserver import FakeKubeApiServer, ResourceType
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"

@@ -16,9 +16,8 @@ import httpx
 import pytest
 import trustme
 
-from custom_metrics_server.app import create_app
-from custom_metrics_server.backends.kubernetes import KubernetesBackend, KubernetesSettings
-from custom_metrics_server.backends.node_agents import AgentDirectory
+from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.compute.node_agents import AgentDirectory
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.node_agent.summary import (
     ContainerStats,
@@ -27,6 +26,7 @@ from custom_metrics_server.node_agent.summary import (
     PodStats,
     Summary,
 )
+from custom_metrics_server.server.app import create_app
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod
 from tests.node_agent.test_agent_process import Agent, start_agent, stop_agent

@@ -74,7 +74,7 @@ from urllib.parse import unquote, unquote_plus
 import orjson
 
 from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.selectors import Selector, SelectorError, parse_selector
+from custom_metrics_server.machinery.selectors import Selector, SelectorError, parse_selector
 
 __all__ = [
     "CONTINUE_EXPIRED_MESSAGE",

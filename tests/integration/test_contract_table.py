@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server import schemas
+from custom_metrics_server.api import schemas
 from tests import kubeproto
 from tests.conftest import RunningServer
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.machinery.quantity import Quantity
 from tests.conftest import RunningServer
 
 pytestmark = [

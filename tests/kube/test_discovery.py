@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS
 from custom_metrics_server.domain import GroupResource, ResourceMapping
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import (
@@ -18,7 +19,6 @@ from custom_metrics_server.kube.discovery import (
     discover_groups,
     resources_of,
 )
-from custom_metrics_server.restmapper import BUILTIN_MAPPINGS
 from tests.fakes.kube_apiserver import FakeKubeApiServer, ResourceType
 
 WIDGETS = ResourceType("example.com", "v1", "widgets", "Widget", short_names=("wd",))

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from custom_metrics_server.backends.memory import load_fixture
-from custom_metrics_server.backends.prometheus import PrometheusBackend, PrometheusSettings
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster
+from custom_metrics_server.prometheus.backend import PrometheusBackend, PrometheusSettings
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig
 from tests.prometheus.real_prometheus import CounterLine, Gauge, RealPrometheus
 

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server.app import create_app
-from custom_metrics_server.backends.prometheus import PrometheusBackend
 from custom_metrics_server.domain import GroupResource, MetricInfo
-from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.machinery.quantity import Quantity
+from custom_metrics_server.prometheus.backend import PrometheusBackend
+from custom_metrics_server.server.app import create_app
 from tests.prometheus.conftest import (
     FIXTURES,
     INGRESS_RATE,

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from custom_metrics_server.app import create_app
-from custom_metrics_server.backends.prometheus import PrometheusBackend
+from custom_metrics_server.prometheus.backend import PrometheusBackend
+from custom_metrics_server.server.app import create_app
 from tests.prometheus.conftest import fixture_cluster, settings_for
 
 RULES = """

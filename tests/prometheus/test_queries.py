@@ -11,6 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from custom_metrics_server.errors import BadRequest
+from custom_metrics_server.machinery.selectors import (
+    Operator,
+    Selector,
+    new_requirement,
+    parse_selector,
+)
 from custom_metrics_server.prometheus.promql import (
     any_of,
     eq,
@@ -21,7 +27,6 @@ from custom_metrics_server.prometheus.promql import (
 )
 from custom_metrics_server.prometheus.queries import custom_query, external_query
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, Rule, ServerConfig, parse_config
-from custom_metrics_server.selectors import Operator, Selector, new_requirement, parse_selector
 
 DEFAULT = ServerConfig(name=DEFAULT_SERVER, url="http://p:9090")
 

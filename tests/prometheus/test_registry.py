@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, MetricInfo
 from custom_metrics_server.prometheus.client import PrometheusError, SeriesReader
 from custom_metrics_server.prometheus.registry import SeriesShape, build, series_shape

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server.app import AppSettings, create_app
-from custom_metrics_server.backends.prometheus import PrometheusBackend
-from custom_metrics_server.cluster_state import NAMESPACES, NODES, PODS, ClusterState
-from custom_metrics_server.resource_api import ResourceMetricsApi
+from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
+from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.prometheus.backend import PrometheusBackend
+from custom_metrics_server.server.app import AppSettings, create_app
 from tests.prometheus.conftest import FIXTURES, settings_for
 from tests.prometheus.real_prometheus import RealPrometheus
 

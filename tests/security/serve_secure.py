@@ -21,7 +21,6 @@ from pathlib import Path
 import uvicorn
 import yaml
 
-from custom_metrics_server.app import create_app
 from custom_metrics_server.backends.memory import MemoryBackend, load_fixture
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.security.options import (
@@ -30,6 +29,7 @@ from custom_metrics_server.security.options import (
     build_security,
 )
 from custom_metrics_server.security.webhook import Backoff
+from custom_metrics_server.server.app import create_app
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "contract.yaml"
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from custom_metrics_server.app import create_app
 from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.kube.client import KubeApiError
+from custom_metrics_server.runtime.tls import ReloadingServerContext
 from custom_metrics_server.security.authn import (
     ANONYMOUS,
     Authenticator,
@@ -40,7 +40,7 @@ from custom_metrics_server.security.requestinfo import (
 )
 from custom_metrics_server.security.trust import TrustStore
 from custom_metrics_server.security.webhook import Backoff, should_retry
-from custom_metrics_server.tls import ReloadingServerContext
+from custom_metrics_server.server.app import create_app
 from tests.asgi import call, scope_for
 from tests.conftest import CONTRACT_FIXTURE
 from tests.security.pki import CA

@@ -10,10 +10,10 @@ import logging
 from pathlib import Path
 from typing import Final
 
-from custom_metrics_server.backends.base import ClusterView
-from custom_metrics_server.backends.prometheus import PrometheusBackend, PrometheusSettings
+from custom_metrics_server.prometheus.backend import PrometheusBackend, PrometheusSettings
 from custom_metrics_server.prometheus.promql import parse_duration
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ConfigError, ServerConfig
+from custom_metrics_server.sdk.backend import ClusterView
 
 logger = logging.getLogger(__name__)
 

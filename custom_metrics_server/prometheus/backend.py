@@ -41,8 +41,6 @@ from typing import Any, Literal, Self
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.registry import Collector
 
-from custom_metrics_server.backends.base import ClusterView
-from custom_metrics_server.backends.prometheus_usage import PrometheusResourceUsage
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -67,7 +65,9 @@ from custom_metrics_server.prometheus.rules import (
     ServerConfig,
     parse_config,
 )
-from custom_metrics_server.tasks import cancel_and_wait
+from custom_metrics_server.prometheus.usage import PrometheusResourceUsage
+from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.sdk.backend import ClusterView
 
 logger = logging.getLogger(__name__)
 

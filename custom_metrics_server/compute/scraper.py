@@ -1,5 +1,5 @@
 """The kubelet scraper: every node's ``/metrics/resource``, on a fixed cadence, into a
-:class:`~custom_metrics_server.usage.UsageStore`.
+:class:`~custom_metrics_server.compute.usage.UsageStore`.
 
 This module owns the I/O of usage collection: which URL each node is read from (the API
 server's node proxy by default, or the kubelet port directly), when, how many at once, how long
@@ -55,8 +55,9 @@ import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from custom_metrics_server.compute.exposition import parse_resource_metrics
+from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.exposition import parse_resource_metrics
 from custom_metrics_server.kube.client import (
     USER_AGENT,
     BearerAuth,
@@ -65,9 +66,8 @@ from custom_metrics_server.kube.client import (
     read_capped,
 )
 from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.tasks import cancel_and_wait
-from custom_metrics_server.tls import client_context
-from custom_metrics_server.usage import UsageStore
+from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tls import client_context
 
 __all__ = [
     "AGE_OUT_INTERVALS",

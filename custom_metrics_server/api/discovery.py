@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from custom_metrics_server.api.grammar import EXTERNAL_GROUP, GROUP_VERSIONS
 from custom_metrics_server.domain import MetricInfo
-from custom_metrics_server.grammar import EXTERNAL_GROUP, GROUP_VERSIONS
 
 
 def _version_ref(group: str, version: str) -> dict[str, str]:

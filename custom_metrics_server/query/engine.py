@@ -22,7 +22,6 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TypeVar
 
-from custom_metrics_server.backends.base import ClusterView, MetricsBackend
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -40,6 +39,7 @@ from custom_metrics_server.errors import (
     StatusError,
     metric_not_found,
 )
+from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 
 T = TypeVar("T")
 R = TypeVar("R")

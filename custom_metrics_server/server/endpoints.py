@@ -18,7 +18,24 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Final, NamedTuple
 
-from custom_metrics_server import core_api, discovery, protobuf, resource_api, wire
+from custom_metrics_server.api import core_api, discovery, protobuf, wire
+from custom_metrics_server.api.grammar import (
+    EXTERNAL_GROUP,
+    GroupDiscovery,
+    ParsedRequest,
+    QueryParams,
+    RootDiscovery,
+    VersionDiscovery,
+    parse,
+    parse_query,
+)
+from custom_metrics_server.api.negotiation import (
+    PROTOBUF,
+    Representation,
+    negotiate,
+    pretty_user_agent,
+)
+from custom_metrics_server.compute import metrics_api as resource_api
 from custom_metrics_server.domain import (
     ExternalMetricRequest,
     ExternalSample,
@@ -32,24 +49,8 @@ from custom_metrics_server.errors import (
     internal_error,
     method_not_allowed,
 )
-from custom_metrics_server.grammar import (
-    EXTERNAL_GROUP,
-    GroupDiscovery,
-    ParsedRequest,
-    QueryParams,
-    RootDiscovery,
-    VersionDiscovery,
-    parse,
-    parse_query,
-)
-from custom_metrics_server.negotiation import (
-    PROTOBUF,
-    Representation,
-    negotiate,
-    pretty_user_agent,
-)
-from custom_metrics_server.observability import ServerMetrics
-from custom_metrics_server.query import QueryEngine
+from custom_metrics_server.query.engine import QueryEngine
+from custom_metrics_server.server.observability import ServerMetrics
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

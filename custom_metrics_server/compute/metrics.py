@@ -31,7 +31,9 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Final, Protocol, Self
 
-from custom_metrics_server.cluster_state import NODES, PODS, WATCHED, ClusterState, PodRecord
+from custom_metrics_server.compute.exposition import PodResources, render_pod_resources
+from custom_metrics_server.compute.model import resource_unit
+from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -44,9 +46,7 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.errors import BadRequest
-from custom_metrics_server.exposition import PodResources, render_pod_resources
-from custom_metrics_server.resource_model import resource_unit
-from custom_metrics_server.selectors import Selector
+from custom_metrics_server.machinery.selectors import Selector
 
 REQUEST: Final = "kube_pod_resource_request"
 LIMIT: Final = "kube_pod_resource_limit"

@@ -26,12 +26,12 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from custom_metrics_server.cluster import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster
+from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS
+from custom_metrics_server.compute.model import pod_lifecycle, pod_limits, pod_requests
 from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
-from custom_metrics_server.heap import settle_heap
-from custom_metrics_server.quantity import Quantity
-from custom_metrics_server.resource_model import pod_lifecycle, pod_limits, pod_requests
-from custom_metrics_server.restmapper import BUILTIN_MAPPINGS
+from custom_metrics_server.machinery.quantity import Quantity
+from custom_metrics_server.runtime.heap import settle_heap
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final
 
+from custom_metrics_server.cluster.inventory import Inventory, ObjectRecord
+from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS, RestMapper
 from custom_metrics_server.domain import (
     GroupResource,
     ObjectKey,
@@ -17,9 +19,7 @@ from custom_metrics_server.domain import (
     Readiness,
     ResourceMapping,
 )
-from custom_metrics_server.inventory import Inventory, ObjectRecord
-from custom_metrics_server.restmapper import BUILTIN_MAPPINGS, RestMapper
-from custom_metrics_server.selectors import Selector
+from custom_metrics_server.machinery.selectors import Selector
 
 _NO_LABELS: Final[Mapping[str, str]] = MappingProxyType({})
 _LABEL_SETS: Final = 65536

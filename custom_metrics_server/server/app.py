@@ -38,19 +38,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from custom_metrics_server import __version__, health, openapi, wire
-from custom_metrics_server.backends.base import ClusterView, MetricsBackend
-from custom_metrics_server.core_api import is_core_api_path
+from custom_metrics_server import __version__
+from custom_metrics_server.api import openapi, wire
+from custom_metrics_server.api.core_api import is_core_api_path
+from custom_metrics_server.api.grammar import duration_seconds, is_api_path, parse_query
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.endpoints import (
-    ApiEndpoints,
-    Message,
-    Scope,
-    Send,
-    request_header,
-    send_body,
-    status_response,
-)
 from custom_metrics_server.errors import (
     MAX_URI_BYTES,
     BadRequest,
@@ -61,15 +53,25 @@ from custom_metrics_server.errors import (
     too_many_requests,
     uri_too_long,
 )
-from custom_metrics_server.grammar import duration_seconds, is_api_path, parse_query
-from custom_metrics_server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
-from custom_metrics_server.query import QueryEngine
+from custom_metrics_server.query.engine import QueryEngine
+from custom_metrics_server.runtime.tasks import background
+from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.gate import AllowAllGate, Gate
-from custom_metrics_server.tasks import background
+from custom_metrics_server.server import health
+from custom_metrics_server.server.endpoints import (
+    ApiEndpoints,
+    Message,
+    Scope,
+    Send,
+    request_header,
+    send_body,
+    status_response,
+)
+from custom_metrics_server.server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
 
 if TYPE_CHECKING:
-    from custom_metrics_server.core_api import DemoCoreApi
-    from custom_metrics_server.resource_api import ResourceMetricsApi
+    from custom_metrics_server.api.core_api import DemoCoreApi
+    from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
     from custom_metrics_server.security.options import SecurityConfig
 
 logger = logging.getLogger(__name__)

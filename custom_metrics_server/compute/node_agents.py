@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from custom_metrics_server.kube.client import USER_AGENT
-from custom_metrics_server.tls import client_context
+from custom_metrics_server.runtime.tls import client_context
 
 __all__ = ["AgentDirectory", "agent_http_client"]
 

@@ -8,7 +8,7 @@ the lifecycle states the KEP defines (Schedulable, Runnable, Completed) and the 
 label kube-scheduler's ``kube_pod_resource_request`` metric gives each resource.
 
 It is a pure module: no I/O, no logging, no clocks; the only dependency is our own
-:mod:`custom_metrics_server.quantity`. Results are fresh dicts the caller may keep.
+:mod:`custom_metrics_server.machinery.quantity`. Results are fresh dicts the caller may keep.
 
 Which upstream options are applied (:data:`DEFAULT_OPTIONS`) is the scheduler's own choice
 with default feature gates (kube-scheduler's NodeInfo accounting, not the literal
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final, Literal
 
-from custom_metrics_server.quantity import Quantity
+from custom_metrics_server.machinery.quantity import Quantity
 
 __all__ = [
     "DEFAULT_OPTIONS",

@@ -29,7 +29,7 @@ from custom_metrics_server.errors import (
     route_not_found,
     watch_not_supported,
 )
-from custom_metrics_server.selectors import (
+from custom_metrics_server.machinery.selectors import (
     EVERYTHING,
     FIELD_EVERYTHING,
     FieldSelector,

@@ -1,4 +1,4 @@
-"""The server's own Prometheus metrics and logging set-up.
+"""The server's own Prometheus metrics.
 
 One `ServerMetrics` per app, each with its own registry (tests build many apps in one process).
 Label children are cached in dicts so the per-request cost is two dictionary lookups, one
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -181,14 +180,3 @@ def _running_tasks() -> int:
         return len(asyncio.all_tasks())
     except RuntimeError:  # rendered outside a running loop (tests)
         return 0
-
-
-def configure_logging(verbosity: int) -> None:
-    """klog-like verbosity: 0-2 info, 3+ debug (per-request detail); one line per record."""
-    level = logging.INFO if verbosity < 3 else logging.DEBUG
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=level,
-        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
-        force=True,
-    )

@@ -23,15 +23,15 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from custom_metrics_server.compute.usage import ContainerResourceUsage, ResourceUsage
 from custom_metrics_server.errors import InternalError
 from custom_metrics_server.prometheus import results
 from custom_metrics_server.prometheus.client import PrometheusError
 from custom_metrics_server.prometheus.queries import render
 from custom_metrics_server.prometheus.rules import ResourceRule, ResourceRules
-from custom_metrics_server.usage import ContainerResourceUsage, ResourceUsage
 
 if TYPE_CHECKING:
-    from custom_metrics_server.backends.prometheus import PrometheusBackend
+    from custom_metrics_server.prometheus.backend import PrometheusBackend
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from custom_metrics_server.errors import MethodNotAllowed, NotFound, route_not_found
-from custom_metrics_server.grammar import (
+from custom_metrics_server.api.grammar import (
     QueryParams,
     check_selector_sizes,
     check_timeout,
@@ -31,7 +30,8 @@ from custom_metrics_server.grammar import (
     parse_label_selector,
     resource_route,
 )
-from custom_metrics_server.selectors import (
+from custom_metrics_server.errors import MethodNotAllowed, NotFound, route_not_found
+from custom_metrics_server.machinery.selectors import (
     EVERYTHING,
     FIELD_EVERYTHING,
     FieldSelector,

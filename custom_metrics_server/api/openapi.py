@@ -3,7 +3,7 @@
 PURE. `/openapi/v2` is one Swagger 2.0 document for every served group version;
 `/openapi/v3` is the Kubernetes root index (`{"paths": {"apis/<g>/<v>":
 {"serverRelativeURL": ...?hash=<sha512>}}}`) with one OpenAPI 3.0 document per group version.
-The same documents are checked into `openapi/`; `python -m custom_metrics_server.openapi
+The same documents are checked into `openapi/`; `python -m custom_metrics_server.api.openapi
 --check openapi` fails when they are stale and `--write openapi` refreshes them.
 """
 
@@ -20,9 +20,10 @@ import orjson
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from custom_metrics_server import __version__, schemas
-from custom_metrics_server.grammar import CUSTOM_GROUP, EXTERNAL_GROUP, GROUP_VERSIONS
-from custom_metrics_server.negotiation import SERVED_MEDIA_TYPES
+from custom_metrics_server import __version__
+from custom_metrics_server.api import schemas
+from custom_metrics_server.api.grammar import CUSTOM_GROUP, EXTERNAL_GROUP, GROUP_VERSIONS
+from custom_metrics_server.api.negotiation import SERVED_MEDIA_TYPES
 
 #: metrics.k8s.io (the Resource Metrics API), described only when it is served.
 METRICS_GROUP: Final = "metrics.k8s.io"
@@ -350,7 +351,7 @@ def rendered_files() -> dict[str, bytes]:
 
 def main(argv: list[str] | None = None) -> int:
     """`--write DIR` refreshes the checked-in specs; `--check DIR` fails when they are stale."""
-    parser = argparse.ArgumentParser(prog="python -m custom_metrics_server.openapi")
+    parser = argparse.ArgumentParser(prog="python -m custom_metrics_server.api.openapi")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", type=Path, metavar="DIR")
     mode.add_argument("--check", type=Path, metavar="DIR")

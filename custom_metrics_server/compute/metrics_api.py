@@ -35,16 +35,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Final, Literal, Protocol
 
-from custom_metrics_server import protobuf, wire
-from custom_metrics_server.cluster_state import NODES, PODS, ClusterState
-from custom_metrics_server.errors import (
-    BadRequest,
-    MethodNotAllowed,
-    NotAcceptable,
-    NotFound,
-    not_acceptable,
-)
-from custom_metrics_server.grammar import (
+from custom_metrics_server.api import protobuf, wire
+from custom_metrics_server.api.grammar import (
     QueryParams,
     check_selector_sizes,
     check_timeout,
@@ -52,21 +44,29 @@ from custom_metrics_server.grammar import (
     parse_label_selector,
     resource_route,
 )
-from custom_metrics_server.negotiation import (
+from custom_metrics_server.api.negotiation import (
     CONVERSION_PARAMS,
     PROTOBUF,
     SERVED_MEDIA_TYPES,
     SPECIFICITY,
     accept_clauses,
 )
-from custom_metrics_server.quantity import Format, Quantity, format_quantity
-from custom_metrics_server.selectors import (
+from custom_metrics_server.compute.records import NODES, PODS, ClusterState
+from custom_metrics_server.compute.usage import ResourceUsage
+from custom_metrics_server.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotFound,
+    not_acceptable,
+)
+from custom_metrics_server.machinery.quantity import Format, Quantity, format_quantity
+from custom_metrics_server.machinery.selectors import (
     EVERYTHING,
     FIELD_EVERYTHING,
     FieldSelector,
     Selector,
 )
-from custom_metrics_server.usage import ResourceUsage
 
 __all__ = [
     "API_VERSION",

@@ -27,25 +27,25 @@ from typing import Final, Literal, Self
 
 import httpx
 
-from custom_metrics_server.backends.kubelet import (
+from custom_metrics_server.compute.exposition import render_pod_resource_metrics
+from custom_metrics_server.compute.metrics import (
+    ResourceMetricsBackend,
+    render_state_exposition,
+)
+from custom_metrics_server.compute.node_agents import AgentDirectory, agent_http_client
+from custom_metrics_server.compute.records import NODES, WATCHED, ClusterState
+from custom_metrics_server.compute.scraper import (
     DEFAULT_CONCURRENCY,
     KubeletScraper,
     ScraperCollector,
 )
-from custom_metrics_server.backends.node_agents import AgentDirectory, agent_http_client
-from custom_metrics_server.backends.resource_metrics import (
-    ResourceMetricsBackend,
-    render_state_exposition,
-)
-from custom_metrics_server.cluster_state import NODES, WATCHED, ClusterState
+from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, Readiness
-from custom_metrics_server.exposition import render_pod_resource_metrics
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import DiscoveryRestMapper
 from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.kube.watcher import Reflector
-from custom_metrics_server.tasks import cancel_and_wait
-from custom_metrics_server.usage import UsageStore
+from custom_metrics_server.runtime.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,5 @@
+"""What every long-running process of ours needs, whatever it serves.
+
+Background-task helpers, GC tuning for large state, TLS contexts and certificates, and the
+HTTPS listener shared by `serve` and `node-agent`. Imports nothing else of the package.
+"""

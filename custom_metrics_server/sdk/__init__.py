@@ -1,0 +1,1 @@
+"""The backend contract: what a metrics backend implements and what it may rely on."""

@@ -54,15 +54,27 @@ def _scope(path: bytes, query: bytes = b"") -> dict[str, Any]:
     }
 
 
+def _module(new: str, old: str) -> Any:
+    """`new` if the tree under test has it, else `old` (the layout before a move). Decided by
+    the files of the imported package: an editable install's finder would import `new` from
+    another tree."""
+    import importlib
+
+    import custom_metrics_server
+
+    package = Path(custom_metrics_server.__file__).parent
+    for name in (new, old, old.rsplit(".", 1)[-1]):
+        if (package / name.replace(".", "/")).with_suffix(".py").exists():
+            return importlib.import_module(f"custom_metrics_server.{name}")
+    raise ImportError(f"neither {new} nor {old} in {package}")
+
+
 def _build_app(pods: int) -> Any:
     """The demo app, found where the tree under test keeps it."""
     from custom_metrics_server import cli
 
-    try:
-        from custom_metrics_server.server.app import AppSettings, create_app
-    except ImportError:  # the layout before the house move
-        from custom_metrics_server.server.app import AppSettings, create_app  # type: ignore[no-redef]
-
+    app_module = _module("server.app", "app")
+    settings, create_app = app_module.AppSettings, app_module.create_app
     args = cli.build_parser().parse_args(
         ["serve", "--demo", "--demo-pods", str(pods), "--demo-web-pods", str(pods)]
     )
@@ -70,7 +82,7 @@ def _build_app(pods: int) -> Any:
     return create_app(
         cluster=served.cluster,
         backends=served.backends,
-        settings=AppSettings(resource_exposition=served.exposition, metrics_api=served.metrics_api),
+        settings=settings(resource_exposition=served.exposition, metrics_api=served.metrics_api),
     )
 
 
@@ -123,14 +135,11 @@ def _pods() -> Any:
 
 
 def _selector(text: str) -> Any:
-    try:
-        from custom_metrics_server.machinery.labels import parse_selector
-    except ImportError:
-        try:
-            from custom_metrics_server.machinery.selectors import parse_selector
-        except ImportError:
-            from custom_metrics_server.machinery.selectors import parse_selector  # type: ignore[no-redef]
-    return parse_selector(text)
+    """`parse_selector` of whichever layout the tree under test has."""
+    module = _module("machinery.labels", "machinery.selectors")
+    if not hasattr(module, "parse_selector"):  # pragma: no cover - defensive
+        raise ImportError("parse_selector")
+    return module.parse_selector(text)
 
 
 def main() -> int:

@@ -440,7 +440,6 @@ def serve(args: argparse.Namespace) -> int:
     def on_bound(port: int) -> None:
         host = f"[{bind}]" if ":" in bind else bind
         url = f"https://{host}:{port}"
-        app.api.server_address = f"{bind}:{port}"
         lines = [f"custom-metrics-server v{__version__} serving {served.what} on {url}"]
         if args.demo:
             write_kubeconfig(kubeconfig, server=url, ca_pem=security.serving.ca_pem)

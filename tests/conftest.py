@@ -18,16 +18,17 @@ import pytest
 import yaml
 
 from custom_metrics_server.backends.memory import load_fixture
+from custom_metrics_server.security.gate import Gate
 from custom_metrics_server.server.app import Server, create_app
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONTRACT_FIXTURE = FIXTURES / "contract.yaml"
 
 
-def contract_app() -> Server:
-    """The app serving the contract's test-vector fixture, in process."""
+def contract_app(gate: Gate | None = None) -> Server:
+    """The app serving the contract's test-vector fixture, in process (with `gate`, if given)."""
     cluster, backend = load_fixture(yaml.safe_load(CONTRACT_FIXTURE.read_text()), now=time.time())
-    return create_app(cluster=cluster, backends=[backend])
+    return create_app(cluster=cluster, backends=[backend], gate=gate)
 
 
 @pytest.fixture

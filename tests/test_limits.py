@@ -29,7 +29,8 @@ from custom_metrics_server.domain import (
     Readiness,
     Sample,
 )
-from custom_metrics_server.server.app import AppSettings, Server, create_app, request_deadline
+from custom_metrics_server.server.app import AppSettings, Server, create_app
+from custom_metrics_server.server.chain import request_deadline
 from tests.asgi import call, scope_for
 from tests.conftest import RunningServer
 

@@ -152,8 +152,7 @@ class _RejectingGate:
     ],
 )
 def test_gate_rejections_are_negotiated(error: StatusError) -> None:
-    app = contract_app()
-    app.gate = _RejectingGate(error)
+    app = contract_app(gate=_RejectingGate(error))
     path = f"{CUSTOM[0]}/nodes/*/some-metric"
     proto_reply = get(app, path, HPA_ACCEPT)
     json_reply = get(app, path, None)

@@ -12,36 +12,21 @@ numbers, like the kubelet's read-only port; restrict who can reach it with a Net
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import generate_latest
 
 from custom_metrics_server.node_agent.collector import Collector
 from custom_metrics_server.node_agent.runtime import RuntimeClient, RuntimeUnavailable
+from custom_metrics_server.runtime.asgi import Receive, Scope, Send, send_body
 
 __all__ = ["AgentApp"]
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 TEXT: Final = b"text/plain; version=0.0.4; charset=utf-8"
 
 
-async def _answer(send: Send, status: int, body: bytes, content_type: bytes = TEXT) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", content_type),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+async def _answer(send: Send, status: int, body: bytes) -> None:
+    await send_body(send, status, body, ((b"content-type", TEXT),))
 
 
 class AgentApp:

@@ -21,11 +21,12 @@ dictionary lookups (token, decision).
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from custom_metrics_server.errors import BadRequest, StatusError, Unauthorized
+from custom_metrics_server.runtime.asgi import Scope
 from custom_metrics_server.security.authn import (
     ANONYMOUS,
     AuthenticationFailed,
@@ -43,8 +44,6 @@ from custom_metrics_server.security.trust import (
 )
 
 logger = logging.getLogger(__name__)
-
-Scope = MutableMapping[str, Any]
 
 _AUTHORIZATION: Final = b"authorization"
 _UPGRADE: Final = b"upgrade"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from custom_metrics_server.domain import Readiness
+from custom_metrics_server.runtime.asgi import NOT_FOUND_TEXT
 
 
 def render(
@@ -27,7 +28,7 @@ def render(
     """(HTTP status, body) for `/{endpoint}` with the given named checks."""
     if only is not None:
         if only not in checks:
-            return 404, "404 page not found\n"
+            return 404, NOT_FOUND_TEXT.decode()
         check = checks[only]
         if check.ready:
             return 200, "ok"

@@ -108,6 +108,8 @@ class FakeApiServer:
                         await answer
                     return
                 hangup.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await hangup  # its read must end before the next request is read
                 status, body = answer.result()
                 writer.write(
                     f"HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\n"

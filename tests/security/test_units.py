@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from custom_metrics_server.backends.memory import load_fixture
+from custom_metrics_server.errors import StatusError
 from custom_metrics_server.kube.client import KubeApiError
 from custom_metrics_server.runtime.tls import ReloadingServerContext
 from custom_metrics_server.security.authn import (
@@ -247,17 +248,19 @@ def delegating_app(poster: FakePoster) -> tuple[Any, list[dict[str, Any]]]:
     gate = DelegatingGate(
         Authenticator(trust, tokens=tokens), Authorizer(poster, backoff=Backoff(0.001, 1, 0, 2))
     )
-    cluster, backend = load_fixture(yaml.safe_load(CONTRACT_FIXTURE.read_text()), now=time.time())
-    app = create_app(cluster=cluster, backends=[backend])
-    app.gate = gate
     seen: list[dict[str, Any]] = []
-    real = app.api
 
-    async def spy(scope: dict[str, Any], send: Any) -> None:
-        seen.append(dict(scope))
-        await real(scope, send)
+    class Spy:
+        """The gate, recording the scope it lets through: what the handler receives."""
 
-    app.api = spy  # type: ignore[assignment]
+        async def check(self, scope: dict[str, Any]) -> StatusError | None:
+            rejection = await gate.check(scope)
+            if rejection is None:
+                seen.append(dict(scope))
+            return rejection
+
+    cluster, backend = load_fixture(yaml.safe_load(CONTRACT_FIXTURE.read_text()), now=time.time())
+    app = create_app(cluster=cluster, backends=[backend], gate=Spy())
     return app, seen
 
 

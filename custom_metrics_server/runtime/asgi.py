@@ -1,0 +1,62 @@
+"""The ASGI types and the few ways we send a response, shared by every ASGI app of the package
+(the API server's chain and endpoints, the security gate, the node agent).
+
+A response always goes out as one `http.response.start` and one body message with an explicit
+`content-length`: bodies are built whole before they are sent (they are small, or pre-rendered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Headers = tuple[tuple[bytes, bytes], ...]
+
+#: Go's `http.NotFound` body, what a Kubernetes API server answers outside its routes.
+NOT_FOUND_TEXT: Final = b"404 page not found\n"
+TEXT_HEADERS: Final[Headers] = (
+    (b"content-type", b"text/plain; charset=utf-8"),
+    (b"x-content-type-options", b"nosniff"),
+)
+
+
+async def send_body(send: Send, status: int, body: bytes, headers: Headers = ()) -> None:
+    """One complete response with an explicit length."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_not_found_text(send: Send) -> None:
+    """Go's `http.NotFound`, for paths outside every served route."""
+    await send_body(send, 404, NOT_FOUND_TEXT, TEXT_HEADERS)
+
+
+def request_header(scope: Scope, name: bytes) -> str:
+    """The first value of a request header (lower-case `name`), "" when absent. O(headers)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return ""
+
+
+def server_address(scope: Scope) -> str:
+    """`host:port` the request arrived on (the connection's local address), "" if unknown:
+    what discovery advertises in `serverAddressByClientCIDRs`."""
+    server = scope.get("server")
+    if not server:
+        return ""
+    host, port = server[0], server[1]
+    if port is None:
+        return str(host)
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

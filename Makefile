@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke bench-protobuf load load-smoke generate-cri clean
+.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-protobuf load load-smoke generate-cri clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,7 +46,15 @@ verify-openapi: install
 update-openapi: install
 	$(BIN)/python -m custom_metrics_server.openapi --write openapi
 
-verify: lint typecheck imports verify-openapi
+# The Helm chart's values table (charts/custom-metrics-server/README.md, docs/deployment.md),
+# generated from its values.schema.json and values.yaml.
+verify-chart-docs: install
+	$(BIN)/python scripts/chart_values_table.py --check
+
+update-chart-docs: install
+	$(BIN)/python scripts/chart_values_table.py --write
+
+verify: lint typecheck imports verify-openapi verify-chart-docs
 
 CRI_DIR := custom_metrics_server/node_agent/cri
 generate-cri: install  ## regenerate the CRI client modules from $(CRI_DIR)/api.proto

@@ -138,7 +138,7 @@ def _crd_fields_are_known(obj: Obj) -> None:
         for endpoint in spec["endpoints"]:
             assert set(endpoint) <= {
                 "port", "path", "scheme", "interval", "scrapeTimeout", "bearerTokenFile",
-                "tlsConfig", "relabelings", "metricRelabelings",
+                "authorization", "tlsConfig", "relabelings", "metricRelabelings",
             }  # fmt: skip
             assert set(endpoint["tlsConfig"]) <= {"ca", "serverName", "insecureSkipVerify"}
     else:
@@ -626,3 +626,41 @@ def test_notes_name_the_tls_mode_and_the_namespace_label_the_agent_needs() -> No
         f"kubectl label namespace {NAMESPACE} pod-security.kubernetes.io/enforce=privileged"
         in notes
     )
+
+
+def test_service_monitor_can_authenticate_with_a_secret_instead_of_a_file() -> None:
+    objects = render(
+        example("production-ha"),
+        sets=(
+            "serviceMonitor.authorization.type=Bearer",
+            "serviceMonitor.authorization.credentials.name=prometheus-token",
+            "serviceMonitor.authorization.credentials.key=token",
+        ),
+    )
+    for endpoint in one(objects, "ServiceMonitor")["spec"]["endpoints"]:
+        assert endpoint["authorization"] == {
+            "type": "Bearer",
+            "credentials": {"name": "prometheus-token", "key": "token"},
+        }
+        assert "bearerTokenFile" not in endpoint
+
+
+def test_common_labels_and_grace_period() -> None:
+    objects = render(sets=("commonLabels.team=platform", "terminationGracePeriodSeconds=60"))
+    assert all(o["metadata"]["labels"]["team"] == "platform" for o in objects)
+    assert (
+        one(objects, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        == 60
+    )
+    assert (
+        "terminationGracePeriodSeconds"
+        not in one(render(), "Deployment")["spec"]["template"]["spec"]
+    )
+
+
+def test_kubernetes_older_than_1_30_is_refused() -> None:
+    # preStop sleep, matchLabelKeys and nodeTaintsPolicy need 1.30 (Chart.yaml kubeVersion).
+    result = helm("template", "x", str(CHART), "--kube-version", "1.29.9", check=False)
+    assert result.returncode != 0
+    assert "kubeVersion" in result.stderr or ">=1.30.0-0" in result.stderr
+    helm("template", "x", str(CHART), "--kube-version", "1.30.0")

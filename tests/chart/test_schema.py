@@ -35,6 +35,7 @@ FREE_FORM = {
     "nodeAgent.podSecurityContext",
     "nodeAgent.securityContext",
     "serviceMonitor.tlsConfig",  # a Prometheus Operator TLSConfig
+    "serviceMonitor.authorization",  # a Prometheus Operator SafeAuthorization
     # list items that are Kubernetes or Prometheus Operator objects
     "imagePullSecrets[]",
     "tolerations[]",

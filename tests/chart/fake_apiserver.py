@@ -134,7 +134,9 @@ class FakeApiServer:
 
     @contextmanager
     def running(self) -> Iterator[FakeApiServer]:
-        thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        thread = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         thread.start()
         try:
             yield self

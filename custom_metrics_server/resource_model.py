@@ -320,12 +320,9 @@ def is_supported_pod_level_resource(name: str) -> bool:
     return name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX)
 
 
-_supported_pod_level = is_supported_pod_level_resource
-
-
 def _names_supported(resources: Mapping[str, Quantity] | None) -> bool:
     """Whether a pod-level list names at least one supported resource."""
-    return any(_supported_pod_level(name) for name in resources or ())
+    return any(is_supported_pod_level_resource(name) for name in resources or ())
 
 
 # --- Per-container list selection (containerSpecRequests and friends) --------------------
@@ -434,7 +431,7 @@ def _effective_pod_level(
 def _apply_pod_level(result: ResourceMap, effective: Mapping[str, Quantity] | None) -> None:
     """applyPodLevelResources: pod-level values replace the aggregate for supported names."""
     for name, amount in (effective or {}).items():
-        if _supported_pod_level(name):
+        if is_supported_pod_level_resource(name):
             result[name] = amount
 
 

@@ -5,8 +5,12 @@ helpers_test.go (TestPodRequestsAndLimits, TestPodRequestsAndLimitsWithoutOverhe
 TestPodResourceRequests, TestPodResourceLimits, TestPodLevelResourceRequests,
 TestAggregateContainerRequestsAndLimits, TestPodRequestsAndLimitsVerticalScalingWrappers)
 and from kube-scheduler's pkg/scheduler/metrics/resources/resources_test.go; each table
-names its source. Upstream options are spelled with ``go_opts`` (Go's zero value is
-``PodResourcesOptions{}``), expected lists are upstream's. Pods are Kubernetes JSON dicts.
+names its source, and each row on the paths where pod-level resources, status resources and
+in-place resize meet carries a ``# upstream Test...: "case name"`` comment. Upstream options
+are spelled with ``go_opts`` (Go's zero value is ``PodResourcesOptions{}``), expected lists
+are upstream's at component-helpers 1961876b. The rows kubernetes/kubernetes#140481 added
+(open at that commit) are in ``tests/test_resource_model_pod_level.py`` with both numbers.
+Pods are Kubernetes JSON dicts.
 """
 
 from __future__ import annotations

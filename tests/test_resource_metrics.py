@@ -9,7 +9,11 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server.compute.metrics import ResourceMetricsBackend, usage_of
+from custom_metrics_server.compute.metrics import (
+    ResourceMetricsBackend,
+    render_state_exposition,
+    usage_of,
+)
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.server.app import create_app
@@ -273,3 +277,261 @@ def test_unparsable_resources_count_as_none() -> None:
     assert state.pods[("ns", "bad")].requests == {}
     assert state.pods[("ns", "bad")].lifecycle == "Runnable"
     assert Decimal(0) not in state.pods[("ns", "bad")].limits.values()
+
+
+# --- Zero replicas: what every built-in metric answers over no pods ---------------------------
+
+IDLE = {
+    NAMESPACES: [{"metadata": {"name": "empty"}}],
+    NODES: [
+        {
+            "metadata": {"name": "n3"},
+            "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}},
+        }
+    ],
+    DEPLOYMENTS: [{"metadata": {"name": "idle", "namespace": "empty"}}],
+    REPLICASETS: [
+        {
+            "metadata": {
+                "name": "idle-1",
+                "namespace": "empty",
+                "ownerReferences": [{"kind": "Deployment", "name": "idle", "controller": True}],
+            }
+        }
+    ],
+}
+IDLE_OBJECTS = {
+    "deployment": "/namespaces/empty/deployments.apps/idle/",
+    "replicaset": "/namespaces/empty/replicasets.apps/idle-1/",
+    "namespace": "/namespaces/empty/metrics/",
+    "node": "/nodes/n3/",
+}
+
+
+@pytest.fixture
+async def idle_client() -> AsyncIterator[httpx.AsyncClient]:
+    state = ClusterState()
+    load(state, IDLE)
+    backend = ResourceMetricsBackend(
+        state,
+        type("U", (), {"pod_usage": staticmethod(lambda ns, p: None)})(),
+        clock=lambda: 2000.0,
+    )
+    app = create_app(cluster=state, backends=[backend])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://t"
+    ) as http:
+        yield http
+
+
+@pytest.mark.parametrize("where", list(IDLE_OBJECTS))
+@pytest.mark.parametrize(
+    ("metric", "selector"),
+    [
+        ("kube_pod_resource_request", "?metricLabelSelector=resource%3Dcpu"),
+        ("kube_pod_resource_request", ""),
+        ("kube_pod_resource_requests", "?metricLabelSelector=resource%3Dmemory"),
+        ("kube_pod_resource_limit", "?metricLabelSelector=resource%3Dmemory"),
+        ("kube_pod_resource_limits", ""),
+        ("kube_pod_resource_request_hpa", "?metricLabelSelector=resource%3Dcpu"),
+        ("kube_running_pod_resource_usage", "?metricLabelSelector=resource%3Dcpu"),
+        ("kube_running_pod_resource_usage", ""),
+    ],
+)
+async def test_sums_over_no_pods_are_zero(
+    idle_client: httpx.AsyncClient, where: str, metric: str, selector: str
+) -> None:
+    response = await idle_client.get(P + IDLE_OBJECTS[where] + metric + selector)
+    assert response.status_code == 200, response.text
+    [item] = response.json()["items"]
+    assert item["value"] == "0"
+    assert item["timestamp"] == "1970-01-01T00:33:20Z"  # the answer's time
+    assert "windowSeconds" not in item
+
+
+@pytest.mark.parametrize("where", list(IDLE_OBJECTS))
+@pytest.mark.parametrize(
+    "metric", ["kube_pod_resource_utilization", "kube_pod_resource_utilization_hpa"]
+)
+async def test_ratios_over_no_pods_have_no_value(
+    idle_client: httpx.AsyncClient, where: str, metric: str
+) -> None:
+    path = P + IDLE_OBJECTS[where] + metric + "?metricLabelSelector=resource%3Dcpu"
+    response = await idle_client.get(path)
+    assert response.status_code == 404, response.text
+
+
+async def test_node_capacity_without_pods(idle_client: httpx.AsyncClient) -> None:
+    cpu = "?metricLabelSelector=resource%3Dcpu"
+    assert await values(idle_client, "/nodes/n3/kube_node_resource_allocatable" + cpu) == {
+        "n3": "8"
+    }
+    assert await values(idle_client, "/nodes/n3/kube_node_resource_available" + cpu) == {"n3": "8"}
+
+
+async def test_lists_of_idle_objects_carry_zero(idle_client: httpx.AsyncClient) -> None:
+    cpu = "?metricLabelSelector=resource%3Dcpu"
+    assert await values(
+        idle_client, "/namespaces/empty/deployments.apps/*/kube_pod_resource_request" + cpu
+    ) == {"idle": "0"}
+    assert await values(idle_client, "/nodes/*/kube_running_pod_resource_usage" + cpu) == {
+        "n3": "0"
+    }
+    response = await idle_client.get(
+        P + "/namespaces/empty/deployments.apps/*/kube_pod_resource_utilization" + cpu
+    )
+    assert response.status_code == 200
+    assert response.json()["items"] == []
+
+
+async def test_unknown_objects_stay_404(idle_client: httpx.AsyncClient) -> None:
+    for path in (
+        "/namespaces/empty/deployments.apps/gone/kube_pod_resource_request",
+        "/namespaces/nowhere/metrics/kube_pod_resource_request",
+        "/nodes/n9/kube_running_pod_resource_usage",
+    ):
+        response = await idle_client.get(P + path + "?metricLabelSelector=resource%3Dcpu")
+        assert response.status_code == 404, path
+
+
+async def test_a_resource_no_pod_requests_sums_to_zero(client: httpx.AsyncClient) -> None:
+    gpu = "?metricLabelSelector=resource%3Dnvidia.com_gpu"
+    assert await values(
+        client, "/namespaces/ns/deployments.apps/web/kube_pod_resource_request" + gpu
+    ) == {"web": "0"}
+    assert await values(client, "/namespaces/ns/metrics/kube_pod_resource_limit" + gpu) == {
+        "ns": "0"
+    }
+    # A pod reports no series for what it does not request (KEP-1748), and an object whose pods
+    # have no usage sample yet has an unknown usage, not 0.
+    response = await client.get(P + "/namespaces/ns/pods/a/kube_pod_resource_request" + gpu)
+    assert response.status_code == 404
+    response = await client.get(
+        P
+        + "/namespaces/other/metrics/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dcpu"
+    )
+    assert response.status_code == 404
+
+
+async def test_scaled_to_zero_and_back_reads_n_x_then_zero_then_n_x() -> None:
+    state = world()
+    backend = ResourceMetricsBackend(state, None, clock=lambda: 2000.0)
+    app = create_app(cluster=state, backends=[backend])
+    path = P + "/namespaces/ns/deployments.apps/web/kube_pod_resource_request"
+    cpu = {"metricLabelSelector": "resource=cpu"}
+    replicas = [pod(f"r{i}", cpu="300m") for i in range(3)]
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://t"
+    ) as http:
+
+        async def value() -> str:
+            response = await http.get(path, params=cpu)
+            assert response.status_code == 200, response.text
+            return str(response.json()["items"][0]["value"])
+
+        sink = state.sink(PODS)
+        for name in ("a", "b", "pending"):
+            sink.event("DELETED", {"metadata": {"name": name, "namespace": "ns"}})
+        for replica in replicas:
+            sink.event("ADDED", replica)
+        assert await value() == "900m"
+        for replica in replicas:
+            sink.event("DELETED", replica)
+        assert await value() == "0"
+        for replica in replicas:
+            sink.event("ADDED", replica)
+        assert await value() == "900m"
+
+
+# --- The HPA's view of requests ------------------------------------------------------------------
+
+
+def sandboxed(name: str, *, cpu: str, overhead: str, init_cpu: str | None = None) -> dict[str, Any]:
+    """A pod of the `web` ReplicaSet with a runtime-class overhead and an optional init."""
+    found = pod(name, cpu=cpu)
+    found["spec"]["overhead"] = {"cpu": overhead}
+    if init_cpu is not None:
+        found["spec"]["initContainers"] = [
+            {"name": "init", "resources": {"requests": {"cpu": init_cpu}}}
+        ]
+    return found
+
+
+async def test_hpa_view_excludes_overhead_and_init_containers() -> None:
+    state = world()
+    sink = state.sink(PODS)
+    for name in ("a", "b", "pending"):
+        sink.event("DELETED", {"metadata": {"name": name, "namespace": "ns"}})
+    sink.event("ADDED", sandboxed("k1", cpu="400m", overhead="100m"))
+    sink.event("ADDED", sandboxed("k2", cpu="400m", overhead="100m", init_cpu="2"))
+    usage = {
+        ("ns", "k1"): usage_of(0.2, 2**29, 1000.0, 30),
+        ("ns", "k2"): usage_of(0.4, 2**29, 1000.0, 30),
+    }
+    backend = ResourceMetricsBackend(
+        state,
+        type("U", (), {"pod_usage": staticmethod(lambda ns, p: usage.get((ns, p)))})(),
+        clock=lambda: 2000.0,
+    )
+    app = create_app(cluster=state, backends=[backend])
+    cpu = "?metricLabelSelector=resource%3Dcpu"
+    web = "/namespaces/ns/deployments.apps/web/"
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://t"
+    ) as http:
+        # KEP-1748: (400m + 100m) + (max(2, 400m) + 100m); the HPA: 400m + 400m.
+        assert await values(http, web + "kube_pod_resource_request" + cpu) == {"web": "2600m"}
+        assert await values(http, web + "kube_pod_resource_request_hpa" + cpu) == {"web": "800m"}
+        assert await values(http, web + "kube_pod_resource_utilization" + cpu) == {"web": "231m"}
+        assert await values(http, web + "kube_pod_resource_utilization_hpa" + cpu) == {
+            "web": "750m"
+        }
+        # The `requests` label names the denominator of each utilization series.
+        hpa = web + "kube_pod_resource_utilization_hpa?metricLabelSelector=requests%3Dhpa"
+        assert await values(http, hpa + ",resource%3Dcpu") == {"web": "750m"}
+        kep = web + "kube_pod_resource_utilization?metricLabelSelector=requests%3Dhpa"
+        response = await http.get(P + kep + ",resource%3Dcpu")
+        assert response.status_code == 404
+        per_pod = await values(http, "/namespaces/ns/pods/*/kube_pod_resource_request_hpa" + cpu)
+        assert per_pod == {"k1": "400m", "k2": "400m", "lone": "1"}
+
+
+async def test_hpa_view_is_absent_for_a_container_without_the_request() -> None:
+    state = ClusterState()
+    partial = pod("half", owner=None)
+    partial["spec"]["containers"].append(
+        {"name": "sidecar", "resources": {"requests": {"memory": "64Mi"}}}
+    )
+    load(state, {NAMESPACES: [{"metadata": {"name": "ns"}}], PODS: [partial]})
+    record = state.pods[("ns", "half")]
+    assert record.requests == {"cpu": Decimal("0.250"), "memory": Decimal(2**30 + 64 * 2**20)}
+    # The HPA refuses cpu ("missing request for cpu in container sidecar"): no value.
+    assert dict(record.hpa_requests) == {"memory": Decimal(2**30 + 64 * 2**20)}
+
+
+def test_exposition_reports_the_spec_while_the_api_reports_what_the_scheduler_holds() -> None:
+    state = ClusterState()
+    resizing = pod("resizing", owner=None, cpu="1")
+    resizing["status"]["containerStatuses"] = [
+        {
+            "name": "c",
+            "allocatedResources": {"cpu": "2", "memory": "1Gi"},
+            "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}},
+        }
+    ]
+    load(state, {NAMESPACES: [{"metadata": {"name": "ns"}}], PODS: [resizing]})
+    record = state.pods[("ns", "resizing")]
+    assert record.requests["cpu"] == Decimal(2)  # max(spec, actual, allocated)
+    assert record.metric_requests["cpu"] == Decimal(1)  # PodResourcesOptions{}: the spec
+    text = render_state_exposition(state).decode()
+    assert (
+        'kube_pod_resource_request{namespace="ns",node="n1",pod="resizing",priority="",'
+        'resource="cpu",scheduler="default-scheduler",unit="cores"} 1\n'
+    ) in text
+    # Without resize status the views are one shared mapping.
+    plain = ClusterState()
+    load(plain, {NAMESPACES: [{"metadata": {"name": "ns"}}], PODS: [pod("p", owner=None)]})
+    only = plain.pods[("ns", "p")]
+    assert only.metric_requests is only.requests
+    assert only.metric_limits is only.limits
+    assert only.hpa_requests is only.requests

@@ -5,8 +5,12 @@ helpers_test.go (TestPodRequestsAndLimits, TestPodRequestsAndLimitsWithoutOverhe
 TestPodResourceRequests, TestPodResourceLimits, TestPodLevelResourceRequests,
 TestAggregateContainerRequestsAndLimits, TestPodRequestsAndLimitsVerticalScalingWrappers)
 and from kube-scheduler's pkg/scheduler/metrics/resources/resources_test.go; each table
-names its source. Upstream options are spelled with ``go_opts`` (Go's zero value is
-``PodResourcesOptions{}``), expected lists are upstream's. Pods are Kubernetes JSON dicts.
+names its source, and each row on the paths where pod-level resources, status resources and
+in-place resize meet carries a ``# upstream Test...: "case name"`` comment. Upstream options
+are spelled with ``go_opts`` (Go's zero value is ``PodResourcesOptions{}``), expected lists
+are upstream's at component-helpers 1961876b. The rows kubernetes/kubernetes#140481 added
+(open at that commit) are in ``tests/test_resource_model_pod_level.py`` with both numbers.
+Pods are Kubernetes JSON dicts.
 """
 
 from __future__ import annotations
@@ -304,6 +308,7 @@ BOTH_CASES = [
         {"cpu": "17"},
         id="agg-regular-init-sidecar-limits",
     ),
+    # upstream TestAggregateContainerRequestsAndLimits: "regularcontainers with empty requests, but status with non-empty requests"
     pytest.param(
         make_pod(
             containers=[ctr("container-1")], statuses=[cstat("container-1", requests={"cpu": "2"})]
@@ -313,6 +318,7 @@ BOTH_CASES = [
         {},
         id="agg-empty-requests-status-requests",
     ),
+    # upstream TestAggregateContainerRequestsAndLimits: "always-restart init containers with empty requests, but status with non-empty requests"
     pytest.param(
         make_pod(
             init=[ctr("container-1", sidecar=True)],
@@ -323,6 +329,7 @@ BOTH_CASES = [
         {},
         id="agg-sidecar-empty-requests-status-requests",
     ),
+    # upstream TestAggregateContainerRequestsAndLimits: "aggregate container request resolves max of sums instead of sum of maxes"
     pytest.param(
         make_pod(
             containers=[ctr("c1", {"cpu": "1"}), ctr("c2", {"cpu": "2"})],
@@ -333,6 +340,7 @@ BOTH_CASES = [
         {},
         id="agg-request-max-of-sums",
     ),
+    # upstream TestAggregateContainerRequestsAndLimits: "aggregate container limit resolves max of sums instead of sum of maxes"
     pytest.param(
         make_pod(
             containers=[ctr("c1", limits={"cpu": "1"}), ctr("c2", limits={"cpu": "2"})],
@@ -343,6 +351,7 @@ BOTH_CASES = [
         {"cpu": "3"},
         id="agg-limit-max-of-sums",
     ),
+    # upstream TestAggregateContainerRequestsAndLimits: "aggregate container request/limit resolves directly from pod status when PLR vertical scaling enabled"
     pytest.param(
         make_pod(
             containers=[ctr("c1", {"cpu": "1"}, {"cpu": "2"})],
@@ -354,6 +363,7 @@ BOTH_CASES = [
         {"cpu": "5"},
         id="agg-from-pod-status-with-plr",
     ),
+    # upstream TestAggregateContainerRequestsAndLimits: "falls back to container status aggregation when PLR vertical scaling enabled but podAllocatedResources is nil"
     pytest.param(
         make_pod(
             containers=[ctr("c1", {"cpu": "1"}, {"cpu": "2"})],
@@ -367,6 +377,7 @@ BOTH_CASES = [
         {"cpu": "7"},
         id="agg-plr-fallback-no-pod-allocated",
     ),
+    # upstream TestAggregateContainerRequestsAndLimits: "falls back to container status aggregation when PLR vertical scaling enabled but podResources is nil"
     pytest.param(
         make_pod(
             containers=[ctr("c1", {"cpu": "1"}, {"cpu": "2"})],
@@ -381,6 +392,7 @@ BOTH_CASES = [
         id="agg-plr-fallback-no-pod-resources",
     ),
     # TestPodRequestsAndLimitsVerticalScalingWrappers (DRA / NonMissing rows not ported)
+    # upstream TestPodRequestsAndLimitsVerticalScalingWrappers: "pod level requests/limits with PLR vertical scaling enabled and status populated"
     pytest.param(
         make_pod(
             pod_resources={"requests": {"cpu": "2"}, "limits": {"cpu": "4"}},
@@ -393,17 +405,7 @@ BOTH_CASES = [
         {"cpu": "5"},
         id="wrap-pod-level-status-populated",
     ),
-    pytest.param(
-        make_pod(
-            pod_resources={"requests": {"cpu": "2"}, "limits": {"cpu": "4"}},
-            containers=[ctr("c1", {"cpu": "1"}, {"cpu": "2"})],
-            status_allocated={"cpu": "3"},
-        ),
-        go_opts(status=True, plr=True),
-        {"cpu": "3"},
-        {"cpu": "4"},
-        id="wrap-pod-level-only-allocated",
-    ),
+    # upstream TestPodRequestsAndLimitsVerticalScalingWrappers: "pod level requests/limits with PLR vertical scaling enabled and infeasible resize"
     pytest.param(
         make_pod(
             pod_resources={"requests": {"cpu": "10"}, "limits": {"cpu": "20"}},
@@ -417,6 +419,7 @@ BOTH_CASES = [
         {"cpu": "8"},
         id="wrap-pod-level-infeasible",
     ),
+    # upstream TestPodRequestsAndLimitsVerticalScalingWrappers: "container limits aggregation with infeasible resize"
     pytest.param(
         make_pod(
             containers=[ctr("c1", limits={"cpu": "10"})],
@@ -427,24 +430,6 @@ BOTH_CASES = [
         {},
         {"cpu": "6"},
         id="wrap-container-limits-infeasible",
-    ),
-    pytest.param(
-        make_pod(
-            overhead={"cpu": "1", "memory": "500Mi"},
-            pod_resources={
-                "requests": {"cpu": "2", "memory": "2Gi"},
-                "limits": {"cpu": "4", "memory": "4Gi"},
-            },
-            status_allocated={"cpu": "3", "memory": "2.5Gi"},
-            status_resources={
-                "requests": {"cpu": "3", "memory": "2.5Gi"},
-                "limits": {"cpu": "5", "memory": "4.5Gi"},
-            },
-        ),
-        go_opts(status=True, plr=True),
-        {"cpu": "3", "memory": "2.5Gi"},
-        {"cpu": "5", "memory": "4.5Gi"},
-        id="wrap-pod-level-overhead-status-populated",
     ),
     # kube-scheduler resources_test.go Test_podResourceCollector_CollectWithStability
     pytest.param(
@@ -583,6 +568,7 @@ REQUEST_CASES = [
         {"cpu": "6", "memory": "1Gi"},
         id="pod-overhead-included",
     ),
+    # upstream TestPodResourceRequests: "resized, infeasible"
     pytest.param(
         make_pod(
             conditions=INFEASIBLE,
@@ -593,6 +579,7 @@ REQUEST_CASES = [
         {"cpu": "2"},
         id="resized-infeasible",
     ),
+    # upstream TestPodResourceRequests: "resized, infeasible & in-progress"
     pytest.param(
         make_pod(
             conditions=INFEASIBLE,
@@ -603,6 +590,7 @@ REQUEST_CASES = [
         {"cpu": "4"},
         id="resized-infeasible-and-in-progress",
     ),
+    # upstream TestPodResourceRequests: "resized, no resize status"
     pytest.param(
         make_pod(
             containers=[ctr("container-1", {"cpu": "4"})],
@@ -612,6 +600,7 @@ REQUEST_CASES = [
         {"cpu": "4"},
         id="resized-no-resize-status",
     ),
+    # upstream TestPodResourceRequests: "resized: per-resource 3-way maximum"
     pytest.param(
         make_pod(
             containers=[
@@ -629,6 +618,7 @@ REQUEST_CASES = [
         {"cpu": "30m", "memory": "30M", "ephemeral-storage": "30G"},
         id="resized-per-resource-3-way-maximum",
     ),
+    # upstream TestPodResourceRequests: "resized, infeasible, but don't use status"
     pytest.param(
         make_pod(
             conditions=INFEASIBLE,
@@ -639,6 +629,7 @@ REQUEST_CASES = [
         {"cpu": "4"},
         id="resized-infeasible-status-not-used",
     ),
+    # upstream TestPodResourceRequests: "resized, restartable init container, infeasible"
     pytest.param(
         make_pod(
             conditions=INFEASIBLE,
@@ -649,6 +640,7 @@ REQUEST_CASES = [
         {"cpu": "2"},
         id="resized-sidecar-infeasible",
     ),
+    # upstream TestPodResourceRequests: "resized, restartable init container, no resize status"
     pytest.param(
         make_pod(
             init=[ctr("restartable-init-1", {"cpu": "4"}, sidecar=True)],
@@ -658,6 +650,7 @@ REQUEST_CASES = [
         {"cpu": "4"},
         id="resized-sidecar-no-resize-status",
     ),
+    # upstream TestPodResourceRequests: "resized, restartable init container, infeasible, but don't use status"
     pytest.param(
         make_pod(
             conditions=INFEASIBLE,
@@ -718,6 +711,7 @@ REQUEST_CASES = [
         {"cpu": "210"},
         id="restartable-init-init-and-regular",
     ),
+    # upstream TestPodResourceRequests: "aggregate request resolves max of sums instead of sum of maxes"
     pytest.param(
         make_pod(
             containers=[ctr("c1", {"cpu": "1"}), ctr("c2", {"cpu": "2"})],
@@ -839,6 +833,7 @@ LIMIT_CASES = [
         {"cpu": "210"},
         id="restartable-init-init-and-regular",
     ),
+    # upstream TestPodResourceLimits: "pod scaled up"
     pytest.param(
         make_pod(
             containers=[ctr("container-1", limits={"memory": "2Gi"})],
@@ -848,6 +843,7 @@ LIMIT_CASES = [
         {"memory": "2Gi"},
         id="pod-scaled-up",
     ),
+    # upstream TestPodResourceLimits: "pod scaled down"
     pytest.param(
         make_pod(
             containers=[ctr("container-1", limits={"memory": "1Gi"})],
@@ -857,6 +853,7 @@ LIMIT_CASES = [
         {"memory": "2Gi"},
         id="pod-scaled-down",
     ),
+    # upstream TestPodResourceLimits: "pod scaled down, don't use status"
     pytest.param(
         make_pod(
             containers=[ctr("container-1", limits={"memory": "1Gi"})],
@@ -866,6 +863,7 @@ LIMIT_CASES = [
         {"memory": "1Gi"},
         id="pod-scaled-down-status-not-used",
     ),
+    # upstream TestPodResourceLimits: "pod scaled up with restartable init containers"
     pytest.param(
         make_pod(
             init=[ctr("restartable-init-1", limits={"memory": "2Gi"}, sidecar=True)],
@@ -875,6 +873,7 @@ LIMIT_CASES = [
         {"memory": "2Gi"},
         id="pod-scaled-up-sidecar",
     ),
+    # upstream TestPodResourceLimits: "pod scaled down with restartable init containers"
     pytest.param(
         make_pod(
             init=[ctr("restartable-init-1", limits={"memory": "1Gi"}, sidecar=True)],
@@ -884,6 +883,7 @@ LIMIT_CASES = [
         {"memory": "2Gi"},
         id="pod-scaled-down-sidecar",
     ),
+    # upstream TestPodResourceLimits: "pod scaled down with restartable init containers, don't use status"
     pytest.param(
         make_pod(
             init=[ctr("restartable-init-1", limits={"memory": "1Gi"}, sidecar=True)],
@@ -893,6 +893,7 @@ LIMIT_CASES = [
         {"memory": "1Gi"},
         id="pod-scaled-down-sidecar-status-not-used",
     ),
+    # upstream TestPodResourceLimits: "aggregate limit resolves max of sums instead of sum of maxes"
     pytest.param(
         make_pod(
             containers=[ctr("c1", limits={"cpu": "1"}), ctr("c2", limits={"cpu": "2"})],
@@ -941,64 +942,76 @@ def plr_pod(
 
 
 POD_LEVEL_CASES = [
+    # upstream TestPodLevelResourceRequests: "nil"
     pytest.param(plr_pod({}), go_opts(), {}, id="nil"),
+    # upstream TestPodLevelResourceRequests: "pod level memory resource with SkipPodLevelResources true"
     pytest.param(
         plr_pod({"requests": {"memory": "2Mi"}}),
         go_opts(skip=True),
         {},
         id="pod-level-memory-skipped",
     ),
+    # upstream TestPodLevelResourceRequests: "pod level memory resource with SkipPodLevelResources false"
     pytest.param(
         plr_pod({"requests": {"memory": "2Mi"}}),
         go_opts(),
         {"memory": "2Mi"},
         id="pod-level-memory",
     ),
+    # upstream TestPodLevelResourceRequests: "pod level memory and container level cpu resources with SkipPodLevelResources false"
     pytest.param(
         plr_pod({"requests": {"memory": "2Mi"}}, containers=[ctr(requests={"cpu": "2m"})]),
         go_opts(),
         {"memory": "2Mi", "cpu": "2m"},
         id="pod-level-memory-container-cpu",
     ),
+    # upstream TestPodLevelResourceRequests: "pod level unsupported resources set at both pod-level and container-level with SkipPodLevelResources false"
     pytest.param(
         plr_pod({"requests": {"storage": "2Mi"}}, containers=[ctr(requests={"storage": "3Mi"})]),
         go_opts(),
         {"storage": "3Mi"},
         id="unsupported-at-both-levels",
     ),
+    # upstream TestPodLevelResourceRequests: "pod level unsupported resources set at pod-level with SkipPodLevelResources false"
     pytest.param(
         plr_pod({"requests": {"storage": "2Mi"}}, containers=[ctr(requests={"memory": "3Mi"})]),
         go_opts(),
         {"memory": "3Mi"},
         id="unsupported-at-pod-level",
     ),
+    # upstream TestPodLevelResourceRequests: "only container level resources set with SkipPodLevelResources false"
     pytest.param(
         plr_pod({}, containers=[ctr(requests=_SMALL)]), go_opts(), _SMALL, id="only-container-level"
     ),
+    # upstream TestPodLevelResourceRequests: "both container-level and pod-level resources set with SkipPodLevelResources false"
     pytest.param(
         plr_pod({"requests": {"memory": "6Mi", "cpu": "8m"}}, containers=[ctr(requests=_SMALL)]),
         go_opts(),
         {"memory": "6Mi", "cpu": "8m"},
         id="pod-level-overrides-container-level",
     ),
+    # upstream TestPodLevelResourceRequests: "container-level resources and init container set with SkipPodLevelResources false"
     pytest.param(
         plr_pod({}, containers=[ctr(requests=_SMALL)], init=[ctr(requests=_INIT)]),
         go_opts(),
         _INIT,
         id="container-and-init",
     ),
+    # upstream TestPodLevelResourceRequests: "container-level resources and init container set with SkipPodLevelResources false (the second, SkipPodLevelResources: true)"
     pytest.param(
         plr_pod({}, containers=[ctr(requests=_SMALL)], init=[ctr(requests=_INIT)]),
         go_opts(skip=True),
         _INIT,
         id="container-and-init-skipped",
     ),
+    # upstream TestPodLevelResourceRequests: "container-level resources and sidecar container set with SkipPodLevelResources false"
     pytest.param(
         plr_pod({}, containers=[ctr(requests=_SMALL)], init=[ctr(requests=_INIT, sidecar=True)]),
         go_opts(),
         {"memory": "8Mi", "cpu": "6m"},
         id="container-and-sidecar",
     ),
+    # upstream TestPodLevelResourceRequests: "container-level resources, init and sidecar container set with SkipPodLevelResources false"
     pytest.param(
         plr_pod(
             {},
@@ -1009,6 +1022,7 @@ POD_LEVEL_CASES = [
         {"memory": "11Mi", "cpu": "12m"},
         id="container-init-and-sidecar",
     ),
+    # upstream TestPodLevelResourceRequests: "pod-level resources, container-level resources, init and sidecar container set with SkipPodLevelResources false"
     pytest.param(
         plr_pod(
             {"requests": {"memory": "15Mi", "cpu": "18m"}},
@@ -1019,12 +1033,14 @@ POD_LEVEL_CASES = [
         {"memory": "15Mi", "cpu": "18m"},
         id="pod-level-container-init-and-sidecar",
     ),
+    # upstream TestPodLevelResourceRequests: "pod-level resources, hugepage request/limit single page size"
     pytest.param(
         plr_pod({"limits": {HP2: "2Mi"}, "requests": {"memory": "10Mi", HP2: "2Mi"}}),
         go_opts(),
         {"memory": "10Mi", HP2: "2Mi"},
         id="hugepages-single-size",
     ),
+    # upstream TestPodLevelResourceRequests: "pod-level resources, hugepage request/limit multiple page sizes"
     pytest.param(
         plr_pod(
             {
@@ -1036,6 +1052,7 @@ POD_LEVEL_CASES = [
         {"cpu": "1", HP2: "2Mi", HP1G: "1Gi"},
         id="hugepages-multiple-sizes",
     ),
+    # upstream TestPodLevelResourceRequests: "pod-level resources, container-level resources, hugepage request/limit single page size"
     pytest.param(
         plr_pod(
             {"limits": {HP2: "10Mi"}, "requests": {"cpu": "1", HP2: "10Mi"}},
@@ -1045,6 +1062,7 @@ POD_LEVEL_CASES = [
         {"cpu": "1", HP2: "10Mi"},
         id="hugepages-pod-and-container-single-size",
     ),
+    # upstream TestPodLevelResourceRequests: "pod-level resources, container-level resources, hugepage request/limit multiple page sizes"
     pytest.param(
         plr_pod(
             {
@@ -1057,6 +1075,7 @@ POD_LEVEL_CASES = [
         {"cpu": "1", HP2: "10Mi", HP1G: "2Gi"},
         id="hugepages-pod-and-container-multiple-sizes",
     ),
+    # upstream TestPodLevelResourceRequests: "pod-level resources, container-level resources, hugepage request/limit multiple page sizes between pod-level and container-level"
     pytest.param(
         plr_pod(
             {"limits": {HP2: "10Mi"}, "requests": {"cpu": "1", HP2: "10Mi"}},
@@ -1065,61 +1084,6 @@ POD_LEVEL_CASES = [
         go_opts(),
         {"cpu": "1", "memory": "4Mi", HP2: "10Mi", HP1G: "1Gi"},
         id="hugepages-sizes-split-between-levels",
-    ),
-    pytest.param(
-        plr_pod(
-            _POD_LEVEL,
-            overhead=_OVERHEAD,
-            status_requests={"cpu": "1100m", "memory": "110Mi"},
-            allocated={"cpu": "1100m", "memory": "110Mi"},
-        ),
-        _STATUS_OPTS,
-        {"cpu": "1100m", "memory": "110Mi"},
-        id="status-includes-overhead-for-all",
-    ),
-    pytest.param(
-        plr_pod(
-            _POD_LEVEL,
-            overhead=_OVERHEAD,
-            status_requests={"cpu": "1100m"},
-            allocated={"cpu": "1100m"},
-        ),
-        _STATUS_OPTS,
-        {"cpu": "1100m", "memory": "110Mi"},
-        id="status-includes-overhead-for-one",
-    ),
-    pytest.param(
-        plr_pod(
-            _POD_LEVEL,
-            overhead=_OVERHEAD,
-            status_requests={"cpu": "1", "memory": "100Mi"},
-            allocated={"cpu": "1", "memory": "100Mi"},
-        ),
-        _STATUS_OPTS,
-        {"cpu": "1100m", "memory": "110Mi"},
-        id="status-without-overhead-still-gets-overhead",
-    ),
-    pytest.param(
-        plr_pod(
-            _POD_LEVEL,
-            overhead=_OVERHEAD,
-            status_requests={"cpu": "1", "memory": "100Mi"},
-            allocated={"cpu": "1100m", "memory": "110Mi"},
-        ),
-        _STATUS_OPTS,
-        {"cpu": "1100m", "memory": "110Mi"},
-        id="allocated-includes-overhead-status-does-not",
-    ),
-    pytest.param(
-        plr_pod(
-            _POD_LEVEL,
-            overhead=_OVERHEAD,
-            status_requests={"cpu": "1", "memory": "100Mi"},
-            allocated={"cpu": "1050m", "memory": "105Mi"},
-        ),
-        _STATUS_OPTS,
-        {"cpu": "1100m", "memory": "110Mi"},
-        id="allocated-includes-stale-overhead",
     ),
 ]
 

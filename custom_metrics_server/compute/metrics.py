@@ -8,16 +8,25 @@ Serves, for pods, namespaces, nodes and workloads (`deployments.apps`, `stateful
   kube-scheduler label set (`resource`, `unit`, `node`, `scheduler`, `priority`); an object
   holding pods sums them per resource (namespace: Schedulable + Runnable pods; node: Runnable
   pods bound to it; workload: its non-completed pods through ownerReferences).
+* `kube_pod_resource_request_hpa`: the request the HorizontalPodAutoscaler divides usage by
+  (pod-level requests when set, else the regular and sidecar containers' requests; no
+  overhead, no init containers, no resize status), summed the same way.
 * `kube_running_pod_resource_usage`: cpu cores and memory working-set bytes from the kubelet
   (labels `resource`, `unit`, `node`), summed the same way over pods that have usage.
-* `kube_pod_resource_utilization`: usage / request per resource (unit `ratio`); for an object,
-  summed usage over summed requests of its pods that have both.
+* `kube_pod_resource_utilization` / `kube_pod_resource_utilization_hpa`: usage / request per
+  resource (unit `ratio`, label `requests` = `kep-1748` or `hpa` naming the denominator); for
+  an object, summed usage over summed requests of its pods that have both.
 * nodes: `kube_node_resource_allocatable` and `kube_node_resource_available` (allocatable
   minus the requests of Runnable pods on the node).
 
 `metricLabelSelector` picks series (`resource=cpu`); the series left are summed. An answer
 that would add different units (cpu cores and memory bytes) is a 400 naming the choices.
-Absence is not an error: a Completed pod or a pod without usage yet has no value.
+
+Absence is not an error: a Completed pod or a pod without usage yet has no value. An object
+that holds pods answers sums over them, and a sum over nothing is 0: a namespace, node or
+workload with no pods (a Deployment scaled to zero) answers 0 for requests, limits and usage,
+and for requests and limits of a resource none of its pods asks for. A ratio over nothing has
+no value: utilization is absent when no pod has both usage and a request.
 
 Cost of `fetch`: O(objects x pods held x resources); no allocation beyond the answer.
 """
@@ -50,15 +59,30 @@ from custom_metrics_server.machinery.selectors import Selector
 
 REQUEST: Final = "kube_pod_resource_request"
 LIMIT: Final = "kube_pod_resource_limit"
+HPA_REQUEST: Final = "kube_pod_resource_request_hpa"
 USAGE: Final = "kube_running_pod_resource_usage"
 UTILIZATION: Final = "kube_pod_resource_utilization"
+HPA_UTILIZATION: Final = "kube_pod_resource_utilization_hpa"
 ALLOCATABLE: Final = "kube_node_resource_allocatable"
 AVAILABLE: Final = "kube_node_resource_available"
 ALIASES: Final = {"kube_pod_resource_requests": REQUEST, "kube_pod_resource_limits": LIMIT}
-POD_METRICS: Final = (REQUEST, LIMIT, USAGE, UTILIZATION, *ALIASES)
+POD_METRICS: Final = (
+    REQUEST,
+    LIMIT,
+    HPA_REQUEST,
+    USAGE,
+    UTILIZATION,
+    HPA_UTILIZATION,
+    *ALIASES,
+)
 NODE_METRICS: Final = (ALLOCATABLE, AVAILABLE)
+#: Metrics whose value for an object is a sum over the pods it holds (0 over none).
+_SUMS: Final = frozenset({REQUEST, LIMIT, HPA_REQUEST})
+#: The `requests` label of a utilization series: which request it divides by.
+_REQUESTS_VIEW: Final = {UTILIZATION: "kep-1748", HPA_UTILIZATION: "hpa"}
 
 Number = Decimal | float
+_ZERO: Final = Decimal(0)
 _FRESH: Final = 10.0  # seconds a memoised answer (and its timestamp) may be reused
 _CACHE_LIMIT: Final = 200_000  # answers per (metric, resource, selector)
 _TABLE_LIMIT: Final = 1_000  # distinct (metric, resource, selector) combinations
@@ -184,7 +208,9 @@ class ResourceMetricsBackend:
         if len(table) > _CACHE_LIMIT:
             table.clear()
         usage_generation = (
-            getattr(self.usage, "generation", 0) if metric in (USAGE, UTILIZATION) else 0
+            getattr(self.usage, "generation", 0)
+            if metric in (USAGE, UTILIZATION, HPA_UTILIZATION)
+            else 0
         )
         state_generation = self.state.generation
         pods = self.state.pods
@@ -232,12 +258,15 @@ class ResourceMetricsBackend:
         now: float,
     ) -> Sample | None:
         """The value of one object, or None when it has none."""
-        series, timestamp, window = self._series(metric, gr, key)
+        series, timestamp, window, held = self._series(metric, gr, key)
         chosen = (
             series if selector.is_everything() else [s for s in series if selector.matches(s[0])]
         )
         if not chosen:
-            return None
+            if not held:
+                return None
+            # A sum over nothing: the object holds no pod, or none with a matching series.
+            return Sample(described=ref, metric=name, value=_ZERO, timestamp=now)
         _check_units(name, ref, chosen)
         return Sample(
             described=ref,
@@ -252,30 +281,36 @@ class ResourceMetricsBackend:
 
     def _series(
         self, metric: str, gr: GroupResource, key: ObjectKey
-    ) -> tuple[list[Series], float, int | None]:
-        """(series, timestamp or 0 for "now", window) of one object."""
+    ) -> tuple[list[Series], float, int | None, bool]:
+        """(series, timestamp or 0 for "now", window, whether no series means 0) of one object.
+
+        The last is true for an object that is not a pod when the metric sums its pods: always
+        for requests and limits, and for usage when it holds no pod at all (with pods but no
+        usage sample yet, the usage is unknown, not 0).
+        """
         if metric in NODE_METRICS:
-            return self._node_series(metric, key[1]), 0.0, None
+            return self._node_series(metric, key[1]), 0.0, None, False
         pods = self.state.pods_of(gr, key)
         if not pods:
-            return [], 0.0, None
-        if metric in (REQUEST, LIMIT):
-            return self._allocation_series(metric, gr, pods), 0.0, None
+            held = pods is not None and gr != PODS and metric in (*_SUMS, USAGE)
+            return [], 0.0, None, held
+        if metric in _SUMS:
+            return self._allocation_series(metric, gr, pods), 0.0, None, gr != PODS
         usages = self._usages(pods)
         if not usages:
-            return [], 0.0, None
+            return [], 0.0, None, False
         timestamp = min(u.timestamp for _, u in usages)
         window = round(max(u.window for _, u in usages))
         if metric == USAGE:
-            return self._usage_series(gr, usages), timestamp, window
-        return self._utilization_series(gr, usages), timestamp, window
+            return self._usage_series(gr, usages), timestamp, window, False
+        return self._utilization_series(metric, gr, usages), timestamp, window, False
 
     def _allocation_series(
         self, metric: str, gr: GroupResource, pods: list[PodRecord]
     ) -> list[Series]:
         if gr == PODS:
             pod = pods[0]
-            values = pod.requests if metric == REQUEST else pod.limits
+            values = _allocation(metric, pod)
             return [
                 (
                     _labels(
@@ -287,8 +322,8 @@ class ResourceMetricsBackend:
             ]
         totals: dict[str, Decimal] = {}
         for pod in pods:
-            for resource, value in (pod.requests if metric == REQUEST else pod.limits).items():
-                totals[resource] = totals.get(resource, Decimal(0)) + value
+            for resource, value in _allocation(metric, pod).items():
+                totals[resource] = totals.get(resource, _ZERO) + value
         return [(_labels(resource), value) for resource, value in sorted(totals.items())]
 
     def _usages(self, pods: Iterable[PodRecord]) -> list[tuple[PodRecord, PodUsage]]:
@@ -310,20 +345,23 @@ class ResourceMetricsBackend:
 
     @staticmethod
     def _utilization_series(
-        gr: GroupResource, usages: list[tuple[PodRecord, PodUsage]]
+        metric: str, gr: GroupResource, usages: list[tuple[PodRecord, PodUsage]]
     ) -> list[Series]:
         extra = {"node": usages[0][0].node} if gr == PODS else {}
+        view = _REQUESTS_VIEW[metric]
         found: list[Series] = []
         for resource in ("cpu", "memory"):
             used = requested = 0.0
             for pod, usage in usages:
-                request = pod.requests.get(resource)
+                request = (pod.hpa_requests if metric == HPA_UTILIZATION else pod.requests).get(
+                    resource
+                )
                 if request:
                     used += usage.cpu_cores if resource == "cpu" else usage.memory_bytes
                     requested += float(request)
             if requested:
                 # Three decimals: a ratio is read as a percentage, not to the nano.
-                labels = {"resource": resource, "unit": "ratio", **extra}
+                labels = {"resource": resource, "unit": "ratio", "requests": view, **extra}
                 found.append((labels, round(used / requested, 3)))
         return found
 
@@ -340,8 +378,17 @@ class ResourceMetricsBackend:
         return [(_labels(resource), value) for resource, value in sorted(allocatable.items())]
 
 
+def _allocation(metric: str, pod: PodRecord) -> Mapping[str, Decimal]:
+    """The pod's values of a summed metric."""
+    if metric == REQUEST:
+        return pod.requests
+    if metric == LIMIT:
+        return pod.limits
+    return pod.hpa_requests
+
+
 def _sum(values: Iterable[Number]) -> Number:
-    total: Number = Decimal(0)
+    total: Number = _ZERO
     for value in values:
         if isinstance(total, Decimal) and isinstance(value, float):
             total = float(total)
@@ -372,7 +419,9 @@ def usage_of(cpu: float, memory: float, timestamp: float, window: float) -> PodU
 
 def render_state_exposition(state: ClusterState) -> bytes:
     """`/metrics/resources` of every non-completed pod, walked at scrape time without copying
-    the records. O(pods x resources) plus the sort of the rendered lines."""
+    the records: the requests and limits kube-scheduler's own collector reports
+    (`PodResourcesOptions{}`: the spec, pod-level resources included, resize status not).
+    O(pods x resources) plus the sort of the rendered lines."""
     return render_pod_resources(
         (
             PodResources(
@@ -381,8 +430,8 @@ def render_state_exposition(state: ClusterState) -> bytes:
                 pod.node,
                 pod.scheduler,
                 pod.priority,
-                {k: float(v) for k, v in pod.requests.items()},
-                {k: float(v) for k, v in pod.limits.items()},
+                {k: float(v) for k, v in pod.metric_requests.items()},
+                {k: float(v) for k, v in pod.metric_limits.items()},
             )
             for pod in state.pods.values()
             if pod.lifecycle != "Completed"

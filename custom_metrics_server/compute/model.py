@@ -10,6 +10,16 @@ label kube-scheduler's ``kube_pod_resource_request`` metric gives each resource.
 It is a pure module: no I/O, no logging, no clocks; the only dependency is our own
 :mod:`custom_metrics_server.machinery.quantity`. Results are fresh dicts the caller may keep.
 
+Upstream reference: ``k8s.io/component-helpers`` at commit 1961876b (2026-07-24), read as
+kubernetes/kubernetes ``staging/src/k8s.io/component-helpers/resource/helpers.go``. At that
+commit the pod-level status branch reads ``status.resources`` only when it is set (the
+``InPlacePodLevelResourcesVerticalScalingEnabled`` and ``UseStatusResources`` options both on)
+and adds ``spec.overhead`` to whatever wins, so a kubelet that reports pod-level status
+*including* the overhead has it counted twice (kubernetes/kubernetes#139627; the fix,
+#140481, was still open then). This port keeps that behaviour: it agrees with upstream.
+``IsSupportedPodLevelResource`` at that commit: ``cpu``, ``memory`` and every
+``hugepages-*``.
+
 Which upstream options are applied (:data:`DEFAULT_OPTIONS`) is the scheduler's own choice
 with default feature gates (kube-scheduler's NodeInfo accounting, not the literal
 ``PodResourcesOptions{}``): ``UseStatusResources`` (InPlacePodVerticalScaling, GA in 1.35),
@@ -18,6 +28,8 @@ reads ``status.resources``/``status.allocatedResources``, which are absent unles
 cluster runs the feature) and pod-level resources honoured (PodLevelResources, beta and on
 since 1.34). :data:`SCHEDULER_METRIC_OPTIONS` is exactly what kube-scheduler's
 ``/metrics/resources`` collector passes (``PodResourcesOptions{}``: spec only, no status).
+:func:`hpa_pod_requests` is the request the HorizontalPodAutoscaler divides usage by
+(``pkg/controller/podautoscaler/replica_calculator.go`` ``calculateRequests``).
 
 Deliberate differences from upstream, each for the reason given:
 
@@ -27,7 +39,8 @@ Deliberate differences from upstream, each for the reason given:
 * An in-place resize is also treated as infeasible when the pod carries no
   ``PodResizePending`` condition but the deprecated ``status.resize`` says
   ``Infeasible``: that is how API servers up to 1.32 report it (upstream's 1.32 helper
-  read that field; current upstream reads only the condition).
+  read that field; current upstream reads only the condition, and API servers from 1.33 on
+  no longer write the field, so the two agree on every pod they return).
 * Node-allocatable DRA claims (``UseDRANodeAllocatableResourceClaimStatus``, alpha, off by
   default), ``NonMissingContainerRequests`` (scheduler scoring only), ``Reuse`` and
   ``SkipContainerLevelResources`` are not ported.
@@ -45,10 +58,13 @@ from custom_metrics_server.machinery.quantity import Quantity
 
 __all__ = [
     "DEFAULT_OPTIONS",
+    "HPA_POD_LEVEL_OPTIONS",
     "RESOURCE_UNITS",
     "SCHEDULER_METRIC_OPTIONS",
     "Lifecycle",
     "ResourceOptions",
+    "hpa_pod_requests",
+    "is_supported_pod_level_resource",
     "pod_lifecycle",
     "pod_limits",
     "pod_requests",
@@ -69,7 +85,8 @@ RESOURCE_UNITS: Final[dict[str, str]] = {
 
 _HUGEPAGES_PREFIX: Final = "hugepages-"
 _ATTACHABLE_VOLUMES_PREFIX: Final = "attachable-volumes-"
-# supportedPodLevelResources upstream, plus any hugepages-* (IsSupportedPodLevelResource).
+# supportedPodLevelResources upstream, plus any hugepages-* (IsSupportedPodLevelResource at
+# 1961876b; releases up to 1.33 accepted cpu and memory only).
 _POD_LEVEL_RESOURCES: Final = frozenset({"cpu", "memory"})
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 _ZERO: Final = Decimal(0)
@@ -99,6 +116,11 @@ DEFAULT_OPTIONS: Final = ResourceOptions()
 #: Exactly ``PodResourcesOptions{}``, as passed by the scheduler's /metrics/resources collector.
 SCHEDULER_METRIC_OPTIONS: Final = ResourceOptions(
     use_status_resources=False, pod_level_status_resources=False
+)
+#: What the HPA passes for a pod with pod-level requests (``calculatePodLevelRequests``:
+#: ``PodResourcesOptions{ExcludeOverhead: true}`` since kubernetes/kubernetes#142154).
+HPA_POD_LEVEL_OPTIONS: Final = ResourceOptions(
+    use_status_resources=False, pod_level_status_resources=False, exclude_overhead=True
 )
 
 
@@ -180,19 +202,6 @@ def _max_of(
     for other in others:
         _max_into(result, other)
     return result
-
-
-def _subtract_clamped(target: ResourceMap | None, extra: Mapping[str, Quantity]) -> None:
-    """Subtract extra from the resources target has, never below zero (subtractResourceList)."""
-    if target is None:
-        return
-    for name, amount in extra.items():
-        current = target.get(name)
-        if current is not None:
-            difference = current - amount
-            if difference.value < _ZERO:
-                difference = Quantity(_ZERO, difference.format)
-            target[name] = difference
 
 
 def _without_zeros(resources: ResourceMap) -> dict[str, Quantity]:
@@ -306,14 +315,14 @@ def _resize_infeasible(status: Mapping[str, Any]) -> bool:
     return bool(status.get("resize") == "Infeasible")
 
 
-def _supported_pod_level(name: str) -> bool:
-    """IsSupportedPodLevelResource: cpu, memory and hugepages-*."""
+def is_supported_pod_level_resource(name: str) -> bool:
+    """IsSupportedPodLevelResource at 1961876b: cpu, memory and hugepages-*; O(1)."""
     return name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX)
 
 
 def _names_supported(resources: Mapping[str, Quantity] | None) -> bool:
     """Whether a pod-level list names at least one supported resource."""
-    return any(_supported_pod_level(name) for name in resources or ())
+    return any(is_supported_pod_level_resource(name) for name in resources or ())
 
 
 # --- Per-container list selection (containerSpecRequests and friends) --------------------
@@ -422,20 +431,12 @@ def _effective_pod_level(
 def _apply_pod_level(result: ResourceMap, effective: Mapping[str, Quantity] | None) -> None:
     """applyPodLevelResources: pod-level values replace the aggregate for supported names."""
     for name, amount in (effective or {}).items():
-        if _supported_pod_level(name):
+        if is_supported_pod_level_resource(name):
             result[name] = amount
 
 
-def _copy(resources: ResourceMap | None) -> ResourceMap | None:
-    """DeepCopy of a possibly-nil list."""
-    return None if resources is None else dict(resources)
-
-
-def pod_requests(
-    pod: Mapping[str, Any], *, options: ResourceOptions = DEFAULT_OPTIONS
-) -> dict[str, Quantity]:
-    """Return the pod's effective requests, as upstream PodRequests; O(containers x resources)."""
-    view = _PodView.of(pod, "requests")
+def _requests(view: _PodView, options: ResourceOptions) -> ResourceMap:
+    """PodRequests over a parsed pod, zero values kept (the caller drops them)."""
     requests = _aggregate_requests(view, options)
 
     if not options.skip_pod_level_resources and _names_supported(view.pod_requests):
@@ -443,22 +444,54 @@ def pod_requests(
         if (
             options.pod_level_status_resources
             and options.use_status_resources
-            and (view.status_resources_set or view.status_allocated is not None)
+            and view.status_resources_set
         ):
-            # Pod-level status values include the overhead, which is added back below.
-            status_requests = _copy(view.status_actual)
-            allocated_requests = _copy(view.status_allocated)
-            if view.overhead is not None:
-                _subtract_clamped(status_requests, view.overhead)
-                _subtract_clamped(allocated_requests, view.overhead)
+            # status.resources.requests and status.allocatedResources as the kubelet reports
+            # them; the overhead below is added on top (upstream at 1961876b, see module doc).
             effective = _effective_pod_level(
-                view, view.pod_requests, status_requests, allocated_requests
+                view, view.pod_requests, view.status_actual, view.status_allocated
             )
         _apply_pod_level(requests, effective)
 
     if not options.exclude_overhead:
         _add_into(requests, view.overhead)
-    return _without_zeros(requests)
+    return requests
+
+
+def pod_requests(
+    pod: Mapping[str, Any], *, options: ResourceOptions = DEFAULT_OPTIONS
+) -> dict[str, Quantity]:
+    """Return the pod's effective requests, as upstream PodRequests; O(containers x resources)."""
+    return _without_zeros(_requests(_PodView.of(pod, "requests"), options))
+
+
+def hpa_pod_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
+    """Return the request per resource the HPA divides a pod's usage by; O(containers x resources).
+
+    ``calculateRequests`` of the HPA's replica calculator with no container named and the
+    PodLevelResources gate on: a pod with a supported pod-level request is counted by
+    PodRequests with ``ExcludeOverhead`` (spec only, init containers included); any other
+    pod by the sum over its regular and restartable (sidecar) init containers of their spec
+    requests, without init containers, overhead or resize status. A resource some of those
+    containers do not request has no value: the HPA refuses to compute it ("missing request
+    for cpu in container ..."). Each container's (or the pod's) quantity is rounded up to a
+    milli-unit first, as the HPA's ``MilliValue`` does. Zero values are left out.
+    """
+    view = _PodView.of(pod, "requests")
+    if _names_supported(view.pod_requests):
+        totals = {
+            name: amount.milli_value()
+            for name, amount in _requests(view, HPA_POD_LEVEL_OPTIONS).items()
+        }
+    else:
+        counted = [c.spec for c in view.containers] + [
+            c.spec for c in view.init_containers if c.restartable
+        ]
+        names = set(counted[0] or ()) if counted else set()
+        for spec in counted[1:]:
+            names.intersection_update(spec or ())
+        totals = {name: sum(spec[name].milli_value() for spec in counted if spec) for name in names}
+    return {name: Quantity(Decimal(milli).scaleb(-3)) for name, milli in totals.items() if milli}
 
 
 # --- PodLimits ------------------------------------------------------------------------
@@ -493,10 +526,7 @@ def pod_limits(
             and options.use_status_resources
             and view.status_resources_set
         ):
-            status_limits = _copy(view.status_actual)
-            if view.overhead is not None:
-                _subtract_clamped(status_limits, view.overhead)
-            effective = _effective_pod_level(view, view.pod_limits, status_limits)
+            effective = _effective_pod_level(view, view.pod_limits, view.status_actual)
         _apply_pod_level(limits, effective)
 
     # Overhead is added only to limits that are set and non-zero (unset means unlimited).

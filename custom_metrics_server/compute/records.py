@@ -3,9 +3,11 @@
 `ClusterState` is an `InMemoryCluster` (REST mapping + label index, so it is the server's
 `ClusterView`) that also keeps, per pod, only what KEP-1748 needs: the node, scheduler,
 priority, lifecycle state, effective requests and limits (computed once per change with
-`resource_model`), and its controller; per node, the allocatable resources and address; per
-workload, its controller. No JSON object is kept: a watch event is reduced to a record and
-dropped. Indexes by node, namespace and owner make "the pods this object holds" O(result).
+`resource_model`: as the scheduler holds them, as its `/metrics/resources` reports them, and
+the request the HPA divides usage by), and its controller; per node, the allocatable resources
+and address; per workload, its controller. No JSON object is kept: a watch event is reduced to
+a record and dropped. Indexes by node, namespace and owner make "the pods this object holds"
+O(result).
 
 Objects arrive through `sink(resource)`, one `WatchSink`-shaped adapter per watched resource:
 the Kubernetes backend's reflectors and the simulated cluster feed the same adapters, so the
@@ -28,7 +30,13 @@ import orjson
 
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS
-from custom_metrics_server.compute.model import pod_lifecycle, pod_limits, pod_requests
+from custom_metrics_server.compute.model import (
+    SCHEDULER_METRIC_OPTIONS,
+    hpa_pod_requests,
+    pod_lifecycle,
+    pod_limits,
+    pod_requests,
+)
 from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
 from custom_metrics_server.machinery.quantity import Quantity
 from custom_metrics_server.runtime.heap import settle_heap
@@ -52,7 +60,14 @@ DEFAULT_SCHEDULER: Final = "default-scheduler"
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
-    """What the resource model keeps of one pod."""
+    """What the resource model keeps of one pod.
+
+    `requests`/`limits` are what the scheduler holds for the pod (`DEFAULT_OPTIONS`: the
+    larger of spec, allocated and actual during an in-place resize); `metric_requests`/
+    `metric_limits` what kube-scheduler's `/metrics/resources` reports (`PodResourcesOptions{}`:
+    the spec); `hpa_requests` the HPA's denominator (`hpa_pod_requests`). Pods without resize
+    status share one mapping for the first two views.
+    """
 
     namespace: str
     name: str
@@ -63,6 +78,9 @@ class PodRecord:
     requests: Mapping[str, Decimal]
     limits: Mapping[str, Decimal]
     owner: tuple[str, str] | None  # controller (kind, name)
+    metric_requests: Mapping[str, Decimal]
+    metric_limits: Mapping[str, Decimal]
+    hpa_requests: Mapping[str, Decimal]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +114,37 @@ def _resources(values: Mapping[str, Any] | None) -> dict[str, Decimal]:
 
 _EMPTY: Final[Mapping[str, Decimal]] = MappingProxyType({})
 _SHAPE_CACHE_SIZE: Final = 4096
+#: requests, limits, metric_requests, metric_limits, hpa_requests (see `PodRecord`)
+_Views = tuple[
+    Mapping[str, Decimal],
+    Mapping[str, Decimal],
+    Mapping[str, Decimal],
+    Mapping[str, Decimal],
+    Mapping[str, Decimal],
+]
+
+
+def _frozen(
+    values: Mapping[str, Quantity], same_as: Mapping[str, Decimal] | None = None
+) -> Mapping[str, Decimal]:
+    """A read-only {name: Decimal} of a model result; `same_as` itself when equal (shared)."""
+    found = {name: amount.value for name, amount in values.items()}
+    if same_as is not None and found == same_as:
+        return same_as
+    return MappingProxyType(found) if found else _EMPTY
+
+
+def _views(pod: Mapping[str, Any]) -> _Views:
+    """Every view of a pod's resources; O(containers x resources) each."""
+    requests = _frozen(pod_requests(pod))
+    limits = _frozen(pod_limits(pod))
+    return (
+        requests,
+        limits,
+        _frozen(pod_requests(pod, options=SCHEDULER_METRIC_OPTIONS), requests),
+        _frozen(pod_limits(pod, options=SCHEDULER_METRIC_OPTIONS), limits),
+        _frozen(hpa_pod_requests(pod), requests),
+    )
 
 
 def _resource_shape(pod: Mapping[str, Any]) -> bytes:
@@ -194,7 +243,7 @@ class ClusterState(InMemoryCluster):
         # (namespace, owner kind, owner name) -> {(child kind, child name)}
         self._children: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         self._sinks = {gr: _Sink(self, gr) for gr in WATCHED}
-        self._shapes: dict[bytes, tuple[Mapping[str, Decimal], Mapping[str, Decimal]]] = {}
+        self._shapes: dict[bytes, _Views] = {}
         self.generation = 0
 
     def mapping(self, resource: str) -> ResourceMapping | None:
@@ -294,7 +343,7 @@ class ClusterState(InMemoryCluster):
         self, key: ObjectKey, pod: Mapping[str, Any], owner: tuple[str, str] | None
     ) -> None:
         spec = pod.get("spec") or {}
-        requests, limits = self._resources_of(key, pod)
+        requests, limits, metric_requests, metric_limits, hpa = self._resources_of(key, pod)
         priority = spec.get("priority")
         record = PodRecord(
             namespace=key[0],
@@ -306,6 +355,9 @@ class ClusterState(InMemoryCluster):
             requests=requests,
             limits=limits,
             owner=owner,
+            metric_requests=metric_requests,
+            metric_limits=metric_limits,
+            hpa_requests=hpa,
         )
         self._unindex_pod(key)
         self.pods[key] = record
@@ -313,10 +365,9 @@ class ClusterState(InMemoryCluster):
         if record.node:
             self._by_node.setdefault(record.node, set()).add(key)
 
-    def _resources_of(
-        self, key: ObjectKey, pod: Mapping[str, Any]
-    ) -> tuple[Mapping[str, Decimal], Mapping[str, Decimal]]:
-        """Effective requests and limits, memoised by everything they depend on.
+    def _resources_of(self, key: ObjectKey, pod: Mapping[str, Any]) -> _Views:
+        """The pod's views of its resources (see `PodRecord`), memoised by everything they
+        depend on.
 
         Pods of one template share their resource fields, so the (costly) resource model runs
         once per distinct shape and the resulting read-only mappings are shared between pods:
@@ -333,13 +384,10 @@ class ClusterState(InMemoryCluster):
             if cached is not None:
                 return cached
         try:
-            found: tuple[Mapping[str, Decimal], Mapping[str, Decimal]] = (
-                MappingProxyType({k: q.value for k, q in pod_requests(pod).items()}),
-                MappingProxyType({k: q.value for k, q in pod_limits(pod).items()}),
-            )
+            found = _views(pod)
         except (ValueError, TypeError) as err:
             logger.warning("pod %s/%s: resources not understood, counted as none: %s", *key, err)
-            found = (_EMPTY, _EMPTY)
+            found = (_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY)
         if shape is not None:
             if len(self._shapes) >= _SHAPE_CACHE_SIZE:
                 self._shapes.clear()

@@ -21,18 +21,22 @@ import argparse
 import json
 import os
 import platform
-import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from custom_metrics_server.testing.server_process import (  # noqa: E402
+    start_server as start_launched,
+)
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -45,28 +49,10 @@ def start_server(
 
 
 def start_serve(workdir: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
-    """`serve --demo` with `args` on a free port; the process and its base URL."""
-    command = [
-        sys.executable,
-        "-m",
-        "custom_metrics_server",
-        "serve",
-        "--demo",
-        "--secure-port",
-        "0",
-        "--cert-dir",
-        str(workdir / "certs"),
-        *args,
-    ]
-    log = open(workdir / "server.log", "w")  # noqa: SIM115 - lives as long as the process
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, cwd=workdir)
-    assert process.stdout is not None
-    lines: queue.Queue[str] = queue.Queue()
-    stdout = process.stdout
-    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
-    first = lines.get(timeout=60)
-    url = first.split(" on ", 1)[1].split()[0]
-    return process, url
+    """`serve --demo` with `args` on a free port; the process and its base URL (the shared
+    launcher, `custom_metrics_server.testing`)."""
+    server = start_launched(workdir, *args, ready=False, timeout=60)
+    return server.process, server.url
 
 
 def cpu_seconds(pid: int) -> float:

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from tests.conftest import RunningServer
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
 PATHS = (

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from custom_metrics_server import cli
-from tests.conftest import RunningServer, start_server, stop_server
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
+from custom_metrics_server.testing.server_process import start_server, stop_server
 
 
 @pytest.fixture(scope="module")

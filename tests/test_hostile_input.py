@@ -11,7 +11,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import RunningServer, start_server, stop_server
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
+from custom_metrics_server.testing.server_process import start_server, stop_server
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
 E = "/apis/external.metrics.k8s.io/v1beta1"

@@ -31,8 +31,8 @@ from custom_metrics_server.domain import (
 )
 from custom_metrics_server.server.app import AppSettings, Server, create_app
 from custom_metrics_server.server.chain import request_deadline
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
 from tests.asgi import call, scope_for
-from tests.conftest import RunningServer
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
 SLOW = (P + "/namespaces/ns/pods/*/slow").encode()

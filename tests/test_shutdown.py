@@ -11,8 +11,10 @@ import signal
 import time
 from pathlib import Path
 
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
+from custom_metrics_server.testing.server_process import start_server
 from tests.asgi import call, scope_for
-from tests.conftest import RunningServer, contract_app, start_server
+from tests.conftest import contract_app
 
 METRIC = (
     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/http_requests_per_second"

@@ -26,7 +26,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.conftest import RunningServer, start_server, stop_server
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
+from custom_metrics_server.testing.server_process import start_server, stop_server
 
 P = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods"
 SLOW = P + "/*/slow"

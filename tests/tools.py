@@ -24,6 +24,7 @@ HOW = {
     "prometheus": "Debian package `prometheus`; .ci/run installs it",
     "promtool": "Debian package `prometheus`; .ci/run installs it",
     "containerd": "Debian package `containerd`; .ci/run installs it",
+    "openssl": "Debian package `openssl`; .ci/run installs it",
 }
 
 

@@ -1,7 +1,10 @@
 """Where kube-apiserver is and how to authenticate to it, loaded with the `kubernetes`
 package's own loaders (kubeconfig or in-cluster service account) and reduced to plain values.
 
-Only the loaders are used: the request path never touches `kubernetes` client models.
+Only the loaders are used, and only by `load_connection`, which imports them when called: the
+`kubernetes` package (about 0.2 s and 20 MiB to import) is loaded by a process that connects
+to a cluster, never by one that only serves the demo. The request path never touches
+`kubernetes` client models.
 """
 
 from __future__ import annotations
@@ -12,10 +15,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from kubernetes.client import Configuration
-from kubernetes.config import incluster_config, kube_config
-from kubernetes.config.config_exception import ConfigException
 
 from custom_metrics_server.runtime.tls import client_context
 
@@ -61,6 +60,11 @@ class Connection:
 
 def load_connection(kubeconfig: str | None = None, *, context: str | None = None) -> Connection:
     """From `kubeconfig` (or `$KUBECONFIG`, or `~/.kube/config`), else in-cluster."""
+    # Imported here, not at the top: see the module docstring.
+    from kubernetes.client import Configuration  # noqa: PLC0415
+    from kubernetes.config import incluster_config, kube_config  # noqa: PLC0415
+    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
+
     configuration = Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     in_cluster = path is None and "KUBERNETES_SERVICE_HOST" in os.environ

@@ -10,6 +10,7 @@ every answer must come within 100 ms.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunningServer, start_server, stop_server
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
+from custom_metrics_server.testing.server_process import start_server, stop_server
 from tests.fakes.cluster_process import TOKEN, serve_flags
 
 pytestmark = pytest.mark.integration
@@ -121,7 +123,14 @@ def test_health_and_metrics_answer_within_100ms_while_thousands_of_kubelets_fail
         scraper = client.get("/metrics").text
     assert body["items"][0]["value"] == "100m"
     assert answers > 200
-    assert max(slowest.values()) < BUDGET, slowest
+    # On failure, the server's own loop-lag histogram tells a stalled server from a test
+    # process that was not scheduled (the machine's load average is printed too).
+    lag = {
+        line.split('le="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in scraper.splitlines()
+        if line.startswith("custom_metrics_server_event_loop_lag_seconds_bucket")
+    }
+    assert max(slowest.values()) < BUDGET, (slowest, os.getloadavg(), lag)
     # The scraper did its work meanwhile: rounds completed, failures counted, bounded.
     rounds = _metric(scraper, "custom_metrics_server_kubelet_scrape_rounds_total")
     assert rounds is not None

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import RunningServer, start_server, stop_server
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
+from custom_metrics_server.testing.server_process import start_server, stop_server
 from tests.fakes.auth_webhooks import FakeAuthApiServer
 from tests.fakes.cluster_process import TOKEN, serve_flags, write_kubeconfig
 from tests.fakes.kube_apiserver import FakeKubeApiServer

@@ -11,15 +11,14 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from custom_metrics_server.cli import build_parser
+from tests.tools import require
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CHART = ROOT / "charts" / "custom-metrics-server"
@@ -35,49 +34,14 @@ NAME = "custom-metrics-server"
 Obj = dict[str, Any]
 
 
-def _missing(tool: str, how: str) -> None:
-    message = f"{tool} is not installed ({how})"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must run the chart tests: {message}")
-    pytest.skip(message)
-
-
-def _executable(path: str | Path | None) -> str | None:
-    if path and Path(path).is_file() and os.access(path, os.X_OK):
-        return str(path)
-    return None
-
-
-@functools.cache
-def _find_helm() -> str | None:
-    return (
-        _executable(os.environ.get("HELM")) or _executable(TOOLS / "helm") or shutil.which("helm")
-    )
-
-
-@functools.cache
-def _find_kubectl() -> str | None:
-    return (
-        _executable(os.environ.get("KUBECTL"))
-        or shutil.which("kubectl")
-        or _executable(TOOLS / "kubectl")
-    )
-
-
 def helm_binary() -> str:
-    found = _find_helm()
-    if found is None:
-        _missing("helm", "set $HELM, or run `make tools` for .tools/bin/helm")
-    assert found is not None
-    return found
+    """helm: $HELM, then .tools/bin (the pinned v4), then PATH."""
+    return require("helm", prefer_tools_dir=True)
 
 
 def kubectl_binary() -> str:
-    found = _find_kubectl()
-    if found is None:
-        _missing("kubectl", "set $KUBECTL, or run `make tools` for .tools/bin/kubectl")
-    assert found is not None
-    return found
+    """kubectl (for `kubectl kustomize`): $KUBECTL, then PATH, then .tools/bin."""
+    return require("kubectl")
 
 
 def helm(

@@ -36,13 +36,13 @@ from tests.chart.conftest import (
     NAME,
     NAMESPACE,
     Obj,
-    _missing,
     example,
     kustomize,
     one,
     render,
     subcommand_parser,
 )
+from tests.tools import missing
 
 AGENT = "custom-metrics-node-agent"
 CHART_AGENT = f"{NAME}-node-agent"
@@ -70,7 +70,7 @@ def manifests(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of manifests/ with the production overlay's certificates generated, and one
     overlay more per component: production plus that component."""
     if shutil.which("openssl") is None:
-        _missing("openssl", "generate-certs.sh needs it; .ci/run installs it")
+        missing("openssl", "generate-certs.sh needs it; .ci/run installs it")
     copy_dir = tmp_path_factory.mktemp("kustomize") / "manifests"
     shutil.copytree(MANIFESTS, copy_dir, ignore=shutil.ignore_patterns("certs"))
     result = subprocess.run(

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart import conftest
-from tests.chart.conftest import ROOT, TOOLS, _missing
+from tests import tools
+from tests.chart.conftest import ROOT, TOOLS
+from tests.tools import missing
 
 SCRIPT = ROOT / ".ci" / "install-k8s-tools"
 
@@ -33,7 +34,7 @@ def test_ci_installs_the_tools_before_the_tests_and_git_ignores_them() -> None:
 def test_installed_tools_are_kept_without_a_download(tmp_path: Path) -> None:
     """Idempotent: with both binaries at the wanted versions, nothing is fetched."""
     if not ((TOOLS / "helm").exists() and (TOOLS / "kubectl").exists()):
-        _missing(".tools/bin/helm and kubectl", "run `make tools`")
+        missing("helm", "the pinned helm and kubectl in .tools/bin (run `make tools`)")
     dest = tmp_path / "bin"
     dest.mkdir()
     for name in ("helm", "kubectl"):
@@ -53,11 +54,11 @@ def test_installed_tools_are_kept_without_a_download(tmp_path: Path) -> None:
 
 def test_a_missing_tool_skips_locally_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")
-    with pytest.raises(pytest.fail.Exception, match="CI must run the chart tests: helm"):
-        _missing("helm", "run `make tools`")
+    with pytest.raises(pytest.fail.Exception, match="CI must run this test: helm"):
+        missing("helm")
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="helm is not installed"):
-        _missing("helm", "run `make tools`")
+        missing("helm")
 
 
 def test_helm_is_found_through_the_environment_first(
@@ -67,10 +68,10 @@ def test_helm_is_found_through_the_environment_first(
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
     monkeypatch.setenv("HELM", str(fake))
-    conftest._find_helm.cache_clear()
+    tools.find.cache_clear()
     try:
-        assert conftest.helm_binary() == str(fake)
+        assert tools.require("helm", prefer_tools_dir=True) == str(fake)
     finally:
         monkeypatch.undo()  # the caller's $HELM back, then a fresh lookup for later tests
-        conftest._find_helm.cache_clear()
-    assert conftest._find_helm() != str(fake)
+        tools.find.cache_clear()
+    assert tools.find("helm", prefer_tools_dir=True) != str(fake)

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from custom_metrics_server.api import schemas
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
 from tests import kubeproto
-from tests.conftest import RunningServer
 
 pytestmark = pytest.mark.integration
 

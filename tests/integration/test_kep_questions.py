@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from custom_metrics_server.machinery.quantity import Quantity
-from tests.conftest import RunningServer
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
 
 pytestmark = [
     pytest.mark.integration,

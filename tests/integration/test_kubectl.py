@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RunningServer
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
 
 pytestmark = [
     pytest.mark.integration,

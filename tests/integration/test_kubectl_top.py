@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from custom_metrics_server.machinery.quantity import Quantity
-from tests.conftest import RunningServer
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
 from tests.integration.test_kubectl import kubectl, raw
 
 pytestmark = [

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
 from tests import kubeproto
-from tests.conftest import RunningServer
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.prometheus.backend import PrometheusBackend, PrometheusSettings
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig
 from tests.prometheus.real_prometheus import CounterLine, Gauge, RealPrometheus
+from tests.tools import require
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "prometheus"
 RULES = FIXTURES / "rules.yaml"
@@ -79,11 +79,8 @@ def series() -> list[Gauge | CounterLine]:
 @pytest.fixture(scope="session")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPrometheus]:
     """A real Prometheus holding `series()`; skipped only where it cannot be installed."""
-    reason = RealPrometheus.available()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the Prometheus tests: {reason}")
-        pytest.skip(reason)
+    require("prometheus")
+    require("promtool")
     server = RealPrometheus(tmp_path_factory.mktemp("prometheus"), series())
     server.backfill()
     server.start()

@@ -16,9 +16,11 @@ from custom_metrics_server.backends.simulated import DemoSettings, SimulatedClus
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.prometheus.client import MAX_GET_QUERY, PrometheusClient
 from custom_metrics_server.prometheus.rules import ServerConfig
-from tests.conftest import RunningServer, server_command, start_server, stop_server
+from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
+from custom_metrics_server.testing.server_process import server_command, start_server, stop_server
 from tests.prometheus.conftest import CLUSTER, FIXTURES, RULES
 from tests.prometheus.real_prometheus import CounterLine, Gauge, RealPrometheus
+from tests.tools import require
 
 pytestmark = pytest.mark.integration
 
@@ -315,9 +317,9 @@ def test_kubectl_top_through_prometheus_resource_rules(tmp_path: Path) -> None:
     """prometheus-adapter v0.11's shipped configuration (resourceRules only) answers the
     queries it is documented for, `kubectl top`, from a real Prometheus: usage for the demo's
     pods and nodes is written into Prometheus, and kubectl shows exactly that."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed")
+    kubectl = require("kubectl")
+    require("prometheus")
+    require("promtool")
     world = SimulatedCluster(DemoSettings(seed=42, pods=6)).world
     pods = [
         (p["metadata"]["namespace"], p["metadata"]["name"], c["name"])

@@ -26,7 +26,6 @@ from custom_metrics_server.compute.exposition import (
 from custom_metrics_server.compute.metrics_api import (
     MetricsApiRequest,
     ResourceMetricsApi,
-    go_duration,
     nanocores_quantity,
     negotiate,
     parse_request,
@@ -146,24 +145,6 @@ def get(path: str, query: str = "", accept: str = "") -> bytes:
 
 
 # --- formatting -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("ns", "text"),
-    [
-        (0, "0s"),
-        (7, "7ns"),
-        (1_500, "1.5\u00b5s"),
-        (1_500_000, "1.5ms"),
-        (15_000_000_000, "15s"),
-        (20_038_000_000, "20.038s"),
-        (60_000_000_000, "1m0s"),
-        (3_723_500_000_000, "1h2m3.5s"),
-        (-2_000_000_000, "-2s"),
-    ],
-)
-def test_windows_are_go_durations(ns: int, text: str) -> None:
-    assert go_duration(ns) == text
 
 
 @given(st.integers(min_value=0, max_value=10**16))

@@ -12,7 +12,6 @@ Cost: O(len(path) + len(query)) per request; selectors are parsed through a cach
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -29,6 +28,7 @@ from custom_metrics_server.errors import (
     route_not_found,
     watch_not_supported,
 )
+from custom_metrics_server.machinery.durations import go_duration_seconds
 from custom_metrics_server.machinery.selectors import (
     EVERYTHING,
     FIELD_EVERYTHING,
@@ -53,6 +53,10 @@ GROUP_VERSIONS: Final[dict[str, tuple[str, ...]]] = {
 # Namespace subresources that RequestInfo does not treat as a resource of their own.
 _NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
 _TRUE_VALUES: Final = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+
+#: Transitional: server/app.py (the request deadline) imports this name from here. It is
+#: `machinery.durations.go_duration_seconds`; delete it once the handler chain imports that.
+duration_seconds: Final = go_duration_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,53 +132,9 @@ def split_api_path(path: str) -> list[str] | None:
     return segments
 
 
-_GO_DURATION_UNITS: Final = {
-    "ns": 1,
-    "us": 1_000,
-    "\u00b5s": 1_000,
-    "\u03bcs": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
-_GO_DURATION_PART: Final = re.compile(r"(\d*)(?:\.(\d*))?(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
-
-
-def go_duration_ns(text: str) -> int:
-    """Go `time.ParseDuration` (`1m30s`, `250ms`, `20.038s`, `-2s`, `0`) in whole
-    nanoseconds, exact (no float rounding); ValueError when `text` is not one."""
-    if text in ("0", "+0", "-0"):
-        return 0
-    sign = -1 if text[:1] == "-" else 1
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body:
-        raise ValueError(f"not a Go duration: {text!r}")
-    total = 0
-    position = 0
-    while position < len(body):
-        match = _GO_DURATION_PART.match(body, position)
-        if match is None or not (match.group(1) or match.group(2)):
-            raise ValueError(f"not a Go duration: {text!r}")
-        unit = _GO_DURATION_UNITS[match.group(3)]
-        total += int(match.group(1) or "0") * unit
-        if match.group(2):
-            total += int(match.group(2)) * unit // 10 ** len(match.group(2))
-        position = match.end()
-    return sign * total
-
-
-def duration_seconds(text: str) -> float | None:
-    """A Go duration in seconds; None when `text` is empty or not one."""
-    try:
-        return go_duration_ns(text) / 1e9 if text else None
-    except ValueError:
-        return None
-
-
 def check_timeout(text: str) -> None:
     """`?timeout=` must be a Go duration, as the request-deadline filter parses it (400)."""
-    if text and duration_seconds(text) is None:
+    if text and go_duration_seconds(text) is None:
         raise BadRequest(
             f'invalid timeout specified in the request URL - time: invalid duration "{text}"'
         )

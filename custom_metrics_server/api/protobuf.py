@@ -40,9 +40,9 @@ from typing import Any, Final
 import orjson
 
 from custom_metrics_server.api import wire
-from custom_metrics_server.api.grammar import go_duration_ns
 from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample, fragments
 from custom_metrics_server.errors import StatusError
+from custom_metrics_server.machinery.durations import parse_go_duration_ns
 from custom_metrics_server.machinery.quantity import format_quantity
 from custom_metrics_server.machinery.selectors import Selector
 
@@ -158,9 +158,9 @@ def parse_time(text: str | None) -> tuple[int, int] | None:
     return seconds, nanos
 
 
-def parse_duration(text: str | None) -> int:
+def duration_ns(text: str | None) -> int:
     """`metav1.Duration` JSON (`20.038s`) to nanoseconds; null or "" is zero."""
-    return go_duration_ns(text) if text else 0
+    return parse_go_duration_ns(text) if text else 0
 
 
 # --- schema-driven encoder -----------------------------------------------------------------
@@ -254,7 +254,7 @@ def _time_body(text: str) -> bytes:
 
 @lru_cache(maxsize=1024)
 def _duration_body(text: str) -> bytes:
-    return b"\x08" + varint(parse_duration(text))
+    return b"\x08" + varint(duration_ns(text))
 
 
 def _field_encoder(key: bytes, kind: Kind, message: Message | None) -> Encoder:

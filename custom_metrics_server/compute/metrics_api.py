@@ -60,6 +60,7 @@ from custom_metrics_server.errors import (
     NotFound,
     not_acceptable,
 )
+from custom_metrics_server.machinery.durations import format_go_duration
 from custom_metrics_server.machinery.quantity import Format, Quantity, format_quantity
 from custom_metrics_server.machinery.selectors import (
     EVERYTHING,
@@ -77,7 +78,6 @@ __all__ = [
     "MetricsApiRequest",
     "ResourceMetricsApi",
     "ResourceUsageSource",
-    "go_duration",
     "is_metrics_api_path",
     "nanocores_quantity",
     "negotiate",
@@ -246,35 +246,6 @@ def nanocores_quantity(nanocores: int) -> str:
 
 def _memory_quantity(memory_bytes: int) -> str:
     return format_quantity(memory_bytes, Format.BINARY_SI)
-
-
-def go_duration(nanoseconds: int) -> str:
-    """Go's `time.Duration.String()`: `0s`, `1.5ms`, `15s`, `20.038s`, `1m0s`, `1h2m3s`."""
-    if nanoseconds == 0:
-        return "0s"
-    sign = "-" if nanoseconds < 0 else ""
-    value = abs(nanoseconds)
-    if value < 1_000:
-        return f"{sign}{value}ns"
-    if value < 1_000_000:
-        return f"{sign}{_fraction(value, 3)}\u00b5s"
-    if value < 1_000_000_000:
-        return f"{sign}{_fraction(value, 6)}ms"
-    hours, rest = divmod(value, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    seconds = _fraction(rest, 9) + "s"
-    if hours:
-        return f"{sign}{hours}h{minutes}m{seconds}"
-    if minutes:
-        return f"{sign}{minutes}m{seconds}"
-    return sign + seconds
-
-
-def _fraction(value: int, precision: int) -> str:
-    whole, part = divmod(value, 10**precision)
-    if not part:
-        return str(whole)
-    return f"{whole}.{str(part).rjust(precision, '0').rstrip('0')}"
 
 
 def _metadata(
@@ -537,7 +508,7 @@ class ResourceMetricsApi:
         if parts is None or parts[0] is not usage or parts[1] is not labels:
             body = {
                 "timestamp": wire.format_time(usage.timestamp),
-                "window": go_duration(usage.window_ns),
+                "window": format_go_duration(usage.window_ns),
                 "containers": [
                     {
                         "name": container.name,
@@ -588,7 +559,7 @@ class ResourceMetricsApi:
         return {
             "metadata": _metadata(name, None, created, labels),
             "timestamp": wire.format_time(usage.timestamp),
-            "window": go_duration(usage.window_ns),
+            "window": format_go_duration(usage.window_ns),
             "usage": {
                 "cpu": nanocores_quantity(usage.nanocores),
                 "memory": _memory_quantity(usage.memory_bytes),

@@ -33,8 +33,9 @@ from typing import Any, Final, Literal
 import yaml
 
 from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.machinery.durations import parse_prometheus_duration
 from custom_metrics_server.prometheus.gotemplate import Fields, Template, TemplateError
-from custom_metrics_server.prometheus.promql import LABEL_NAME, parse_duration
+from custom_metrics_server.prometheus.promql import LABEL_NAME
 
 DEFAULT_SERVER: Final = "default"
 NAMESPACES: Final = GroupResource("", "namespaces")
@@ -408,7 +409,9 @@ def _rule(
     window: int | None = None
     if data.get("window") is not None:
         try:
-            window = max(1, round(parse_duration(reader.string(data["window"], "window"))))
+            window = max(
+                1, round(parse_prometheus_duration(reader.string(data["window"], "window")))
+            )
         except ValueError as err:
             raise reader.fail("window", str(err)) from None
     return Rule(
@@ -519,7 +522,9 @@ def _resource_rules(
     window = 60
     if data.get("window") is not None:
         try:
-            window = max(1, round(parse_duration(reader.string(data["window"], "window"))))
+            window = max(
+                1, round(parse_prometheus_duration(reader.string(data["window"], "window")))
+            )
         except ValueError as err:
             raise reader.fail("window", str(err)) from None
     server = reader.string(data.get("server"), "server") or DEFAULT_SERVER

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from custom_metrics_server.api.grammar import duration_seconds
 from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.machinery.durations import go_duration_seconds
 from custom_metrics_server.runtime.tasks import cancel_and_wait
 from custom_metrics_server.runtime.tls import (
     ReloadingServerContext,
@@ -94,7 +94,7 @@ def duration(text: str) -> float:
     try:
         seconds: float | None = float(text)
     except ValueError:
-        seconds = duration_seconds(text)
+        seconds = go_duration_seconds(text)
     if seconds is None or not 0 <= seconds < math.inf:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 1m30s)")
     return seconds

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import statistics
@@ -123,14 +124,19 @@ def _pods() -> Any:
 
 
 def _selector(text: str) -> Any:
-    try:
-        from custom_metrics_server.machinery.labels import parse_selector
-    except ImportError:
+    # Where `parse_selector` lives in each tree this script may measure, newest first.
+    for module in (
+        "custom_metrics_server.machinery.label_parser",
+        "custom_metrics_server.machinery.labels",
+        "custom_metrics_server.machinery.selectors",
+        "custom_metrics_server.selectors",
+    ):
         try:
-            from custom_metrics_server.machinery.selectors import parse_selector
-        except ImportError:
-            from custom_metrics_server.machinery.selectors import parse_selector  # type: ignore[no-redef]
-    return parse_selector(text)
+            parse_selector = importlib.import_module(module).parse_selector
+        except (ImportError, AttributeError):
+            continue
+        return parse_selector(text)
+    raise ImportError("no parse_selector in this tree")
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Final, NamedTuple, NewType, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from custom_metrics_server.machinery.selectors import Selector
+    from custom_metrics_server.machinery.labels import Selector
 
 NamespaceName = NewType("NamespaceName", str)
 ObjectName = NewType("ObjectName", str)

@@ -24,7 +24,8 @@ from custom_metrics_server.domain import (
     ObjectRef,
     Sample,
 )
-from custom_metrics_server.machinery.selectors import EVERYTHING, parse_selector
+from custom_metrics_server.machinery.label_parser import parse_selector
+from custom_metrics_server.machinery.labels import EVERYTHING
 from tests import kubeproto
 
 POD = ObjectRef(kind="Pod", namespace="default", name="web-1", api_version="v1")

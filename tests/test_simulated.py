@@ -12,7 +12,7 @@ from custom_metrics_server.domain import (
     MetricInfo,
     MetricRequest,
 )
-from custom_metrics_server.machinery.selectors import parse_selector
+from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.query.engine import QueryEngine
 
 NOW = 1_767_323_045.0

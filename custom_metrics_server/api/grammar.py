@@ -29,15 +29,14 @@ from custom_metrics_server.errors import (
     watch_not_supported,
 )
 from custom_metrics_server.machinery.durations import go_duration_seconds
-from custom_metrics_server.machinery.selectors import (
-    EVERYTHING,
+from custom_metrics_server.machinery.fields import (
     FIELD_EVERYTHING,
     FieldSelector,
-    Selector,
-    SelectorError,
     parse_field_selector_cached,
-    parse_selector_cached,
 )
+from custom_metrics_server.machinery.label_parser import parse_selector_cached
+from custom_metrics_server.machinery.labels import EVERYTHING, Selector
+from custom_metrics_server.machinery.validation import SelectorError
 
 CUSTOM_GROUP: Final = "custom.metrics.k8s.io"
 LEGACY_GROUP: Final = "custom-metrics"

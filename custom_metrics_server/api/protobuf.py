@@ -43,8 +43,8 @@ from custom_metrics_server.api import wire
 from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample, fragments
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.durations import parse_go_duration_ns
+from custom_metrics_server.machinery.labels import Selector
 from custom_metrics_server.machinery.quantity import format_quantity
-from custom_metrics_server.machinery.selectors import Selector
 
 #: Prefix of every body (`protobuf.go`: `protoEncodingPrefix`).
 MAGIC: Final = b"k8s\x00"

@@ -61,13 +61,9 @@ from custom_metrics_server.errors import (
     not_acceptable,
 )
 from custom_metrics_server.machinery.durations import format_go_duration
+from custom_metrics_server.machinery.fields import FIELD_EVERYTHING, FieldSelector
+from custom_metrics_server.machinery.labels import EVERYTHING, Selector
 from custom_metrics_server.machinery.quantity import Format, Quantity, format_quantity
-from custom_metrics_server.machinery.selectors import (
-    EVERYTHING,
-    FIELD_EVERYTHING,
-    FieldSelector,
-    Selector,
-)
 
 __all__ = [
     "API_VERSION",

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from custom_metrics_server.machinery.selectors import go_quote
+from custom_metrics_server.machinery.gostrings import go_quote
 
 LEFT: Final = "<<"
 RIGHT: Final = ">>"

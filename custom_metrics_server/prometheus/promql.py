@@ -18,7 +18,8 @@ from typing import Final
 
 from custom_metrics_server.errors import BadRequest
 from custom_metrics_server.machinery.durations import parse_prometheus_duration
-from custom_metrics_server.machinery.selectors import Operator, Selector, go_quote
+from custom_metrics_server.machinery.gostrings import go_quote
+from custom_metrics_server.machinery.labels import Operator, Selector
 
 #: A Prometheus label name (`model.LabelNameRE`).
 LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

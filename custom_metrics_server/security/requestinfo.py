@@ -21,13 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs
 
-from custom_metrics_server.machinery.selectors import (
-    Operator,
-    SelectorError,
-    parse_selector_cached,
-    split_terms,
-    unescape_field_value,
-)
+from custom_metrics_server.machinery.fields import split_terms, unescape_field_value
+from custom_metrics_server.machinery.label_parser import parse_selector_cached
+from custom_metrics_server.machinery.labels import Operator
+from custom_metrics_server.machinery.validation import SelectorError
 
 _API_PREFIXES: Final = frozenset({"api", "apis"})
 _GROUPLESS_PREFIXES: Final = frozenset({"api"})

@@ -11,12 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from custom_metrics_server.errors import BadRequest
-from custom_metrics_server.machinery.selectors import (
-    Operator,
-    Selector,
-    new_requirement,
-    parse_selector,
-)
+from custom_metrics_server.machinery.label_parser import parse_selector
+from custom_metrics_server.machinery.labels import Operator, Selector, new_requirement
 from custom_metrics_server.prometheus.promql import (
     any_of,
     eq,

@@ -16,6 +16,7 @@ import yaml
 
 from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.kube.client import KubeApiError
+from custom_metrics_server.machinery.gostrings import go_quote
 from custom_metrics_server.runtime.tls import ReloadingServerContext
 from custom_metrics_server.security.authn import (
     ANONYMOUS,
@@ -24,7 +25,7 @@ from custom_metrics_server.security.authn import (
     bearer_token,
     unescape_extra_key,
 )
-from custom_metrics_server.security.authz import Authorizer, forbidden, go_quote
+from custom_metrics_server.security.authz import Authorizer, forbidden
 from custom_metrics_server.security.cache import SingleFlight, TtlCache
 from custom_metrics_server.security.gate import DelegatingGate
 from custom_metrics_server.security.options import (

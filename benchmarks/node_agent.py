@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from custom_metrics_server.compute.exposition import parse_resource_metrics  # noqa: E402
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics  # noqa: E402
 from custom_metrics_server.node_agent.kubelet_text import render_resource_metrics  # noqa: E402
 from custom_metrics_server.node_agent.runtime import RuntimeClient  # noqa: E402
 from custom_metrics_server.node_agent.summary import (  # noqa: E402

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from custom_metrics_server.backends import demo_world
-from custom_metrics_server.compute.exposition import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.metrics import render_state_exposition
 from custom_metrics_server.compute.records import PODS, WATCHED, ClusterState
 from custom_metrics_server.compute.usage import UsageStore

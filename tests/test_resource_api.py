@@ -15,14 +15,6 @@ from hypothesis import strategies as st
 from custom_metrics_server.api import schemas
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.api.grammar import parse_query
-from custom_metrics_server.compute.exposition import (
-    ContainerSample,
-    CpuSample,
-    MemorySample,
-    NodeSample,
-    PodSample,
-    ResourceScrape,
-)
 from custom_metrics_server.compute.metrics_api import (
     MetricsApiRequest,
     ResourceMetricsApi,
@@ -31,6 +23,14 @@ from custom_metrics_server.compute.metrics_api import (
     parse_request,
 )
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.compute.samples import (
+    ContainerSample,
+    CpuSample,
+    MemorySample,
+    NodeSample,
+    PodSample,
+    ResourceScrape,
+)
 from custom_metrics_server.compute.usage import ContainerResourceUsage, ResourceUsage, UsageStore
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotAcceptable, NotFound

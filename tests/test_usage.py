@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_metrics_server.compute.exposition import (
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.samples import (
     ContainerSample,
     CpuSample,
     MemorySample,
     NodeSample,
     PodSample,
     ResourceScrape,
-    parse_resource_metrics,
 )
 from custom_metrics_server.compute.usage import (
     FRESH_CONTAINER_MIN_AGE,

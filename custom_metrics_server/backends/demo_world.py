@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
-from custom_metrics_server.compute.exposition import format_go_float
 from custom_metrics_server.compute.model import pod_requests
+from custom_metrics_server.compute.promtext import format_go_float
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.machinery.quantity import Quantity

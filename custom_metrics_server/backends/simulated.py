@@ -40,7 +40,7 @@ from custom_metrics_server.backends.memory import (
     Snapshot,
     SnapshotBuilder,
 )
-from custom_metrics_server.compute.exposition import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.records import PODS, ClusterState
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness

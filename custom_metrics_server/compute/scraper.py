@@ -8,7 +8,7 @@ node starts failing and once when it answers again, summarised per round when ma
 once) and when a silent node's usage is dropped (after three intervals without an answer, or
 as soon as the node leaves the node list). It reports readiness and self-metrics.
 
-It must not parse text or compute rates (that is :mod:`..exposition` and :mod:`..usage`)
+It must not parse text or compute rates (that is :mod:`.kubelet_reader` and :mod:`.usage`)
 and does not decide what the usage means for any API.
 
 Scheduling, built so that no number of failing or hanging kubelets can starve the event loop
@@ -55,7 +55,7 @@ import httpx
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from custom_metrics_server.compute.exposition import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import (

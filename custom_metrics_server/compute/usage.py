@@ -38,12 +38,7 @@ from dataclasses import dataclass
 from math import isnan
 from typing import Final, NamedTuple
 
-from custom_metrics_server.compute.exposition import (
-    ContainerSample,
-    CpuSample,
-    PodKey,
-    ResourceScrape,
-)
+from custom_metrics_server.compute.samples import ContainerSample, CpuSample, PodKey, ResourceScrape
 
 __all__ = [
     "FRESH_CONTAINER_MIN_AGE",

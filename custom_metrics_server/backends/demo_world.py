@@ -15,9 +15,17 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
+from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
 from custom_metrics_server.compute.model import pod_requests
-from custom_metrics_server.compute.promtext import format_go_float
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
+from custom_metrics_server.compute.summary import (
+    ContainerStats,
+    CpuStats,
+    MemoryStats,
+    NodeStats,
+    PodStats,
+    Summary,
+)
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.machinery.quantity import Quantity
 
@@ -478,85 +486,30 @@ class ContainerUsage:
 def kubelet_exposition(
     containers: list[ContainerUsage], *, node_cpu_seconds: float, node_memory: float, now: float
 ) -> bytes:
-    """A node's `/metrics/resource` text, shaped like the kubelet's (explicit ms timestamps)."""
-    ms = f" {int(now * 1000)}"
-    out: list[str] = []
-
-    def family(name: str, kind: str, help_text: str, rows: list[str]) -> None:
-        out.append(f"# HELP {name} [STABLE] {help_text}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(rows)
-
-    def labels(c: ContainerUsage) -> str:
-        return f'container="{c.container}",namespace="{c.namespace}",pod="{c.pod}"'
-
-    family(
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the container in core-seconds",
-        [
-            f"container_cpu_usage_seconds_total{{{labels(c)}}} {format_go_float(c.cpu_seconds)}{ms}"
-            for c in containers
-        ],
+    """A node's `/metrics/resource` body as its kubelet writes it (`compute.kubelet_writer`, the
+    node agent's writer): every sample at `now` (whole milliseconds), each container with its
+    start time, each pod with its containers' sums. Counters are kept in whole nanoseconds and
+    working sets in whole bytes, as the Summary API holds them. O(c log c) for c containers."""
+    time_ns = int(now * 1000) * 1_000_000
+    by_pod: dict[tuple[str, str], list[ContainerUsage]] = {}
+    for usage in containers:
+        by_pod.setdefault((usage.namespace, usage.pod), []).append(usage)
+    pods = []
+    for (namespace, pod), members in by_pod.items():
+        cpu = [round(usage.cpu_seconds * 1e9) for usage in members]
+        memory = [round(usage.memory_bytes) for usage in members]
+        stats = tuple(
+            ContainerStats(
+                usage.container,
+                round(usage.start_time * 1e9),
+                CpuStats(nanos, time_ns),
+                MemoryStats(working_set, time_ns),
+            )
+            for usage, nanos, working_set in zip(members, cpu, memory, strict=True)
+        )
+        pod_cpu, pod_memory = CpuStats(sum(cpu), time_ns), MemoryStats(sum(memory), time_ns)
+        pods.append(PodStats(namespace, pod, pod_cpu, pod_memory, None, stats))
+    node = NodeStats(
+        CpuStats(round(node_cpu_seconds * 1e9), time_ns), MemoryStats(round(node_memory), time_ns)
     )
-    family(
-        "container_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the container in bytes",
-        [
-            f"container_memory_working_set_bytes{{{labels(c)}}} "
-            f"{format_go_float(c.memory_bytes)}{ms}"
-            for c in containers
-        ],
-    )
-    family(
-        "container_start_time_seconds",
-        "gauge",
-        "Start time of the container since unix epoch in seconds",
-        [
-            f"container_start_time_seconds{{{labels(c)}}} {format_go_float(c.start_time)}{ms}"
-            for c in containers
-        ],
-    )
-    family(
-        "node_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the node in core-seconds",
-        [f"node_cpu_usage_seconds_total {format_go_float(node_cpu_seconds)}{ms}"],
-    )
-    family(
-        "node_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the node in bytes",
-        [f"node_memory_working_set_bytes {format_go_float(node_memory)}{ms}"],
-    )
-    pods: dict[tuple[str, str], list[ContainerUsage]] = {}
-    for c in containers:
-        pods.setdefault((c.namespace, c.pod), []).append(c)
-    family(
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the pod in core-seconds",
-        [
-            f'pod_cpu_usage_seconds_total{{namespace="{ns}",pod="{pod}"}} '
-            f"{format_go_float(sum(c.cpu_seconds for c in cs))}{ms}"
-            for (ns, pod), cs in pods.items()
-        ],
-    )
-    family(
-        "pod_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the pod in bytes",
-        [
-            f'pod_memory_working_set_bytes{{namespace="{ns}",pod="{pod}"}} '
-            f"{format_go_float(sum(c.memory_bytes for c in cs))}{ms}"
-            for (ns, pod), cs in pods.items()
-        ],
-    )
-    out.append(
-        "# HELP resource_scrape_error [STABLE] "
-        "1 if there was an error while getting container metrics, 0 otherwise"
-    )
-    out.append("# TYPE resource_scrape_error gauge")
-    out.append("resource_scrape_error 0")
-    return ("\n".join(out) + "\n").encode()
+    return render_resource_metrics(Summary(node, tuple(pods)))

@@ -23,13 +23,13 @@ from typing import Final, Self, TypeVar
 import grpc
 from grpc import aio
 
+from custom_metrics_server.compute.summary import PodStats
 from custom_metrics_server.node_agent.cri import api_pb2 as cri
 from custom_metrics_server.node_agent.cri import api_pb2_grpc as cri_grpc
 from custom_metrics_server.node_agent.cri_stats import (
     pods_from_container_stats,
     pods_from_sandbox_stats,
 )
-from custom_metrics_server.node_agent.summary import PodStats
 
 __all__ = [
     "CRI_API_VERSION",

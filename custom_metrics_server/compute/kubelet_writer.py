@@ -18,8 +18,10 @@ without a timestamp); the swap limit is ``available + usage`` when ``available``
 reported; ``scrape_error`` and ``resource_scrape_error`` always (1 when the stats could not
 be read, and then nothing else is written).
 
-It must not do I/O, read clocks or log. Cost: O(s log s) for s series (one sort per family,
-in C over tuples), about 2 us of Python per container.
+The node agent serves this body and the demo's simulated kubelets write it (so the demo reads
+exactly what a kubelet writes, escapes included). It must not do I/O, read clocks or log.
+Cost: O(s log s) for s series (one sort per family, in C over tuples), about 2 us of Python
+per container.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 from typing import Final
 
 from custom_metrics_server.compute.promtext import escape_label_value, format_go_float
-from custom_metrics_server.node_agent.summary import (
+from custom_metrics_server.compute.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,

@@ -56,6 +56,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import (
@@ -74,7 +75,6 @@ __all__ = [
     "DEFAULT_CONCURRENCY",
     "MAX_BACKOFF_ROUNDS",
     "KubeletScraper",
-    "ScrapeFailure",
     "ScraperCollector",
     "ScraperStats",
     "kubelet_http_client",
@@ -104,15 +104,6 @@ _TICK: Final = 0.01
 _LOG_NODES: Final = 5
 
 Source = Literal["proxy", "direct"]
-
-
-class ScrapeFailure(Exception):
-    """A node could not be scraped; ``reason`` is a short label for counting."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,8 @@ from pathlib import Path
 import pytest
 import trustme
 
-from custom_metrics_server.compute.scraper import (
-    AGE_OUT_INTERVALS,
-    KubeletScraper,
-    ScrapeFailure,
-)
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
+from custom_metrics_server.compute.scraper import AGE_OUT_INTERVALS, KubeletScraper
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection

@@ -10,9 +10,10 @@ import grpc
 import pytest
 
 from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.compute.summary import NodeStats, Summary
 from custom_metrics_server.node_agent.collector import Collector
-from custom_metrics_server.node_agent.runtime import RuntimeClient, RuntimeUnavailable
+from custom_metrics_server.node_agent.runtime import RuntimeClient
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.node_agent.samples import CASES, families, go_order, sample_path
 
@@ -95,7 +96,7 @@ async def test_version_and_deadline(runtime: FakeCriRuntime) -> None:
         assert client.reachable
         runtime.delay = 1.0
         started = time.monotonic()
-        with pytest.raises(RuntimeUnavailable) as failure:
+        with pytest.raises(ScrapeFailure) as failure:
             await client.pods()
         assert failure.value.reason == "deadline"
         assert time.monotonic() - started < 0.9

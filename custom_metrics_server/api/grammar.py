@@ -49,8 +49,9 @@ GROUP_VERSIONS: Final[dict[str, tuple[str, ...]]] = {
     EXTERNAL_GROUP: ("v1beta1",),
 }
 
-# Namespace subresources that RequestInfo does not treat as a resource of their own.
-_NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
+#: Namespace subresources that RequestInfo does not treat as a resource of their own
+#: (k8s.io/apiserver `namespaceSubresources`); security.requestinfo splits paths with it too.
+NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
 _TRUE_VALUES: Final = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 
 #: Transitional: server/app.py (the request deadline) imports this name from here. It is
@@ -196,7 +197,7 @@ def _parse_custom(group: str, version: str, parts: list[str], query: QueryParams
         if len(rest) == 1:
             # Matches R1 as `namespaces/{name}/{metric}`; RequestInfo then strips the namespace
             # unless the third segment is a namespace subresource.
-            if rest[0] in _NAMESPACE_SUBRESOURCES:
+            if rest[0] in NAMESPACE_SUBRESOURCES:
                 return _custom(
                     group,
                     version,

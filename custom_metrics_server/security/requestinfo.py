@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs
 
+from custom_metrics_server.api.grammar import NAMESPACE_SUBRESOURCES
 from custom_metrics_server.machinery.fields import split_terms, unescape_field_value
 from custom_metrics_server.machinery.label_parser import parse_selector_cached
 from custom_metrics_server.machinery.labels import Operator
@@ -30,7 +31,6 @@ _API_PREFIXES: Final = frozenset({"api", "apis"})
 _GROUPLESS_PREFIXES: Final = frozenset({"api"})
 _SPECIAL_VERBS: Final = frozenset({"proxy", "watch"})
 _SPECIAL_VERBS_NO_SUBRESOURCES: Final = frozenset({"proxy"})
-_NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
 _VERBS_WITH_SELECTORS: Final = frozenset({"list", "watch", "deletecollection"})
 _METHOD_VERBS: Final = {
     "POST": "create",
@@ -170,7 +170,7 @@ def request_attributes(method: str, path: str, query_string: bytes | str) -> Req
     namespace = ""
     if parts[0] == "namespaces" and len(parts) > 1:
         namespace = parts[1]
-        if len(parts) > 2 and parts[2] not in _NAMESPACE_SUBRESOURCES:
+        if len(parts) > 2 and parts[2] not in NAMESPACE_SUBRESOURCES:
             parts = parts[2:]
     resource = subresource = name = ""
     if len(parts) >= 3 and verb not in _SPECIAL_VERBS_NO_SUBRESOURCES:

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs
 
 from custom_metrics_server.api.grammar import NAMESPACE_SUBRESOURCES
 from custom_metrics_server.machinery.fields import split_terms, unescape_field_value
+from custom_metrics_server.machinery.gostrings import parse_int64
 from custom_metrics_server.machinery.label_parser import parse_selector_cached
 from custom_metrics_server.machinery.labels import Operator
 from custom_metrics_server.machinery.validation import SelectorError
@@ -49,8 +50,6 @@ _LABEL_OPERATORS: Final = {
     Operator.EXISTS: "Exists",
     Operator.DOES_NOT_EXIST: "DoesNotExist",
 }
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +230,8 @@ def _list_verb_and_name(query: dict[str, list[str]]) -> tuple[str, str]:
 
 def _options_watch(query: dict[str, list[str]]) -> bool:
     for integer in ("timeoutSeconds", "limit"):
-        if integer in query:
-            _parse_int64(query[integer][0])
+        if integer in query and parse_int64(query[integer][0]) is None:
+            raise ValueError(f"{integer}: not an int64: {query[integer][0]!r}")
     if "labelSelector" in query:
         try:
             parse_selector_cached(query["labelSelector"][0])
@@ -251,13 +250,6 @@ def _options_field_name(query: dict[str, list[str]]) -> str:
         if field == "metadata.name" and operator == "=":
             return value if _valid_path_segment(value) else ""
     return ""
-
-
-def _parse_int64(text: str) -> int:
-    number = int(text, 10)  # raises ValueError like strconv.ParseInt
-    if not _INT64_MIN <= number <= _INT64_MAX or text.strip() != text or "_" in text:
-        raise ValueError(text)
-    return number
 
 
 def _valid_path_segment(name: str) -> bool:

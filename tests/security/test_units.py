@@ -129,6 +129,37 @@ P = "/apis/custom.metrics.k8s.io/v1beta2"
             ),
         ),
         (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+            # Not ASCII digits: Go's ParseInt refuses, so the options (and the name the field
+            # selector pins) are reset and the selector rides along instead.
+            "limit=%D9%A1&fieldSelector=metadata.name%3Dfoo",
+            RequestAttributes(
+                True,
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+                "list",
+                "external.metrics.k8s.io",
+                "v1beta1",
+                "ns",
+                "q",
+                field_requirements=(SelectorRequirement("metadata.name", "In", ("foo",)),),
+            ),
+        ),
+        (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+            "watch=1&limit=-007&timeoutSeconds=+30",
+            RequestAttributes(
+                True,
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+                "watch",
+                "external.metrics.k8s.io",
+                "v1beta1",
+                "ns",
+                "q",
+            ),
+        ),
+        (
             "DELETE",
             "/api/v1/namespaces/ns/pods",
             "",

@@ -22,7 +22,7 @@ from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs
 
 from custom_metrics_server.api.grammar import NAMESPACE_SUBRESOURCES
-from custom_metrics_server.machinery.fields import split_terms, unescape_field_value
+from custom_metrics_server.machinery.fields import split_term, split_terms, unescape_field_value
 from custom_metrics_server.machinery.gostrings import parse_int64
 from custom_metrics_server.machinery.label_parser import parse_selector_cached
 from custom_metrics_server.machinery.labels import Operator
@@ -262,15 +262,11 @@ def _parse_fields(text: str) -> list[tuple[str, str, str]]:
     for term in sorted(split_terms(text)) if text else []:
         if not term:
             continue
-        equals = term.find("=")
-        if equals < 0:
+        split = split_term(term)
+        if split is None:
             raise ValueError(f"invalid selector: '{text}'; can't understand '{term}'")
-        if equals > 0 and term[equals - 1] == "!":
-            field, operator, raw = term[: equals - 1], "!=", term[equals + 1 :]
-        elif term.startswith("==", equals):
-            field, operator, raw = term[:equals], "=", term[equals + 2 :]
-        else:
-            field, operator, raw = term[:equals], "=", term[equals + 1 :]
+        field, operator, raw = split
+        operator = "!=" if operator == "!=" else "="
         try:
             value = unescape_field_value(raw)
         except SelectorError as err:

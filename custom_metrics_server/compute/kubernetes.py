@@ -34,11 +34,8 @@ from custom_metrics_server.compute.metrics import (
 )
 from custom_metrics_server.compute.node_agents import AgentDirectory, agent_http_client
 from custom_metrics_server.compute.records import NODES, WATCHED, ClusterState
-from custom_metrics_server.compute.scraper import (
-    DEFAULT_CONCURRENCY,
-    KubeletScraper,
-    ScraperCollector,
-)
+from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY, KubeletScraper
+from custom_metrics_server.compute.scraper_metrics import ScraperCollector
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient

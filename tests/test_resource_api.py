@@ -18,10 +18,10 @@ from custom_metrics_server.api.grammar import parse_query
 from custom_metrics_server.compute.metrics_api import (
     MetricsApiRequest,
     ResourceMetricsApi,
-    nanocores_quantity,
     negotiate,
     parse_request,
 )
+from custom_metrics_server.compute.metrics_render import nanocores_quantity
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.compute.samples import (
     ContainerSample,

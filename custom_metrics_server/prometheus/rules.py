@@ -34,7 +34,8 @@ import yaml
 
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.machinery.durations import parse_prometheus_duration
-from custom_metrics_server.prometheus.gotemplate import Fields, Template, TemplateError
+from custom_metrics_server.prometheus.gotemplate import Fields, Template
+from custom_metrics_server.prometheus.gotemplate_values import TemplateError
 from custom_metrics_server.prometheus.promql import LABEL_NAME
 
 DEFAULT_SERVER: Final = "default"

@@ -58,13 +58,8 @@ from custom_metrics_server.prometheus.client import PrometheusClient, Prometheus
 from custom_metrics_server.prometheus.promql import range_window
 from custom_metrics_server.prometheus.queries import custom_query, external_query
 from custom_metrics_server.prometheus.registry import Registry, SeriesShape
-from custom_metrics_server.prometheus.rules import (
-    AdapterConfig,
-    ConfigError,
-    Rule,
-    ServerConfig,
-    parse_config,
-)
+from custom_metrics_server.prometheus.rules import AdapterConfig, ConfigError, Rule, ServerConfig
+from custom_metrics_server.prometheus.rules_config import parse_config
 from custom_metrics_server.prometheus.usage import PrometheusResourceUsage
 from custom_metrics_server.runtime.tasks import cancel_and_wait
 from custom_metrics_server.sdk.backend import ClusterView

@@ -21,7 +21,8 @@ from custom_metrics_server.prometheus.promql import (
     range_window,
 )
 from custom_metrics_server.prometheus.queries import custom_query, external_query
-from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, Rule, ServerConfig, parse_config
+from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, Rule, ServerConfig
+from custom_metrics_server.prometheus.rules_config import parse_config
 
 DEFAULT = ServerConfig(name=DEFAULT_SERVER, url="http://p:9090")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from custom_metrics_server.api.grammar import parse, parse_query
-from custom_metrics_server.backends import demo_world
+from custom_metrics_server.backends import demo_kubelets
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.domain import (
@@ -149,10 +149,12 @@ async def test_background_ticks_publish_new_snapshots() -> None:
 
 def test_the_demo_kubelets_write_with_the_kubelet_writer_escapes_included() -> None:
     rows = [
-        demo_world.ContainerUsage('odd"ns', "p\\1", "c\n1", 12.5, 2**20, 1_700_000_000.0),
-        demo_world.ContainerUsage('odd"ns', "p\\1", "c2", 0.25, 3 * 2**20, 1_700_000_000.0),
+        demo_kubelets.ContainerUsage('odd"ns', "p\\1", "c\n1", 12.5, 2**20, 1_700_000_000.0),
+        demo_kubelets.ContainerUsage('odd"ns', "p\\1", "c2", 0.25, 3 * 2**20, 1_700_000_000.0),
     ]
-    body = demo_world.kubelet_exposition(rows, node_cpu_seconds=100.0, node_memory=2**30, now=1e9)
+    body = demo_kubelets.kubelet_exposition(
+        rows, node_cpu_seconds=100.0, node_memory=2**30, now=1e9
+    )
     assert b'container="c\\n1",namespace="odd\\"ns",pod="p\\\\1"' in body
     scrape = parse_resource_metrics(body, default_time=0.0)
     pod = scrape.pods[('odd"ns', "p\\1")]

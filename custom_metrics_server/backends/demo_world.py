@@ -1,10 +1,12 @@
 """The objects of the demo cluster, as the Kubernetes JSON an API server would return.
 
 PURE and deterministic: `generate(settings)` gives the same namespaces, nodes, workloads and
-pods for the same seed and size. The pods are chosen to exercise the resource model: a
-restartable sidecar (`web`), an init container larger than the app (`api`), pod overhead
-(`cart`), a high-priority StatefulSet (`db`), an extended resource (`worker`, `nvidia.com/gpu`),
-pods too large for any node (pending forever) and completed Job pods.
+pods for the same seed and size: the workloads of :mod:`.demo_workloads` placed on nodes as a
+scheduler would (first fit), plus pods too large for any node (pending forever) and completed
+Job pods. It must not simulate usage or metrics (that is :mod:`.simulated`,
+:mod:`.demo_kubelets`).
+
+Cost: O(pods x nodes) for the placement, once at start.
 """
 
 from __future__ import annotations
@@ -13,26 +15,16 @@ import math
 import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Final
+from typing import Final
 
-from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
+from custom_metrics_server.backends.demo_workloads import Json, Workload, resources, workloads
 from custom_metrics_server.compute.model import pod_requests
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
-from custom_metrics_server.compute.summary import (
-    ContainerStats,
-    CpuStats,
-    MemoryStats,
-    NodeStats,
-    PodStats,
-    Summary,
-)
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.machinery.quantity import Quantity
 
 ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # the kube name-generator alphabet
 PODS_PER_NODE: Final = 8
-
-Json = dict[str, Any]
 
 
 def crc(*parts: object) -> int:
@@ -54,154 +46,6 @@ def suffix(seed: int, *parts: object, length: int = 5) -> str:
         chars.append(ALPHABET[index])
         value = value or crc(seed, *parts, len(chars))
     return "".join(chars)
-
-
-def _resources(requests: dict[str, str], limits: dict[str, str] | None = None) -> Json:
-    found: Json = {"requests": requests}
-    if limits:
-        found["limits"] = limits
-    return found
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """A Deployment or StatefulSet of the demo and its pod template."""
-
-    namespace: str
-    kind: str
-    name: str
-    replicas: int
-    labels: dict[str, str]
-    containers: tuple[Json, ...]
-    init_containers: tuple[Json, ...] = ()
-    overhead: dict[str, str] | None = None
-    priority: int | None = None
-
-
-def workloads(pods: int, web_pods: int) -> list[Workload]:
-    """The workloads and their replica counts for a cluster of `pods` pods."""
-    web = max(0, min(web_pods, pods))
-    rest = max(0, pods - web)
-    db = min(3, rest)
-    rest -= db
-    shares = {"api": 0.4, "frontend": 0.2, "cart": 0.2, "worker": 0.2}
-    counts = {name: int(rest * share) for name, share in shares.items()}
-    counts["api"] += rest - sum(counts.values())
-    app = "registry.example/demo/"
-    return [
-        Workload(
-            "default",
-            "Deployment",
-            "web",
-            web,
-            {"app": "web", "tier": "frontend"},
-            (
-                {
-                    "name": "web",
-                    "image": app + "web:1.4",
-                    "resources": _resources(
-                        {"cpu": "250m", "memory": "256Mi"}, {"cpu": "500m", "memory": "512Mi"}
-                    ),
-                },
-            ),
-            (
-                {
-                    "name": "proxy",
-                    "image": app + "proxy:2.0",
-                    "restartPolicy": "Always",
-                    "resources": _resources({"cpu": "100m", "memory": "64Mi"}),
-                },
-            ),
-        ),
-        Workload(
-            "default",
-            "Deployment",
-            "api",
-            counts["api"],
-            {"app": "api", "tier": "backend"},
-            (
-                {
-                    "name": "api",
-                    "image": app + "api:3.1",
-                    "resources": _resources({"cpu": "500m", "memory": "512Mi"}, {"memory": "1Gi"}),
-                },
-            ),
-            (
-                {
-                    "name": "migrate",
-                    "image": app + "api:3.1",
-                    "resources": _resources({"cpu": "1", "memory": "256Mi"}),
-                },
-            ),
-        ),
-        Workload(
-            "shop",
-            "Deployment",
-            "frontend",
-            counts["frontend"],
-            {"app": "frontend", "tier": "frontend"},
-            (
-                {
-                    "name": "frontend",
-                    "image": app + "frontend:7",
-                    "resources": _resources(
-                        {"cpu": "200m", "memory": "128Mi"}, {"cpu": "400m", "memory": "256Mi"}
-                    ),
-                },
-            ),
-        ),
-        Workload(
-            "shop",
-            "Deployment",
-            "cart",
-            counts["cart"],
-            {"app": "cart", "tier": "backend"},
-            (
-                {
-                    "name": "cart",
-                    "image": app + "cart:2",
-                    "resources": _resources(
-                        {"cpu": "300m", "memory": "256Mi"}, {"cpu": "600m", "memory": "256Mi"}
-                    ),
-                },
-            ),
-            overhead={"cpu": "50m", "memory": "32Mi"},
-        ),
-        Workload(
-            "shop",
-            "StatefulSet",
-            "db",
-            db,
-            {"app": "db", "tier": "data"},
-            (
-                {
-                    "name": "postgres",
-                    "image": "postgres:17",
-                    "resources": _resources(
-                        {"cpu": "1", "memory": "2Gi"}, {"cpu": "1", "memory": "2Gi"}
-                    ),
-                },
-            ),
-            priority=100000,
-        ),
-        Workload(
-            "batch",
-            "Deployment",
-            "worker",
-            counts["worker"],
-            {"app": "worker", "tier": "batch"},
-            (
-                {
-                    "name": "worker",
-                    "image": app + "worker:5",
-                    "resources": _resources(
-                        {"cpu": "200m", "memory": "512Mi", "nvidia.com/gpu": "1"},
-                        {"nvidia.com/gpu": "1"},
-                    ),
-                },
-            ),
-        ),
-    ]
 
 
 @dataclass
@@ -423,7 +267,7 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
             {
                 "name": "reindex",
                 "image": "registry.example/demo/reindex:1",
-                "resources": _resources({"cpu": "64", "memory": "256Gi"}),
+                "resources": resources({"cpu": "64", "memory": "256Gi"}),
             },
         ),
     )
@@ -437,7 +281,7 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
             {
                 "name": "nightly",
                 "image": "registry.example/demo/nightly:1",
-                "resources": _resources({"cpu": "500m", "memory": "1Gi"}),
+                "resources": resources({"cpu": "500m", "memory": "1Gi"}),
             },
         ),
     )
@@ -469,47 +313,3 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
                 ),
             )
     return world
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerUsage:
-    """One container's counters as a kubelet reports them."""
-
-    namespace: str
-    pod: str
-    container: str
-    cpu_seconds: float
-    memory_bytes: float
-    start_time: float
-
-
-def kubelet_exposition(
-    containers: list[ContainerUsage], *, node_cpu_seconds: float, node_memory: float, now: float
-) -> bytes:
-    """A node's `/metrics/resource` body as its kubelet writes it (`compute.kubelet_writer`, the
-    node agent's writer): every sample at `now` (whole milliseconds), each container with its
-    start time, each pod with its containers' sums. Counters are kept in whole nanoseconds and
-    working sets in whole bytes, as the Summary API holds them. O(c log c) for c containers."""
-    time_ns = int(now * 1000) * 1_000_000
-    by_pod: dict[tuple[str, str], list[ContainerUsage]] = {}
-    for usage in containers:
-        by_pod.setdefault((usage.namespace, usage.pod), []).append(usage)
-    pods = []
-    for (namespace, pod), members in by_pod.items():
-        cpu = [round(usage.cpu_seconds * 1e9) for usage in members]
-        memory = [round(usage.memory_bytes) for usage in members]
-        stats = tuple(
-            ContainerStats(
-                usage.container,
-                round(usage.start_time * 1e9),
-                CpuStats(nanos, time_ns),
-                MemoryStats(working_set, time_ns),
-            )
-            for usage, nanos, working_set in zip(members, cpu, memory, strict=True)
-        )
-        pod_cpu, pod_memory = CpuStats(sum(cpu), time_ns), MemoryStats(sum(memory), time_ns)
-        pods.append(PodStats(namespace, pod, pod_cpu, pod_memory, None, stats))
-    node = NodeStats(
-        CpuStats(round(node_cpu_seconds * 1e9), time_ns), MemoryStats(round(node_memory), time_ns)
-    )
-    return render_resource_metrics(Summary(node, tuple(pods)))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from custom_metrics_server.backends import demo_world
+from custom_metrics_server.backends import demo_kubelets, demo_world
 from custom_metrics_server.backends.demo_world import crc as _hash
 from custom_metrics_server.backends.demo_world import unit as _unit
 from custom_metrics_server.backends.memory import (
@@ -277,9 +277,9 @@ class SimulatedCluster(MemoryBackend):
                 node_cpu += counter
                 node_memory += working_set
                 rows.append(
-                    demo_world.ContainerUsage(key[0], key[1], name, counter, working_set, start)
+                    demo_kubelets.ContainerUsage(key[0], key[1], name, counter, working_set, start)
                 )
-            body = demo_world.kubelet_exposition(
+            body = demo_kubelets.kubelet_exposition(
                 rows, node_cpu_seconds=node_cpu * 1.1, node_memory=node_memory * 1.2, now=now
             )
             self.usage.apply(node, parse_resource_metrics(body, default_time=now), now)

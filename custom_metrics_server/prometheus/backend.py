@@ -122,7 +122,7 @@ class PrometheusBackend:
         # every answer carries a new evaluation time); bounded by the objects asked about.
         self._refs: dict[tuple[str, str, str, str], ObjectRef] = {}
         self.resource_usage = PrometheusResourceUsage(
-            self, interval=settings.resource_usage_interval or 30.0
+            self._live, interval=settings.resource_usage_interval or 30.0
         )
         self._tasks: list[asyncio.Task[None]] = []
 

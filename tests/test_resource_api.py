@@ -31,7 +31,8 @@ from custom_metrics_server.compute.samples import (
     PodSample,
     ResourceScrape,
 )
-from custom_metrics_server.compute.usage import ContainerResourceUsage, ResourceUsage, UsageStore
+from custom_metrics_server.compute.usage import UsageStore
+from custom_metrics_server.compute.usage_values import ContainerResourceUsage, ResourceUsage
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotAcceptable, NotFound
 from custom_metrics_server.machinery.quantity import Format, format_quantity

@@ -18,14 +18,8 @@ from custom_metrics_server.compute.samples import (
     PodSample,
     ResourceScrape,
 )
-from custom_metrics_server.compute.usage import (
-    FRESH_CONTAINER_MIN_AGE,
-    NodeUsage,
-    PodUsage,
-    Rate,
-    UsageStore,
-    cpu_rate,
-)
+from custom_metrics_server.compute.usage import FRESH_CONTAINER_MIN_AGE, UsageStore, cpu_rate
+from custom_metrics_server.compute.usage_values import NodeUsage, PodUsage, Rate
 
 T0 = 1_700_000_000.0
 OLD_START = T0 - 3600.0  # started long ago: no synthetic previous point

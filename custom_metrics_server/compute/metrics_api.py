@@ -61,7 +61,7 @@ from custom_metrics_server.compute.metrics_render import (
     not_found,
 )
 from custom_metrics_server.compute.records import NODES, PODS, ClusterState
-from custom_metrics_server.compute.usage import ResourceUsage
+from custom_metrics_server.compute.usage_values import ResourceUsage
 from custom_metrics_server.errors import (
     BadRequest,
     MethodNotAllowed,

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Protocol
 
-from custom_metrics_server.compute.usage import ContainerResourceUsage, ResourceUsage
+from custom_metrics_server.compute.usage_values import ContainerResourceUsage, ResourceUsage
 from custom_metrics_server.errors import InternalError
 from custom_metrics_server.prometheus import results
 from custom_metrics_server.prometheus.client import PrometheusClient, PrometheusError

@@ -25,6 +25,9 @@ of `--authentication-kubeconfig`, `--authorization-kubeconfig`, `--client-ca-fil
 lifespan enters `security.lifespan()`: start-up reads the ConfigMap once (and fails start-up
 as upstream does when that is forbidden), then follows it until shutdown.
 
+It is one piece on purpose, as k8s.io/apiserver's options are (`AddFlags` beside `ApplyTo`):
+each flag's name, default and meaning are read in `build_security`, so they change together.
+
 Must not: parse `sys.argv` or start servers itself.
 """
 

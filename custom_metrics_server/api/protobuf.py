@@ -18,7 +18,8 @@ This module owns the bodies, with two encoders:
   from the JSON fragments'), so a list is a join of cached fragments: O(items).
 
 Times have second precision on the wire, as in the JSON form (which has no more), so both
-representations of one answer decode to the same instant.
+representations of one answer decode to the same instant. It must not choose the
+representation (content negotiation does) or build documents (the APIs do).
 """
 
 from __future__ import annotations

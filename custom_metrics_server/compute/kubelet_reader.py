@@ -36,6 +36,9 @@ rules then run over whole columns: when the body is what a kubelet writes (one r
 container metric, the same series in the same order, every container complete) the
 containers are zipped together in C (``_Assembly.containers_fast``), otherwise each series
 is keyed and checked (``_Assembly.containers_general``, the same result).
+
+Cost: :func:`parse_resource_metrics` is O(len(body)): a few Python steps per family for
+kubelet output, then O(containers + pods) to assemble, mostly in C.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ are :mod:`.gotemplate_values`. The language:
 Go's `fmt` rules for `%v` are followed for the values the adapter passes: strings, string
 lists, string maps (sorted keys) and integers.
 
+It must not know prometheus-adapter's rules (:mod:`.rules` gives templates their data).
+
 Cost: parsing is O(len(template)); rendering is O(output) plus the pipeline evaluations.
 """
 

@@ -46,7 +46,7 @@ from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
 from custom_metrics_server.machinery.quantity import Quantity
 from custom_metrics_server.runtime.heap import settle_heap
-from custom_metrics_server.runtime.tasks import cancel_and_wait, drain, run_cooperatively
+from custom_metrics_server.runtime.tasks import BackgroundTasks, drain, run_cooperatively
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class SimulatedCluster(MemoryBackend):
         self.settings = settings or DemoSettings()
         self.cluster = ClusterState()
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = BackgroundTasks()
         self.world = demo_world.generate(
             seed=self.settings.seed, pods=self.settings.pods, web_pods=self.settings.web_replicas()
         )
@@ -303,7 +303,7 @@ class SimulatedCluster(MemoryBackend):
             settle_heap()
 
     async def __aenter__(self) -> Self:
-        self._task = asyncio.create_task(self._run(), name="simulated-cluster-ticks")
+        self._tasks.start(self._run(), name="simulated-cluster-ticks")
         return self
 
     async def __aexit__(
@@ -312,8 +312,7 @@ class SimulatedCluster(MemoryBackend):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait([self._task])
-        self._task = None
+        await self._tasks.stop()
 
     def ready(self) -> Readiness:
         """Ready once the first snapshot exists (built in the constructor)."""

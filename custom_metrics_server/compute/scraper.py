@@ -59,7 +59,7 @@ from custom_metrics_server.compute.scraper_metrics import ScraperStats
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tasks import BackgroundTasks
 
 __all__ = ["AGE_OUT_INTERVALS", "DEFAULT_CONCURRENCY", "KubeletScraper"]
 
@@ -144,8 +144,8 @@ class KubeletScraper:
         self._clock = clock
         self.target = target  # what is scraped, for messages: "kubelet" or "node agent"
         self.nodes = NodeBook(target=target, interval=interval, age_out_intervals=AGE_OUT_INTERVALS)
-        self._tasks: set[asyncio.Task[bool]] = set()
-        self._runner: asyncio.Task[None] | None = None
+        #: the round loop and the scrapes in flight (let go as each one ends)
+        self._work = BackgroundTasks()
         self._counters = _Counters()
         self._first_round: tuple[int, int] | None = None  # (answered, listed)
         self._listed = 0
@@ -158,7 +158,7 @@ class KubeletScraper:
 
     async def __aenter__(self) -> Self:
         self._fetcher.open()
-        self._runner = asyncio.create_task(self._run(), name="kubelet-scraper")
+        self._work.start(self._run(), name="kubelet-scraper")
         return self
 
     async def __aexit__(
@@ -167,9 +167,7 @@ class KubeletScraper:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait([*self._tasks, self._runner])
-        self._tasks.clear()
-        self._runner = None
+        await self._work.stop()
         await self._fetcher.aclose()
 
     async def _run(self) -> None:
@@ -297,11 +295,11 @@ class KubeletScraper:
         self._in_flight += 1
         if failing:
             self._failing_in_flight += 1
-        task = asyncio.create_task(self.scrape_node(name, deadline=deadline), name=f"scrape-{name}")
-        self._tasks.add(task)
+        task = self._work.start(
+            self.scrape_node(name, deadline=deadline), name=f"scrape-{name}", transient=True
+        )
 
         def done(finished: asyncio.Task[bool]) -> None:
-            self._tasks.discard(finished)
             self._in_flight -= 1
             if failing:
                 self._failing_in_flight -= 1
@@ -354,7 +352,7 @@ class KubeletScraper:
         """Ready once the first round has completed, whatever its outcome; the reason
         says so when no node answered it."""
         if self._first_round is None:
-            if self._runner is None:
+            if not self._work.running:
                 return Readiness(False, "the kubelet scraper is not running")
             return Readiness(False, "waiting for the first round of kubelet scrapes")
         answered, listed = self._first_round

@@ -60,7 +60,7 @@ from custom_metrics_server.prometheus.registry import Registry, SeriesShape
 from custom_metrics_server.prometheus.rules import AdapterConfig, Rule, ServerConfig
 from custom_metrics_server.prometheus.self_metrics import BackendMetrics, ForwardingCollector
 from custom_metrics_server.prometheus.usage import PrometheusResourceUsage
-from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk.backend import ClusterView
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class PrometheusBackend:
         self.resource_usage = PrometheusResourceUsage(
             self._live, interval=settings.resource_usage_interval or 30.0
         )
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = BackgroundTasks()
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -376,14 +376,11 @@ class PrometheusBackend:
     async def __aenter__(self) -> Self:
         if not self._live.loaded:
             self.load_config()
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._relist_loop(), name="prometheus-relist"))
+        self._tasks.start(self._relist_loop(), name="prometheus-relist")
         if self.settings.config_path is not None and self.settings.reload_interval > 0:
-            self._tasks.append(loop.create_task(self._reload_loop(), name="prometheus-reload"))
+            self._tasks.start(self._reload_loop(), name="prometheus-reload")
         if self.settings.resource_usage_interval > 0:
-            self._tasks.append(
-                loop.create_task(self.resource_usage.run(), name="prometheus-resource-usage")
-            )
+            self._tasks.start(self.resource_usage.run(), name="prometheus-resource-usage")
         return self
 
     async def __aexit__(
@@ -392,6 +389,5 @@ class PrometheusBackend:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait(self._tasks)
-        self._tasks.clear()
+        await self._tasks.stop()
         await self._live.aclose()

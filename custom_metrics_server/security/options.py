@@ -34,7 +34,6 @@ Must not: parse `sys.argv` or start servers itself.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import math
@@ -47,7 +46,7 @@ from typing import Any
 
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.machinery.durations import go_duration_seconds
-from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.runtime.tls import (
     ReloadingServerContext,
     ServingCertificate,
@@ -279,14 +278,15 @@ class SecurityConfig:
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         """Start-up reads (may raise), then background followers until shutdown."""
-        tasks: list[asyncio.Task[Any]] = []
+        tasks = BackgroundTasks()
         try:
             for step in self.startup:
                 await step()
-            tasks = [asyncio.create_task(job()) for job in self.background]
+            for job in self.background:
+                tasks.start(job(), name=f"security-{getattr(job, '__name__', 'job')}")
             yield
         finally:
-            await cancel_and_wait(tasks)
+            await tasks.stop()
             for client in self.clients:
                 await client.aclose()
 

@@ -133,11 +133,6 @@ class RuntimeClient:
             raise RuntimeError("RuntimeClient is not open (use `async with`)")
         return self._stub
 
-    @property
-    def reachable(self) -> bool:
-        """True when the last call succeeded (False before any call)."""
-        return self.calls > 0 and self.last_error is None
-
     def _failed(self, what: str, err: aio.AioRpcError) -> ScrapeFailure:
         failure = ScrapeFailure(
             _reason(err.code()), f"{what} on {self.endpoint}: {err.code().name}: {err.details()}"

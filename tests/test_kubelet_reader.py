@@ -26,6 +26,7 @@ from custom_metrics_server.compute.samples import (
     ContainerSample,
     CpuSample,
     MemorySample,
+    PodKey,
     ResourceScrape,
 )
 
@@ -47,6 +48,11 @@ def nanos(seconds: float) -> int:
 
 def default_time_of(sample: dict[str, Any]) -> float:
     return datetime.fromisoformat(sample["decode_call"]["default_time"]).timestamp()
+
+
+def container_pods(scrape: ResourceScrape) -> dict[PodKey, dict[str, ContainerSample]]:
+    """The pods metrics-server's decodeBatch would return, with their containers."""
+    return {key: pod.containers for key, pod in scrape.pods.items() if pod.containers}
 
 
 # --- against metrics-server's own decoding ------------------------------------------------
@@ -78,7 +84,7 @@ def test_every_kubelet_sample_decodes_as_metrics_server_decodes_it(sample: dict[
     else:
         assert scrape.node is None
     want_pods = {(p["namespace"], p["name"]): p["containers"] for p in expected["batch"]["pods"]}
-    got_pods = scrape.container_pods()
+    got_pods = container_pods(scrape)
     assert set(got_pods) == set(want_pods)
     for key, containers in want_pods.items():
         assert set(got_pods[key]) == set(containers)
@@ -184,7 +190,7 @@ def test_an_incomplete_container_drops_its_pod_as_metrics_server_does(
 ) -> None:
     other = [container(CPU, "1", name="ok"), container(MEMORY, "1", name="ok")]
     scrape = parse(*other, *lines)
-    assert scrape.container_pods() == {}, why
+    assert container_pods(scrape) == {}, why
     assert ("ns", "p") not in scrape.pods
 
 
@@ -195,7 +201,7 @@ def test_an_incomplete_container_in_one_pod_leaves_other_pods_alone() -> None:
         container(MEMORY, "1", pod="good"),
         container(MEMORY, "1", pod="bad"),
     )
-    assert set(scrape.container_pods()) == {("ns", "good")}
+    assert set(container_pods(scrape)) == {("ns", "good")}
 
 
 def test_the_node_needs_both_a_cpu_counter_and_a_working_set() -> None:
@@ -224,7 +230,7 @@ def test_pod_level_series_are_returned_beside_the_containers() -> None:
     assert scrape.pods["ns", "p"].memory == MemorySample(5.0, 6.0)
     alone = scrape.pods["ns", "alone"]
     assert (alone.cpu, alone.memory, alone.containers) == (CpuSample(7.0, 8.0), None, {})
-    assert set(scrape.container_pods()) == {("ns", "p")}
+    assert set(container_pods(scrape)) == {("ns", "p")}
 
 
 @pytest.mark.parametrize(
@@ -297,7 +303,7 @@ def test_comments_blank_lines_and_other_metrics_are_skipped_without_validation()
         container(CPU, "1"),
         container(MEMORY, "1"),
     )
-    assert set(scrape.container_pods()) == {("ns", "p")}
+    assert set(container_pods(scrape)) == {("ns", "p")}
 
 
 def test_later_duplicates_win_as_in_upstream_maps() -> None:
@@ -354,7 +360,7 @@ def test_a_bad_line_inside_a_canonical_run_is_reported_with_its_line_number() ->
 def test_invalid_utf8_in_a_line_we_read_is_a_value_error_and_elsewhere_ignored() -> None:
     good = (container(CPU, "1") + "\n" + container(MEMORY, "1") + "\n").encode()
     ignored = b'# HELP x \xff\xfe\nother_metric{a="\xff"} 1\n' + good
-    assert set(parse_resource_metrics(ignored, default_time=0).container_pods()) == {("ns", "p")}
+    assert set(container_pods(parse_resource_metrics(ignored, default_time=0))) == {("ns", "p")}
     bad = good + container(CPU, "1", pod="x").encode().replace(b"x", b"\xff") + b"\n"
     with pytest.raises(ValueError, match="UTF-8"):
         parse_resource_metrics(bad, default_time=0)
@@ -466,7 +472,7 @@ def test_any_layout_of_a_body_decodes_to_the_series_it_holds(
     model: Model, order: str, seed: int
 ) -> None:
     scrape = parse_resource_metrics(kubelet_body(model, order=order, seed=seed), default_time=0)
-    assert scrape.container_pods() == expected_scrape(model)
+    assert container_pods(scrape) == expected_scrape(model)
 
 
 def test_the_canonical_and_the_per_line_paths_agree_on_a_large_body() -> None:
@@ -479,4 +485,4 @@ def test_the_canonical_and_the_per_line_paths_agree_on_a_large_body() -> None:
     }
     canonical = parse_resource_metrics(kubelet_body(model), default_time=0)
     per_line = parse_resource_metrics(kubelet_body(model, order="tabs"), default_time=0)
-    assert canonical.container_pods() == per_line.container_pods() == expected_scrape(model)
+    assert container_pods(canonical) == container_pods(per_line) == expected_scrape(model)

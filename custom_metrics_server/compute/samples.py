@@ -101,7 +101,3 @@ class ResourceScrape:
     node: NodeSample | None
     pods: dict[PodKey, PodSample]
     scrape_error: bool
-
-    def container_pods(self) -> dict[PodKey, dict[str, ContainerSample]]:
-        """The pods metrics-server's decodeBatch would return, with their containers."""
-        return {key: pod.containers for key, pod in self.pods.items() if pod.containers}

@@ -1,7 +1,8 @@
 """A slow backend against the real server process over TLS (security.md checklist items 34, 38).
 
-The backend is the `--demo-file` fixture with `delays` (its fetches of one metric wait), so the
-requests are slow the way a hanging backend makes them slow, and the server's own observable
+The server is `serve --demo-file` run through tests/fakes/slow_backend.py, whose fixture
+`delays` make the fetches of one metric wait, so the requests are slow the way a hanging backend
+makes them slow, and the server's own observable
 state is read from `/metrics` (in-flight gauge, pending deadlines, asyncio tasks, backend
 outcomes) and from `/proc/<pid>/fd`.
 
@@ -24,8 +25,10 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
+from tests import conftest
 from tests.conftest import RunningServer, start_server, stop_server
 
 P = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods"
@@ -33,6 +36,25 @@ SLOW = P + "/*/slow"
 FAST = P + "/*/fast"
 #: Kubernetes' default `terminationGracePeriodSeconds`.
 GRACE_PERIOD = 30.0
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _slow_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`start_server` runs `python -m tests.fakes.slow_backend serve ...` (the real CLI with
+    the slow fixture backend) instead of `python -m custom_metrics_server serve ...`."""
+    plain = conftest.server_command
+
+    def command(workdir: Path, *args: str, demo: bool = True) -> list[str]:
+        found = plain(workdir, *args, demo=demo)
+        found[found.index("custom_metrics_server")] = "tests.fakes.slow_backend"
+        return found
+
+    monkeypatch.setattr(conftest, "server_command", command)
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{path}" if path else str(ROOT))
 
 
 def _fixture(tmp_path: Path, delay: float) -> Path:

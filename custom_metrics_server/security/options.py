@@ -312,7 +312,10 @@ def _client(path: Path | None, *, what: str, optional: bool) -> KubeClient | Non
         raise SecurityConfigError(
             f"--{what}-kubeconfig is required outside a cluster (no in-cluster configuration)"
         )
-    # Imported here: the `kubernetes` package's loaders weigh ~20 MB and the demo never needs them.
+    # kube.config (the `kubernetes` package's loaders, ~20 MB) is imported where a kubeconfig is
+    # read, only when delegated authentication or authorization is configured. Whether that
+    # package is loaded before this call depends on what else the process imported
+    # (kube.client, for one, imports kube.config).
     from custom_metrics_server.kube.config import KubeConfigError, load_connection  # noqa: PLC0415
 
     try:

@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from custom_metrics_server.compute.exposition import (
     PodResourceRow,
     PodResources,
-    parse_resource_metrics,
     render_pod_resource_metrics,
     render_pod_resources,
 )
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.usage import UsageStore
 
 TIMESTAMP_MS = 1_700_000_000_000

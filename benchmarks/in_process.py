@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import statistics
@@ -58,7 +59,6 @@ def _module(new: str, old: str) -> Any:
     """`new` if the tree under test has it, else `old` (the layout before a move). Decided by
     the files of the imported package: an editable install's finder would import `new` from
     another tree."""
-    import importlib
 
     import custom_metrics_server
 
@@ -136,7 +136,7 @@ def _pods() -> Any:
 
 def _selector(text: str) -> Any:
     """`parse_selector` of whichever layout the tree under test has."""
-    module = _module("machinery.labels", "machinery.selectors")
+    module = _module("machinery.label_parser", "machinery.selectors")
     if not hasattr(module, "parse_selector"):  # pragma: no cover - defensive
         raise ImportError("parse_selector")
     return module.parse_selector(text)

@@ -57,7 +57,7 @@ def encoder_timings(items: int) -> list[dict[str, Any]]:
     """The encoders alone, in this process: ms per body."""
     from custom_metrics_server.api import protobuf, wire
     from custom_metrics_server.domain import ItemShape, ObjectRef, Sample
-    from custom_metrics_server.machinery.selectors import EVERYTHING
+    from custom_metrics_server.machinery.labels import EVERYTHING
 
     def samples() -> list[Sample]:
         return [

@@ -22,8 +22,8 @@ import os
 import time
 from pathlib import Path
 
-from custom_metrics_server.backends import demo_world
-from custom_metrics_server.compute.exposition import parse_resource_metrics
+from custom_metrics_server.backends import demo_kubelets, demo_world
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.metrics import render_state_exposition
 from custom_metrics_server.compute.records import PODS, WATCHED, ClusterState
 from custom_metrics_server.compute.usage import UsageStore
@@ -74,14 +74,14 @@ def main() -> int:
 
     # Usage: one kubelet exposition per node, twice, through the parser into the store.
     store = UsageStore()
-    per_node: dict[str, list[demo_world.ContainerUsage]] = {}
+    per_node: dict[str, list[demo_kubelets.ContainerUsage]] = {}
     for obj in pods:
         node = obj["spec"].get("nodeName")
         if node and obj["status"]["phase"] == "Running":
             meta = obj["metadata"]
             for container in obj["spec"]["containers"]:
                 per_node.setdefault(node, []).append(
-                    demo_world.ContainerUsage(
+                    demo_kubelets.ContainerUsage(
                         meta["namespace"], meta["name"], container["name"], 10.0, 2**27, 1.0
                     )
                 )
@@ -92,7 +92,7 @@ def main() -> int:
             rows = [
                 dataclasses.replace(c, cpu_seconds=c.cpu_seconds + 1.5 * step) for c in containers
             ]
-            body = demo_world.kubelet_exposition(
+            body = demo_kubelets.kubelet_exposition(
                 rows, node_cpu_seconds=100.0 + step, node_memory=2**33, now=at
             )
             t0 = cpu()

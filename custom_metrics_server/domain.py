@@ -10,14 +10,10 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final, NamedTuple, NewType, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from custom_metrics_server.machinery.selectors import Selector
-
-NamespaceName = NewType("NamespaceName", str)
-ObjectName = NewType("ObjectName", str)
-MetricName = NewType("MetricName", str)
+    from custom_metrics_server.machinery.labels import Selector
 
 #: The wildcard object name of the Custom Metrics API (`AllObjects` upstream).
 ALL_OBJECTS: Final = "*"
@@ -223,6 +219,3 @@ class UserInfo:
     groups: tuple[str, ...] = ()
     uid: str = ""
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-ANONYMOUS: Final = UserInfo(name="system:anonymous", groups=("system:unauthenticated",))

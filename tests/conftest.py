@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,6 +29,36 @@ def contract_app(gate: Gate | None = None) -> Server:
     """The app serving the contract's test-vector fixture, in process (with `gate`, if given)."""
     cluster, backend = load_fixture(yaml.safe_load(CONTRACT_FIXTURE.read_text()), now=time.time())
     return create_app(cluster=cluster, backends=[backend], gate=gate)
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Each test gets the logging set-up it found: tests that run the CLI in process call
+    `configure_logging` (root level, handlers), which would otherwise leak into every later
+    test in random order (caplog then captures INFO lines it did not ask for)."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    levels = {
+        name: logger.level
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
+    for name, logger in logging.Logger.manager.loggerDict.items():
+        if isinstance(logger, logging.Logger):
+            logger.setLevel(levels.get(name, logging.NOTSET))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The random order's seed last, where a failure's reader looks (pytest-randomly prints it
+    only in the header, which -q hides)."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if seed is not None and not getattr(config.option, "randomly_dont_reorganize", False):
+        terminalreporter.write_line(
+            f"tests ran in random order, seed {seed}: rerun it with -p randomly --randomly-seed={seed}"
+        )
 
 
 @pytest.fixture

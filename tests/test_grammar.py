@@ -9,7 +9,6 @@ from custom_metrics_server.api.grammar import (
     QueryParams,
     RootDiscovery,
     VersionDiscovery,
-    duration_seconds,
     parse,
     parse_query,
 )
@@ -228,15 +227,3 @@ def test_field_selector_must_name_the_requested_object(
             BadRequest, match="fieldSelector metadata.name doesn't match requested name"
         ):
             parse(path, query)
-
-
-def test_go_durations_convert_to_seconds() -> None:
-    assert duration_seconds("1m30s") == 90.0
-    assert duration_seconds("250ms") == 0.25
-    assert duration_seconds("1h") == 3600.0
-    assert duration_seconds("1.5s") == 1.5
-    assert duration_seconds("-2s") == -2.0
-    assert duration_seconds("0") == 0.0
-    assert duration_seconds("10us") == pytest.approx(1e-5)
-    for text in ("", "10", "abc", "1x", "s", "1m 30s", "0s1"):
-        assert duration_seconds(text) is None, text

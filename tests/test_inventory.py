@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import GroupResource
-from custom_metrics_server.machinery.selectors import EVERYTHING, Selector, parse_selector
+from custom_metrics_server.machinery.label_parser import parse_selector
+from custom_metrics_server.machinery.labels import EVERYTHING, Selector
 
 PODS = GroupResource("", "pods")
 

@@ -1,7 +1,8 @@
-"""The hand-written Kubernetes protobuf encoder, checked three ways: known bytes (wire
-primitives and small objects worked out from the gogo-generated Go marshal code), an
-independent decoder built from the `.proto` definitions (tests/kubeproto.py), and the hot
-path against the schema-driven encoder of the JSON answer."""
+"""The hand-written Kubernetes protobuf encoder (api.protowire, api.protobuf_messages,
+api.protobuf), checked three ways: known bytes (wire primitives and small objects worked out
+from the gogo-generated Go marshal code), an independent decoder built from the `.proto`
+definitions (tests/kubeproto.py), and the hot path against the schema-driven encoder of the
+JSON answer."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from custom_metrics_server import errors
-from custom_metrics_server.api import discovery, protobuf, wire
+from custom_metrics_server.api import discovery, protobuf, protobuf_messages, protowire, wire
 from custom_metrics_server.domain import (
     ExternalSample,
     GroupResource,
@@ -24,7 +25,8 @@ from custom_metrics_server.domain import (
     ObjectRef,
     Sample,
 )
-from custom_metrics_server.machinery.selectors import EVERYTHING, parse_selector
+from custom_metrics_server.machinery.label_parser import parse_selector
+from custom_metrics_server.machinery.labels import EVERYTHING
 from tests import kubeproto
 
 POD = ObjectRef(kind="Pod", namespace="default", name="web-1", api_version="v1")
@@ -66,19 +68,19 @@ def sample(**overrides: Any) -> Sample:
     ],
 )
 def test_varint(value: int, encoded: str) -> None:
-    assert protobuf.varint(value).hex() == encoded
+    assert protowire.varint(value).hex() == encoded
 
 
 def test_tags_and_length_prefixes() -> None:
-    assert protobuf.tag(1, 2) == b"\x0a"
-    assert protobuf.tag(6, 0) == b"\x30"
-    assert protobuf.tag(17, 2) == b"\x8a\x01"  # ObjectMeta.managedFields, as gogo writes it
-    assert protobuf.length_delimited(b"\x0a", b"") == b"\x0a\x00"
-    assert protobuf.length_delimited(b"\x0a", b"x" * 200)[:3] == b"\x0a\xc8\x01"
+    assert protowire.tag(1, 2) == b"\x0a"
+    assert protowire.tag(6, 0) == b"\x30"
+    assert protowire.tag(17, 2) == b"\x8a\x01"  # ObjectMeta.managedFields, as gogo writes it
+    assert protowire.length_delimited(b"\x0a", b"") == b"\x0a\x00"
+    assert protowire.length_delimited(b"\x0a", b"x" * 200)[:3] == b"\x0a\xc8\x01"
 
 
 def test_envelope_is_the_magic_and_a_runtime_unknown() -> None:
-    body = protobuf.envelope("v1", "Status", [b"\x10\x00", b"\x18\x01"])
+    body = protowire.envelope("v1", "Status", [b"\x10\x00", b"\x18\x01"])
     assert (
         body
         == (
@@ -103,7 +105,7 @@ def test_status_bytes_match_the_go_marshal_order() -> None:
         b"\x2a\x0a\x0a\x00\x12\x00\x1a\x00\x28\x00\x32\x00"
         b"\x30\x94\x03"
     )
-    assert protobuf.status(errors.route_not_found()) == protobuf.envelope("v1", "Status", [raw])
+    assert protobuf.status(errors.route_not_found()) == protowire.envelope("v1", "Status", [raw])
 
 
 def test_status_without_details_omits_the_pointer_field() -> None:
@@ -121,12 +123,12 @@ def test_one_item_v1beta2_list_bytes() -> None:
     item = (
         b"\x0a" + bytes([len(ref)]) + ref
         + b"\x12\x0f\x0a\x0dhttp_requests"  # metric {name}, no selector
-        + b"\x1a\x08\x08" + protobuf.varint(1767323045) + b"\x10\x00"  # Time {seconds, nanos}
+        + b"\x1a\x08\x08" + protowire.varint(1767323045) + b"\x10\x00"  # Time {seconds, nanos}
         + b"\x20\x3c"  # windowSeconds 60
         + b"\x2a\x03\x0a\x012"  # Quantity {string "2"}
     )  # fmt: skip
     raw = b"\x0a\x06\x0a\x00\x12\x00\x1a\x00" + b"\x12" + bytes([len(item)]) + item
-    assert body == protobuf.envelope(V1BETA2, "MetricValueList", [raw])
+    assert body == protowire.envelope(V1BETA2, "MetricValueList", [raw])
 
 
 # --- the independent decoder: protobuf and JSON answers hold the same values ---------------
@@ -318,11 +320,11 @@ def _single(list_document: dict[str, Any], kind: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("document", "message"),
     [
-        (POD_METRICS_LIST, protobuf.POD_METRICS_LIST),
-        (NODE_METRICS_LIST, protobuf.NODE_METRICS_LIST),
-        (_single(POD_METRICS_LIST, "PodMetrics"), protobuf.POD_METRICS),
-        (_single(NODE_METRICS_LIST, "NodeMetrics"), protobuf.NODE_METRICS),
-        ({**POD_METRICS_LIST, "items": []}, protobuf.POD_METRICS_LIST),
+        (POD_METRICS_LIST, protobuf_messages.POD_METRICS_LIST),
+        (NODE_METRICS_LIST, protobuf_messages.NODE_METRICS_LIST),
+        (_single(POD_METRICS_LIST, "PodMetrics"), protobuf_messages.POD_METRICS),
+        (_single(NODE_METRICS_LIST, "NodeMetrics"), protobuf_messages.NODE_METRICS),
+        ({**POD_METRICS_LIST, "items": []}, protobuf_messages.POD_METRICS_LIST),
     ],
     ids=["PodMetricsList", "NodeMetricsList", "PodMetrics", "NodeMetrics", "empty"],
 )
@@ -402,28 +404,30 @@ def test_full_object_meta_round_trips() -> None:
     ],
 )
 def test_go_durations(text: str, nanos: int) -> None:
-    assert protobuf.parse_duration(text) == nanos
+    assert protowire.duration_ns(text) == nanos
     assert kubeproto.go_duration(nanos) == text
 
 
 @pytest.mark.parametrize("text", ["", "s", "1", "1x", "1.s.", "--1s"])
 def test_bad_durations_are_rejected(text: str) -> None:
     if text == "":
-        assert protobuf.parse_duration(text) == 0
+        assert protowire.duration_ns(text) == 0
         return
     with pytest.raises(ValueError, match="not a Go duration"):
-        protobuf.parse_duration(text)
+        protowire.duration_ns(text)
 
 
 def test_times() -> None:
-    assert protobuf.parse_time("2026-01-02T03:04:05Z") == (1767323045, 0)
-    assert protobuf.parse_time("2026-01-02T04:04:05.25+01:00") == (1767323045, 250_000_000)
-    assert protobuf.parse_time(None) is None
-    assert protobuf.time_message(None) == b""
-    assert protobuf.time_message(protobuf.parse_time("0001-01-01T00:00:00Z")) == b""
-    assert protobuf.time_message(protobuf.parse_time("1970-01-01T00:00:00Z")) == b"\x08\x00\x10\x00"
+    assert protowire.parse_time("2026-01-02T03:04:05Z") == (1767323045, 0)
+    assert protowire.parse_time("2026-01-02T04:04:05.25+01:00") == (1767323045, 250_000_000)
+    assert protowire.parse_time(None) is None
+    assert protowire.time_message(None) == b""
+    assert protowire.time_message(protowire.parse_time("0001-01-01T00:00:00Z")) == b""
+    assert (
+        protowire.time_message(protowire.parse_time("1970-01-01T00:00:00Z")) == b"\x08\x00\x10\x00"
+    )
     with pytest.raises(ValueError, match="RFC 3339"):
-        protobuf.parse_time("yesterday")
+        protowire.parse_time("yesterday")
 
 
 # --- the hot path agrees with the schema-driven encoder of the JSON answer ------------------
@@ -518,7 +522,7 @@ def test_items_are_encoded_once_and_cached_apart_from_json() -> None:
 
 
 def test_the_canonical_check_catches_misordered_and_incomplete_encodings() -> None:
-    ok = protobuf.encode_message(protobuf.OBJECT_REFERENCE, {"kind": "Pod", "name": "p"})
+    ok = protowire.encode_message(protobuf_messages.OBJECT_REFERENCE, {"kind": "Pod", "name": "p"})
     cls = kubeproto.message_class("k8s.io.api.core.v1.ObjectReference")
     decoded = cls.FromString(ok)
     assert kubeproto.canonical(decoded, ok)
@@ -529,7 +533,7 @@ def test_the_canonical_check_catches_misordered_and_incomplete_encodings() -> No
     with pytest.raises(AssertionError, match="ObjectReference.uid not written"):
         kubeproto.canonical(cls.FromString(missing), missing)
     labels = {"b": "1", "a": "2"}
-    selector = protobuf.encode_message(protobuf.LABEL_SELECTOR, {"matchLabels": labels})
+    selector = protowire.encode_message(protobuf_messages.LABEL_SELECTOR, {"matchLabels": labels})
     assert len(selector) == 16  # two entries of 8 bytes: a, b
     reordered = selector[8:] + selector[:8]  # entry "b" before entry "a"
     selector_cls = kubeproto.message_class(f"{kubeproto.META}.LabelSelector")
@@ -544,10 +548,10 @@ def test_unknown_kind_is_refused() -> None:
 
 def test_message_tables_are_sorted() -> None:
     with pytest.raises(ValueError, match="ascending"):
-        protobuf.Message(
+        protowire.Message(
             "Bad",
             (
-                protobuf.Field("b", 2, protobuf.Kind.STRING),
-                protobuf.Field("a", 1, protobuf.Kind.STRING),
+                protowire.Field("b", 2, protowire.Kind.STRING),
+                protowire.Field("a", 1, protowire.Kind.STRING),
             ),
         )

@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from custom_metrics_server.api import schemas
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.api.grammar import parse_query
-from custom_metrics_server.compute.exposition import (
+from custom_metrics_server.compute.metrics_api import (
+    MetricsApiRequest,
+    ResourceMetricsApi,
+    negotiate,
+    parse_request,
+)
+from custom_metrics_server.compute.metrics_render import nanocores_quantity
+from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.compute.samples import (
     ContainerSample,
     CpuSample,
     MemorySample,
@@ -23,16 +31,8 @@ from custom_metrics_server.compute.exposition import (
     PodSample,
     ResourceScrape,
 )
-from custom_metrics_server.compute.metrics_api import (
-    MetricsApiRequest,
-    ResourceMetricsApi,
-    go_duration,
-    nanocores_quantity,
-    negotiate,
-    parse_request,
-)
-from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
-from custom_metrics_server.compute.usage import ContainerResourceUsage, ResourceUsage, UsageStore
+from custom_metrics_server.compute.usage import UsageStore
+from custom_metrics_server.compute.usage_values import ContainerResourceUsage, ResourceUsage
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotAcceptable, NotFound
 from custom_metrics_server.machinery.quantity import Format, format_quantity
@@ -146,24 +146,6 @@ def get(path: str, query: str = "", accept: str = "") -> bytes:
 
 
 # --- formatting -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("ns", "text"),
-    [
-        (0, "0s"),
-        (7, "7ns"),
-        (1_500, "1.5\u00b5s"),
-        (1_500_000, "1.5ms"),
-        (15_000_000_000, "15s"),
-        (20_038_000_000, "20.038s"),
-        (60_000_000_000, "1m0s"),
-        (3_723_500_000_000, "1h2m3.5s"),
-        (-2_000_000_000, "-2s"),
-    ],
-)
-def test_windows_are_go_durations(ns: int, text: str) -> None:
-    assert go_duration(ns) == text
 
 
 @given(st.integers(min_value=0, max_value=10**16))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -12,13 +13,28 @@ import pytest
 from custom_metrics_server.compute.metrics import (
     ResourceMetricsBackend,
     render_state_exposition,
-    usage_of,
 )
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.server.app import create_app
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A plain `PodUsage` value."""
+
+    cpu_cores: float
+    memory_bytes: float
+    timestamp: float
+    window: float
+
+
+def usage_of(cpu: float, memory: float, timestamp: float, window: float) -> Usage:
+    return Usage(cpu, memory, timestamp, window)
+
+
 DEPLOYMENTS = GroupResource("apps", "deployments")
 REPLICASETS = GroupResource("apps", "replicasets")
 

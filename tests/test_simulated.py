@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 
 from custom_metrics_server.api.grammar import parse, parse_query
+from custom_metrics_server.backends import demo_kubelets
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.domain import (
     ExternalMetricRequest,
     GroupResource,
     MetricInfo,
     MetricRequest,
 )
-from custom_metrics_server.machinery.selectors import parse_selector
+from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.query.engine import QueryEngine
 
 NOW = 1_767_323_045.0
@@ -143,3 +145,21 @@ async def test_background_ticks_publish_new_snapshots() -> None:
             if sim.snapshot is not first:
                 break
     assert sim.snapshot is not first
+
+
+def test_the_demo_kubelets_write_with_the_kubelet_writer_escapes_included() -> None:
+    rows = [
+        demo_kubelets.ContainerUsage('odd"ns', "p\\1", "c\n1", 12.5, 2**20, 1_700_000_000.0),
+        demo_kubelets.ContainerUsage('odd"ns', "p\\1", "c2", 0.25, 3 * 2**20, 1_700_000_000.0),
+    ]
+    body = demo_kubelets.kubelet_exposition(
+        rows, node_cpu_seconds=100.0, node_memory=2**30, now=1e9
+    )
+    assert b'container="c\\n1",namespace="odd\\"ns",pod="p\\\\1"' in body
+    scrape = parse_resource_metrics(body, default_time=0.0)
+    pod = scrape.pods[('odd"ns', "p\\1")]
+    assert set(pod.containers) == {"c\n1", "c2"}
+    assert pod.containers["c\n1"].cpu == (12.5, 1e9)
+    assert pod.cpu == (12.75, 1e9)
+    assert scrape.node is not None
+    assert not scrape.scrape_error

@@ -1,7 +1,8 @@
 """A slow backend against the real server process over TLS (security.md checklist items 34, 38).
 
-The backend is the `--demo-file` fixture with `delays` (its fetches of one metric wait), so the
-requests are slow the way a hanging backend makes them slow, and the server's own observable
+The server is `serve --demo-file` run through tests/fakes/slow_backend.py, whose fixture
+`delays` make the fetches of one metric wait, so the requests are slow the way a hanging backend
+makes them slow, and the server's own observable
 state is read from `/metrics` (in-flight gauge, pending deadlines, asyncio tasks, backend
 outcomes) and from `/proc/<pid>/fd`.
 
@@ -22,18 +23,31 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
 
 from custom_metrics_server.testing.server_process import ServerProcess as RunningServer
-from custom_metrics_server.testing.server_process import start_server, stop_server
+from custom_metrics_server.testing.server_process import start_server as start_plain
+from custom_metrics_server.testing.server_process import stop_server
 
 P = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods"
 SLOW = P + "/*/slow"
 FAST = P + "/*/fast"
 #: Kubernetes' default `terminationGracePeriodSeconds`.
 GRACE_PERIOD = 30.0
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_server(workdir: Path, *args: str, **options: Any) -> RunningServer:
+    """The real CLI with the slow fixture backend: `python -m tests.fakes.slow_backend serve
+    ...` instead of `python -m custom_metrics_server serve ...`."""
+    path = os.environ.get("PYTHONPATH", "")
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    return start_plain(workdir, *args, module="tests.fakes.slow_backend", env=env, **options)
 
 
 def _fixture(tmp_path: Path, delay: float) -> Path:

@@ -9,23 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_metrics_server.compute.exposition import (
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.samples import (
     ContainerSample,
     CpuSample,
     MemorySample,
     NodeSample,
     PodSample,
     ResourceScrape,
-    parse_resource_metrics,
 )
-from custom_metrics_server.compute.usage import (
-    FRESH_CONTAINER_MIN_AGE,
-    NodeUsage,
-    PodUsage,
-    Rate,
-    UsageStore,
-    cpu_rate,
-)
+from custom_metrics_server.compute.usage import FRESH_CONTAINER_MIN_AGE, UsageStore, cpu_rate
+from custom_metrics_server.compute.usage_values import NodeUsage, PodUsage, Rate
 
 T0 = 1_700_000_000.0
 OLD_START = T0 - 3600.0  # started long ago: no synthetic previous point

@@ -17,7 +17,8 @@ from custom_metrics_server.errors import (
     route_not_found,
     watch_not_supported,
 )
-from custom_metrics_server.machinery.selectors import EVERYTHING, parse_selector
+from custom_metrics_server.machinery.label_parser import parse_selector
+from custom_metrics_server.machinery.labels import EVERYTHING
 
 POD = ObjectRef(kind="Pod", namespace="default", name="web-1", api_version="v1")
 TS = 1767323045.9  # 2026-01-02T03:04:05.9Z: sub-second precision is dropped

@@ -31,12 +31,8 @@ from custom_metrics_server.api.grammar import (
     resource_route,
 )
 from custom_metrics_server.errors import MethodNotAllowed, NotFound, route_not_found
-from custom_metrics_server.machinery.selectors import (
-    EVERYTHING,
-    FIELD_EVERYTHING,
-    FieldSelector,
-    Selector,
-)
+from custom_metrics_server.machinery.fields import FIELD_EVERYTHING, FieldSelector
+from custom_metrics_server.machinery.labels import EVERYTHING, Selector
 
 __all__ = ["CoreApiRequest", "DemoCoreApi", "is_core_api_path"]
 

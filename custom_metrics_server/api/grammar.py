@@ -12,7 +12,6 @@ Cost: O(len(path) + len(query)) per request; selectors are parsed through a cach
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -29,15 +28,15 @@ from custom_metrics_server.errors import (
     route_not_found,
     watch_not_supported,
 )
-from custom_metrics_server.machinery.selectors import (
-    EVERYTHING,
+from custom_metrics_server.machinery.durations import go_duration_seconds
+from custom_metrics_server.machinery.fields import (
     FIELD_EVERYTHING,
     FieldSelector,
-    Selector,
-    SelectorError,
     parse_field_selector_cached,
-    parse_selector_cached,
 )
+from custom_metrics_server.machinery.label_parser import parse_selector_cached
+from custom_metrics_server.machinery.labels import EVERYTHING, Selector
+from custom_metrics_server.machinery.validation import SelectorError
 
 CUSTOM_GROUP: Final = "custom.metrics.k8s.io"
 LEGACY_GROUP: Final = "custom-metrics"
@@ -50,8 +49,9 @@ GROUP_VERSIONS: Final[dict[str, tuple[str, ...]]] = {
     EXTERNAL_GROUP: ("v1beta1",),
 }
 
-# Namespace subresources that RequestInfo does not treat as a resource of their own.
-_NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
+#: Namespace subresources that RequestInfo does not treat as a resource of their own
+#: (k8s.io/apiserver `namespaceSubresources`); security.requestinfo splits paths with it too.
+NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
 _TRUE_VALUES: Final = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 
 
@@ -128,53 +128,9 @@ def split_api_path(path: str) -> list[str] | None:
     return segments
 
 
-_GO_DURATION_UNITS: Final = {
-    "ns": 1,
-    "us": 1_000,
-    "\u00b5s": 1_000,
-    "\u03bcs": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
-_GO_DURATION_PART: Final = re.compile(r"(\d*)(?:\.(\d*))?(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
-
-
-def go_duration_ns(text: str) -> int:
-    """Go `time.ParseDuration` (`1m30s`, `250ms`, `20.038s`, `-2s`, `0`) in whole
-    nanoseconds, exact (no float rounding); ValueError when `text` is not one."""
-    if text in ("0", "+0", "-0"):
-        return 0
-    sign = -1 if text[:1] == "-" else 1
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body:
-        raise ValueError(f"not a Go duration: {text!r}")
-    total = 0
-    position = 0
-    while position < len(body):
-        match = _GO_DURATION_PART.match(body, position)
-        if match is None or not (match.group(1) or match.group(2)):
-            raise ValueError(f"not a Go duration: {text!r}")
-        unit = _GO_DURATION_UNITS[match.group(3)]
-        total += int(match.group(1) or "0") * unit
-        if match.group(2):
-            total += int(match.group(2)) * unit // 10 ** len(match.group(2))
-        position = match.end()
-    return sign * total
-
-
-def duration_seconds(text: str) -> float | None:
-    """A Go duration in seconds; None when `text` is empty or not one."""
-    try:
-        return go_duration_ns(text) / 1e9 if text else None
-    except ValueError:
-        return None
-
-
 def check_timeout(text: str) -> None:
     """`?timeout=` must be a Go duration, as the request-deadline filter parses it (400)."""
-    if text and duration_seconds(text) is None:
+    if text and go_duration_seconds(text) is None:
         raise BadRequest(
             f'invalid timeout specified in the request URL - time: invalid duration "{text}"'
         )
@@ -237,7 +193,7 @@ def _parse_custom(group: str, version: str, parts: list[str], query: QueryParams
         if len(rest) == 1:
             # Matches R1 as `namespaces/{name}/{metric}`; RequestInfo then strips the namespace
             # unless the third segment is a namespace subresource.
-            if rest[0] in _NAMESPACE_SUBRESOURCES:
+            if rest[0] in NAMESPACE_SUBRESOURCES:
                 return _custom(
                     group,
                     version,

@@ -17,8 +17,9 @@ import orjson
 
 from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample, fragments
 from custom_metrics_server.errors import StatusError
+from custom_metrics_server.machinery.labels import Selector
 from custom_metrics_server.machinery.quantity import format_quantity
-from custom_metrics_server.machinery.selectors import Selector, SelectorError
+from custom_metrics_server.machinery.validation import SelectorError
 
 JSON: Final = "application/json"
 

@@ -1,10 +1,12 @@
 """The objects of the demo cluster, as the Kubernetes JSON an API server would return.
 
 PURE and deterministic: `generate(settings)` gives the same namespaces, nodes, workloads and
-pods for the same seed and size. The pods are chosen to exercise the resource model: a
-restartable sidecar (`web`), an init container larger than the app (`api`), pod overhead
-(`cart`), a high-priority StatefulSet (`db`), an extended resource (`worker`, `nvidia.com/gpu`),
-pods too large for any node (pending forever) and completed Job pods.
+pods for the same seed and size: the workloads of :mod:`.demo_workloads` placed on nodes as a
+scheduler would (first fit), plus pods too large for any node (pending forever) and completed
+Job pods. It must not simulate usage or metrics (that is :mod:`.simulated`,
+:mod:`.demo_kubelets`).
+
+Cost: O(pods x nodes) for the placement, once at start.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ import math
 import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Final
+from typing import Final
 
-from custom_metrics_server.compute.exposition import format_go_float
+from custom_metrics_server.backends.demo_workloads import Json, Workload, resources, workloads
 from custom_metrics_server.compute.model import pod_requests
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
 from custom_metrics_server.domain import GroupResource
@@ -23,8 +25,6 @@ from custom_metrics_server.machinery.quantity import Quantity
 
 ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # the kube name-generator alphabet
 PODS_PER_NODE: Final = 8
-
-Json = dict[str, Any]
 
 
 def crc(*parts: object) -> int:
@@ -46,154 +46,6 @@ def suffix(seed: int, *parts: object, length: int = 5) -> str:
         chars.append(ALPHABET[index])
         value = value or crc(seed, *parts, len(chars))
     return "".join(chars)
-
-
-def _resources(requests: dict[str, str], limits: dict[str, str] | None = None) -> Json:
-    found: Json = {"requests": requests}
-    if limits:
-        found["limits"] = limits
-    return found
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """A Deployment or StatefulSet of the demo and its pod template."""
-
-    namespace: str
-    kind: str
-    name: str
-    replicas: int
-    labels: dict[str, str]
-    containers: tuple[Json, ...]
-    init_containers: tuple[Json, ...] = ()
-    overhead: dict[str, str] | None = None
-    priority: int | None = None
-
-
-def workloads(pods: int, web_pods: int) -> list[Workload]:
-    """The workloads and their replica counts for a cluster of `pods` pods."""
-    web = max(0, min(web_pods, pods))
-    rest = max(0, pods - web)
-    db = min(3, rest)
-    rest -= db
-    shares = {"api": 0.4, "frontend": 0.2, "cart": 0.2, "worker": 0.2}
-    counts = {name: int(rest * share) for name, share in shares.items()}
-    counts["api"] += rest - sum(counts.values())
-    app = "registry.example/demo/"
-    return [
-        Workload(
-            "default",
-            "Deployment",
-            "web",
-            web,
-            {"app": "web", "tier": "frontend"},
-            (
-                {
-                    "name": "web",
-                    "image": app + "web:1.4",
-                    "resources": _resources(
-                        {"cpu": "250m", "memory": "256Mi"}, {"cpu": "500m", "memory": "512Mi"}
-                    ),
-                },
-            ),
-            (
-                {
-                    "name": "proxy",
-                    "image": app + "proxy:2.0",
-                    "restartPolicy": "Always",
-                    "resources": _resources({"cpu": "100m", "memory": "64Mi"}),
-                },
-            ),
-        ),
-        Workload(
-            "default",
-            "Deployment",
-            "api",
-            counts["api"],
-            {"app": "api", "tier": "backend"},
-            (
-                {
-                    "name": "api",
-                    "image": app + "api:3.1",
-                    "resources": _resources({"cpu": "500m", "memory": "512Mi"}, {"memory": "1Gi"}),
-                },
-            ),
-            (
-                {
-                    "name": "migrate",
-                    "image": app + "api:3.1",
-                    "resources": _resources({"cpu": "1", "memory": "256Mi"}),
-                },
-            ),
-        ),
-        Workload(
-            "shop",
-            "Deployment",
-            "frontend",
-            counts["frontend"],
-            {"app": "frontend", "tier": "frontend"},
-            (
-                {
-                    "name": "frontend",
-                    "image": app + "frontend:7",
-                    "resources": _resources(
-                        {"cpu": "200m", "memory": "128Mi"}, {"cpu": "400m", "memory": "256Mi"}
-                    ),
-                },
-            ),
-        ),
-        Workload(
-            "shop",
-            "Deployment",
-            "cart",
-            counts["cart"],
-            {"app": "cart", "tier": "backend"},
-            (
-                {
-                    "name": "cart",
-                    "image": app + "cart:2",
-                    "resources": _resources(
-                        {"cpu": "300m", "memory": "256Mi"}, {"cpu": "600m", "memory": "256Mi"}
-                    ),
-                },
-            ),
-            overhead={"cpu": "50m", "memory": "32Mi"},
-        ),
-        Workload(
-            "shop",
-            "StatefulSet",
-            "db",
-            db,
-            {"app": "db", "tier": "data"},
-            (
-                {
-                    "name": "postgres",
-                    "image": "postgres:17",
-                    "resources": _resources(
-                        {"cpu": "1", "memory": "2Gi"}, {"cpu": "1", "memory": "2Gi"}
-                    ),
-                },
-            ),
-            priority=100000,
-        ),
-        Workload(
-            "batch",
-            "Deployment",
-            "worker",
-            counts["worker"],
-            {"app": "worker", "tier": "batch"},
-            (
-                {
-                    "name": "worker",
-                    "image": app + "worker:5",
-                    "resources": _resources(
-                        {"cpu": "200m", "memory": "512Mi", "nvidia.com/gpu": "1"},
-                        {"nvidia.com/gpu": "1"},
-                    ),
-                },
-            ),
-        ),
-    ]
 
 
 @dataclass
@@ -415,7 +267,7 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
             {
                 "name": "reindex",
                 "image": "registry.example/demo/reindex:1",
-                "resources": _resources({"cpu": "64", "memory": "256Gi"}),
+                "resources": resources({"cpu": "64", "memory": "256Gi"}),
             },
         ),
     )
@@ -429,7 +281,7 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
             {
                 "name": "nightly",
                 "image": "registry.example/demo/nightly:1",
-                "resources": _resources({"cpu": "500m", "memory": "1Gi"}),
+                "resources": resources({"cpu": "500m", "memory": "1Gi"}),
             },
         ),
     )
@@ -461,102 +313,3 @@ def generate(*, seed: int, pods: int, web_pods: int) -> World:
                 ),
             )
     return world
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerUsage:
-    """One container's counters as a kubelet reports them."""
-
-    namespace: str
-    pod: str
-    container: str
-    cpu_seconds: float
-    memory_bytes: float
-    start_time: float
-
-
-def kubelet_exposition(
-    containers: list[ContainerUsage], *, node_cpu_seconds: float, node_memory: float, now: float
-) -> bytes:
-    """A node's `/metrics/resource` text, shaped like the kubelet's (explicit ms timestamps)."""
-    ms = f" {int(now * 1000)}"
-    out: list[str] = []
-
-    def family(name: str, kind: str, help_text: str, rows: list[str]) -> None:
-        out.append(f"# HELP {name} [STABLE] {help_text}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(rows)
-
-    def labels(c: ContainerUsage) -> str:
-        return f'container="{c.container}",namespace="{c.namespace}",pod="{c.pod}"'
-
-    family(
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the container in core-seconds",
-        [
-            f"container_cpu_usage_seconds_total{{{labels(c)}}} {format_go_float(c.cpu_seconds)}{ms}"
-            for c in containers
-        ],
-    )
-    family(
-        "container_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the container in bytes",
-        [
-            f"container_memory_working_set_bytes{{{labels(c)}}} "
-            f"{format_go_float(c.memory_bytes)}{ms}"
-            for c in containers
-        ],
-    )
-    family(
-        "container_start_time_seconds",
-        "gauge",
-        "Start time of the container since unix epoch in seconds",
-        [
-            f"container_start_time_seconds{{{labels(c)}}} {format_go_float(c.start_time)}{ms}"
-            for c in containers
-        ],
-    )
-    family(
-        "node_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the node in core-seconds",
-        [f"node_cpu_usage_seconds_total {format_go_float(node_cpu_seconds)}{ms}"],
-    )
-    family(
-        "node_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the node in bytes",
-        [f"node_memory_working_set_bytes {format_go_float(node_memory)}{ms}"],
-    )
-    pods: dict[tuple[str, str], list[ContainerUsage]] = {}
-    for c in containers:
-        pods.setdefault((c.namespace, c.pod), []).append(c)
-    family(
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the pod in core-seconds",
-        [
-            f'pod_cpu_usage_seconds_total{{namespace="{ns}",pod="{pod}"}} '
-            f"{format_go_float(sum(c.cpu_seconds for c in cs))}{ms}"
-            for (ns, pod), cs in pods.items()
-        ],
-    )
-    family(
-        "pod_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the pod in bytes",
-        [
-            f'pod_memory_working_set_bytes{{namespace="{ns}",pod="{pod}"}} '
-            f"{format_go_float(sum(c.memory_bytes for c in cs))}{ms}"
-            for (ns, pod), cs in pods.items()
-        ],
-    )
-    out.append(
-        "# HELP resource_scrape_error [STABLE] "
-        "1 if there was an error while getting container metrics, 0 otherwise"
-    )
-    out.append("# TYPE resource_scrape_error gauge")
-    out.append("resource_scrape_error 0")
-    return ("\n".join(out) + "\n").encode()

@@ -12,7 +12,6 @@ O(series per object) selector checks with one; `list_metrics` returns a prebuilt
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from collections.abc import Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -239,38 +238,6 @@ class MemoryBackend:
         return None
 
 
-class DelayedMemoryBackend(MemoryBackend):
-    """A `MemoryBackend` whose fetches of some metrics first wait: a slow backend, for the
-    limit and shutdown tests over the real server (a fixture's `delays`). A separate class so
-    that `MemoryBackend.fetch` (the demo's hot path) carries no check for it."""
-
-    def __init__(self, name: str, snapshot: Snapshot | None, delays: Mapping[str, float]) -> None:
-        super().__init__(name, snapshot)
-        self.delays = dict(delays)
-
-    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
-        """`MemoryBackend.fetch`, after the metric's delay (cancellable)."""
-        await asyncio.sleep(self.delays.get(request.metric.metric, 0))
-        return await super().fetch(request)
-
-    async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
-        """`MemoryBackend.fetch_external`, after the metric's delay (cancellable)."""
-        await asyncio.sleep(self.delays.get(request.metric, 0))
-        return await super().fetch_external(request)
-
-
-def _delays(document: Mapping[str, Any]) -> dict[str, float]:
-    delays = document.get("delays") or {}
-    if not isinstance(delays, Mapping):
-        raise ValueError(f"not a mapping of metric names to seconds: {delays!r}")
-    found = {}
-    for metric, seconds in delays.items():
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            raise ValueError(f"{metric}: not a number of seconds >= 0: {seconds!r}")
-        found[str(metric)] = float(seconds)
-    return found
-
-
 def load_fixture(
     document: Mapping[str, Any], *, now: float
 ) -> tuple[InMemoryCluster, MemoryBackend]:
@@ -279,9 +246,9 @@ def load_fixture(
     Shape: `objects: [{resource, name, namespace?, labels?}]`, `metrics: [{resource, metric,
     window?}]` (declared even without values), `values: [{resource, metric, name,
     namespace?, value, labels?}]`, `external: [{metric, value, labels?, namespace?, window?}]`,
-    an optional `timestamp` (RFC 3339) for every value, else `now`, and optional `delays:
-    {metric: seconds}` (test-only: fetches of those metrics, custom or external, wait that
-    long first, as a slow backend would). Errors name the entry.
+    and an optional `timestamp` (RFC 3339) for every value, else `now`. Other keys are
+    ignored (the tests' slow fixtures add `delays`, read by tests/fakes/slow_backend.py).
+    Errors name the entry.
     """
     timestamp = now
     if document.get("timestamp"):
@@ -325,12 +292,8 @@ def load_fixture(
                 window=entry.get("window"),
             )
         snapshot = builder.build()
-        where = "delays"
-        delays = _delays(document)
     except (KeyError, TypeError, ValueError, ArithmeticError) as err:
         raise ValueError(f"invalid fixture at {where}: {err!r}") from err
-    if delays:
-        return cluster, DelayedMemoryBackend("memory", snapshot, delays)
     return cluster, MemoryBackend(name="memory", snapshot=snapshot)
 
 

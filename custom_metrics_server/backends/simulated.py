@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from custom_metrics_server.backends import demo_world
+from custom_metrics_server.backends import demo_kubelets, demo_world
 from custom_metrics_server.backends.demo_world import crc as _hash
 from custom_metrics_server.backends.demo_world import unit as _unit
 from custom_metrics_server.backends.memory import (
@@ -40,13 +40,13 @@ from custom_metrics_server.backends.memory import (
     Snapshot,
     SnapshotBuilder,
 )
-from custom_metrics_server.compute.exposition import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.records import PODS, ClusterState
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
 from custom_metrics_server.machinery.quantity import Quantity
 from custom_metrics_server.runtime.heap import settle_heap
-from custom_metrics_server.runtime.tasks import cancel_and_wait, drain, run_cooperatively
+from custom_metrics_server.runtime.tasks import BackgroundTasks, drain, run_cooperatively
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class SimulatedCluster(MemoryBackend):
         self.settings = settings or DemoSettings()
         self.cluster = ClusterState()
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = BackgroundTasks()
         self.world = demo_world.generate(
             seed=self.settings.seed, pods=self.settings.pods, web_pods=self.settings.web_replicas()
         )
@@ -277,9 +277,9 @@ class SimulatedCluster(MemoryBackend):
                 node_cpu += counter
                 node_memory += working_set
                 rows.append(
-                    demo_world.ContainerUsage(key[0], key[1], name, counter, working_set, start)
+                    demo_kubelets.ContainerUsage(key[0], key[1], name, counter, working_set, start)
                 )
-            body = demo_world.kubelet_exposition(
+            body = demo_kubelets.kubelet_exposition(
                 rows, node_cpu_seconds=node_cpu * 1.1, node_memory=node_memory * 1.2, now=now
             )
             self.usage.apply(node, parse_resource_metrics(body, default_time=now), now)
@@ -303,7 +303,7 @@ class SimulatedCluster(MemoryBackend):
             settle_heap()
 
     async def __aenter__(self) -> Self:
-        self._task = asyncio.create_task(self._run(), name="simulated-cluster-ticks")
+        self._tasks.start(self._run(), name="simulated-cluster-ticks")
         return self
 
     async def __aexit__(
@@ -312,8 +312,7 @@ class SimulatedCluster(MemoryBackend):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait([self._task])
-        self._task = None
+        await self._tasks.stop()
 
     def ready(self) -> Readiness:
         """Ready once the first snapshot exists (built in the constructor)."""

@@ -19,7 +19,7 @@ from custom_metrics_server.domain import (
     Readiness,
     ResourceMapping,
 )
-from custom_metrics_server.machinery.selectors import Selector
+from custom_metrics_server.machinery.labels import Selector
 
 _NO_LABELS: Final[Mapping[str, str]] = MappingProxyType({})
 _LABEL_SETS: Final = 65536

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Final
 
 from custom_metrics_server.domain import GroupResource, ObjectKey, ObjectRef
-from custom_metrics_server.machinery.selectors import Selector
+from custom_metrics_server.machinery.labels import Selector
 
 _MEMO_LIMIT: Final = 4096
 

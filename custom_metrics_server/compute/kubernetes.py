@@ -17,7 +17,6 @@ be warming up: pods without two usage samples simply have no usage value yet).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import socket
@@ -34,18 +33,15 @@ from custom_metrics_server.compute.metrics import (
 )
 from custom_metrics_server.compute.node_agents import AgentDirectory, agent_http_client
 from custom_metrics_server.compute.records import NODES, WATCHED, ClusterState
-from custom_metrics_server.compute.scraper import (
-    DEFAULT_CONCURRENCY,
-    KubeletScraper,
-    ScraperCollector,
-)
+from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY, KubeletScraper
+from custom_metrics_server.compute.scraper_metrics import ScraperCollector
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import DiscoveryRestMapper
 from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.kube.watcher import Reflector
-from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tasks import BackgroundTasks
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +164,7 @@ class KubernetesBackend(ResourceMetricsBackend):
                 identity=self.settings.identity or socket.gethostname(),
             )
         self._stack = contextlib.AsyncExitStack()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = BackgroundTasks()
 
     def ready(self) -> Readiness:
         """Ready once every watched resource has listed; the reason names what is missing.
@@ -185,7 +181,7 @@ class KubernetesBackend(ResourceMetricsBackend):
         for runner, name in [(self.discovery.run, "discovery")] + [
             (reflector.run, f"watch-{reflector.name}") for reflector in self.watches
         ]:
-            self._tasks.append(asyncio.create_task(runner(), name=name))
+            self._tasks.start(runner(), name=name)
         await self._stack.enter_async_context(self.scraper)
         if self.elector is not None:
             await self._stack.enter_async_context(self.elector)
@@ -197,8 +193,7 @@ class KubernetesBackend(ResourceMetricsBackend):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait(self._tasks)
-        self._tasks.clear()
+        await self._tasks.stop()
         await self._stack.aclose()
         if self._agent_client is not None:
             await self._agent_client.aclose()

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
 from typing import Final, Protocol, Self
@@ -55,7 +54,7 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.errors import BadRequest
-from custom_metrics_server.machinery.selectors import Selector
+from custom_metrics_server.machinery.labels import Selector
 
 REQUEST: Final = "kube_pod_resource_request"
 LIMIT: Final = "kube_pod_resource_limit"
@@ -109,14 +108,6 @@ class UsageSource(Protocol):
     """Current usage per pod (the kubelet scraper's store, or the simulated one)."""
 
     def pod_usage(self, namespace: str, pod: str) -> PodUsage | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class _Usage:
-    cpu_cores: float
-    memory_bytes: float
-    timestamp: float
-    window: float
 
 
 def selectable(resource: str) -> str:
@@ -410,11 +401,6 @@ def _check_units(metric: str, ref: ObjectRef, series: list[Series]) -> None:
             f"metric {metric} of {where} has series in different units: {choices}; "
             f"choose one with metricLabelSelector, for example resource={resources[0]}"
         )
-
-
-def usage_of(cpu: float, memory: float, timestamp: float, window: float) -> PodUsage:
-    """A plain `PodUsage` value (for simulated sources and tests)."""
-    return _Usage(cpu, memory, timestamp, window)
 
 
 def render_state_exposition(state: ClusterState) -> bytes:

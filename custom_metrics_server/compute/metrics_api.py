@@ -3,7 +3,8 @@ resource metrics read), served as metrics-server serves it.
 
 PURE request/response logic: a decoded path, query and `Accept` header in, a JSON-shaped
 document (plain dicts and lists, exactly the JSON wire form) or a `StatusError` out. No I/O, no
-web framework; `endpoints` routes `/apis/metrics.k8s.io/...` here.
+web framework; `endpoints` routes `/apis/metrics.k8s.io/...` here. The pieces of a document that
+need no lookup (discovery, quantities, metadata, the Table) are :mod:`.metrics_render`.
 
 Sources: the cluster's pods and nodes (`ClusterState`, the same records the watches or the demo
 feed) and the usage store the kubelet scraper (or the simulated kubelets) already fill
@@ -31,7 +32,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Final, Literal, Protocol
 
@@ -51,22 +51,26 @@ from custom_metrics_server.api.negotiation import (
     SPECIFICITY,
     accept_clauses,
 )
+from custom_metrics_server.compute.metrics_render import (
+    api_group,
+    api_resource_list,
+    memory_quantity,
+    metadata,
+    metrics_table,
+    nanocores_quantity,
+    not_found,
+)
 from custom_metrics_server.compute.records import NODES, PODS, ClusterState
-from custom_metrics_server.compute.usage import ResourceUsage
+from custom_metrics_server.compute.usage_values import ResourceUsage
 from custom_metrics_server.errors import (
     BadRequest,
     MethodNotAllowed,
     NotAcceptable,
-    NotFound,
     not_acceptable,
 )
-from custom_metrics_server.machinery.quantity import Format, Quantity, format_quantity
-from custom_metrics_server.machinery.selectors import (
-    EVERYTHING,
-    FIELD_EVERYTHING,
-    FieldSelector,
-    Selector,
-)
+from custom_metrics_server.machinery.durations import format_go_duration
+from custom_metrics_server.machinery.fields import FIELD_EVERYTHING, FieldSelector
+from custom_metrics_server.machinery.labels import EVERYTHING, Selector
 
 __all__ = [
     "API_VERSION",
@@ -77,9 +81,7 @@ __all__ = [
     "MetricsApiRequest",
     "ResourceMetricsApi",
     "ResourceUsageSource",
-    "go_duration",
     "is_metrics_api_path",
-    "nanocores_quantity",
     "negotiate",
     "parse_request",
 ]
@@ -221,85 +223,6 @@ def negotiate(accept: str) -> tuple[View, bool] | NotAcceptable:
     return (best[2], best[3])
 
 
-# Rendering helpers --------------------------------------------------------------------------
-
-_NANO_SUFFIXES: Final = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T"}
-
-
-def nanocores_quantity(nanocores: int) -> str:
-    """`resource.NewScaledQuantity(n, -9).String()` (DecimalSI): `12345678n`, `1500u`, `3m`,
-    `2`. O(digits)."""
-    if nanocores == 0:
-        return "0"
-    sign = "-" if nanocores < 0 else ""
-    digits = str(abs(nanocores))
-    stripped = digits.rstrip("0")
-    zeros = len(digits) - len(stripped)
-    zeros -= zeros % 3
-    exponent = -9 + zeros
-    suffix = _NANO_SUFFIXES.get(exponent)
-    if suffix is None:  # beyond tera-cores: the general (exact) formatter decides
-        return format_quantity(Decimal(nanocores).scaleb(-9))
-    mantissa = digits[: len(digits) - zeros] if zeros else digits
-    return sign + mantissa + suffix
-
-
-def _memory_quantity(memory_bytes: int) -> str:
-    return format_quantity(memory_bytes, Format.BINARY_SI)
-
-
-def go_duration(nanoseconds: int) -> str:
-    """Go's `time.Duration.String()`: `0s`, `1.5ms`, `15s`, `20.038s`, `1m0s`, `1h2m3s`."""
-    if nanoseconds == 0:
-        return "0s"
-    sign = "-" if nanoseconds < 0 else ""
-    value = abs(nanoseconds)
-    if value < 1_000:
-        return f"{sign}{value}ns"
-    if value < 1_000_000:
-        return f"{sign}{_fraction(value, 3)}\u00b5s"
-    if value < 1_000_000_000:
-        return f"{sign}{_fraction(value, 6)}ms"
-    hours, rest = divmod(value, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    seconds = _fraction(rest, 9) + "s"
-    if hours:
-        return f"{sign}{hours}h{minutes}m{seconds}"
-    if minutes:
-        return f"{sign}{minutes}m{seconds}"
-    return sign + seconds
-
-
-def _fraction(value: int, precision: int) -> str:
-    whole, part = divmod(value, 10**precision)
-    if not part:
-        return str(whole)
-    return f"{whole}.{str(part).rjust(precision, '0').rstrip('0')}"
-
-
-def _metadata(
-    name: str, namespace: str | None, created: str | None, labels: Mapping[str, str]
-) -> dict[str, Any]:
-    """ObjectMeta in Go field order: name, namespace, creationTimestamp, labels (omitempty)."""
-    metadata: dict[str, Any] = {"name": name}
-    if namespace:
-        metadata["namespace"] = namespace
-    metadata["creationTimestamp"] = created
-    if labels:
-        metadata["labels"] = dict(sorted(labels.items()))
-    return metadata
-
-
-def _not_found(group: str, resource: str, name: str) -> NotFound:
-    """`apierrors.NewNotFound`: `resource.group "name" not found`, with its details."""
-    qualified = f"{resource}.{group}" if group else resource
-    details: dict[str, Any] = {"name": name}
-    if group:
-        details["group"] = group
-    details["kind"] = resource
-    return NotFound(f'{qualified} "{name}" not found', details=details)
-
-
 # The API --------------------------------------------------------------------------------------
 
 
@@ -324,52 +247,15 @@ class ResourceMetricsApi:
             tuple[ResourceUsage, Mapping[str, str], dict[str, Any], dict[str, str]],
         ] = {}
 
-    # -- discovery --
-
-    @staticmethod
-    def api_group() -> dict[str, Any]:
-        """`APIGroup` of `/apis/metrics.k8s.io`."""
-        version = {"groupVersion": API_VERSION, "version": VERSION}
-        return {
-            "kind": "APIGroup",
-            "apiVersion": "v1",
-            "name": GROUP,
-            "versions": [version],
-            "preferredVersion": dict(version),
-        }
-
-    @staticmethod
-    def api_resource_list() -> dict[str, Any]:
-        """`APIResourceList` of `/apis/metrics.k8s.io/v1beta1`, as metrics-server lists it."""
-
-        def entry(name: str, namespaced: bool, kind: str) -> dict[str, Any]:
-            return {
-                "name": name,
-                "singularName": "",
-                "namespaced": namespaced,
-                "kind": kind,
-                "verbs": ["get", "list"],
-            }
-
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": API_VERSION,
-            "resources": [
-                entry("nodes", False, "NodeMetrics"),
-                entry("pods", True, "PodMetrics"),
-            ],
-        }
-
     # -- the JSON-shaped documents (also the input of a protobuf encoder) --
 
     def document(self, request: MetricsApiRequest) -> dict[str, Any]:
         """The JSON-shaped answer to a parsed request (discovery, an object or a list), or a
         `StatusError`. Dicts and lists exactly as the JSON wire form, in Go field order."""
         if request.kind == "group":
-            return self.api_group()
+            return api_group(GROUP, VERSION)
         if request.kind == "version":
-            return self.api_resource_list()
+            return api_resource_list(API_VERSION)
         if request.kind == "pods":
             if request.name is not None:
                 return self.pod_metrics(request.namespace or "", request.name)
@@ -400,12 +286,12 @@ class ResourceMetricsApi:
         404 `podmetrics.metrics.k8s.io "ns/name" not found` while it has no usage."""
         pod = self.cluster.pods.get((namespace, name))
         if pod is None or pod.lifecycle != "Runnable":
-            raise _not_found("", "pods", name)
+            raise not_found("", "pods", name)
         record = self.cluster.inventory.get(PODS, (namespace, name))
         labels = record.labels if record is not None else {}
         item = self._pod_item(namespace, name, labels, wire.format_time(self._clock()))
         if item is None:
-            raise _not_found(GROUP, "podmetrics", f"{namespace}/{name}")
+            raise not_found(GROUP, "podmetrics", f"{namespace}/{name}")
         return {"kind": "PodMetrics", "apiVersion": API_VERSION, **item}
 
     def node_metrics_list(
@@ -426,61 +312,11 @@ class ResourceMetricsApi:
         unknown node, 404 `nodemetrics.metrics.k8s.io "name" not found` without usage."""
         record = self.cluster.inventory.get(NODES, ("", name))
         if record is None:
-            raise _not_found("", "node", name)
+            raise not_found("", "node", name)
         item = self._node_item(name, record.labels, wire.format_time(self._clock()))
         if item is None:
-            raise _not_found(GROUP, "nodemetrics", name)
+            raise not_found(GROUP, "nodemetrics", name)
         return {"kind": "NodeMetrics", "apiVersion": API_VERSION, **item}
-
-    def table(
-        self, document: dict[str, Any], *, version: str = "v1", include_object: str = "Metadata"
-    ) -> dict[str, Any]:
-        """A `meta.k8s.io` Table of a PodMetrics/NodeMetrics object or list, with
-        metrics-server's columns (Name, one quantity column per resource, Window) and rows
-        whose `object` follows `includeObject` (None, Metadata as PartialObjectMetadata, or
-        the Object). No items: null columns and rows, as Go encodes nil slices."""
-        kind = document.get("kind", "")
-        single = kind in ("PodMetrics", "NodeMetrics")
-        item_kind = kind if single else kind.removesuffix("List")
-        items = [document] if single else list(document.get("items", ()))
-        columns: list[dict[str, Any]] | None = None
-        rows: list[dict[str, Any]] = []
-        names: list[str] = []
-        for item in items:
-            usage = _table_usage(item)
-            if columns is None:
-                names = sorted(usage)
-                columns = [_column("Name", "name", "Name of the resource")]
-                columns += [_column(name, "quantity") for name in names]
-                columns.append(_column("Window", "duration"))
-            cells: list[Any] = [item["metadata"]["name"]]
-            cells += [usage.get(name, "0") for name in names]
-            cells.append(item["window"])
-            row_object = self._row_object(item, item_kind, version, include_object)
-            rows.append({"cells": cells, "object": row_object})
-        return {
-            "kind": "Table",
-            "apiVersion": f"meta.k8s.io/{version}",
-            "metadata": {},
-            "columnDefinitions": columns,
-            "rows": rows or None,
-        }
-
-    @staticmethod
-    def _row_object(
-        item: dict[str, Any], kind: str, version: str, include_object: str
-    ) -> dict[str, Any] | None:
-        if include_object == "None":
-            return None
-        if include_object == "Object":
-            if "kind" in item:
-                return item
-            return {"kind": kind, "apiVersion": API_VERSION, **item}
-        return {
-            "kind": "PartialObjectMetadata",
-            "apiVersion": f"meta.k8s.io/{version}",
-            "metadata": item["metadata"],
-        }
 
     # -- bytes --
 
@@ -493,7 +329,7 @@ class ResourceMetricsApi:
         if view == "protobuf":
             return protobuf.encode_document(document)
         if view != "json" and request.kind in ("pods", "nodes"):
-            document = self.table(document, version=view, include_object=request.include_object)
+            document = metrics_table(document, version=view, include_object=request.include_object)
         elif view != "json":
             raise not_acceptable(SERVED_MEDIA_TYPES)
         body = wire.dumps(document)
@@ -537,13 +373,13 @@ class ResourceMetricsApi:
         if parts is None or parts[0] is not usage or parts[1] is not labels:
             body = {
                 "timestamp": wire.format_time(usage.timestamp),
-                "window": go_duration(usage.window_ns),
+                "window": format_go_duration(usage.window_ns),
                 "containers": [
                     {
                         "name": container.name,
                         "usage": {
                             "cpu": nanocores_quantity(container.nanocores),
-                            "memory": _memory_quantity(container.memory_bytes),
+                            "memory": memory_quantity(container.memory_bytes),
                         },
                     }
                     for container in usage.containers
@@ -586,36 +422,11 @@ class ResourceMetricsApi:
         if usage is None:
             return None
         return {
-            "metadata": _metadata(name, None, created, labels),
+            "metadata": metadata(name, None, created, labels),
             "timestamp": wire.format_time(usage.timestamp),
-            "window": go_duration(usage.window_ns),
+            "window": format_go_duration(usage.window_ns),
             "usage": {
                 "cpu": nanocores_quantity(usage.nanocores),
-                "memory": _memory_quantity(usage.memory_bytes),
+                "memory": memory_quantity(usage.memory_bytes),
             },
         }
-
-
-def _column(name: str, fmt: str, description: str = "") -> dict[str, Any]:
-    """`TableColumnDefinition` (every field written, Go has no omitempty on them)."""
-    return {
-        "name": name,
-        "type": "string",
-        "format": fmt,
-        "description": description,
-        "priority": 0,
-    }
-
-
-def _table_usage(item: dict[str, Any]) -> dict[str, str]:
-    """The usage cells of a row: a node's usage, or a pod's containers summed per resource
-    (Go's `Quantity.Add` keeps the addend's format, then `String()`). O(containers)."""
-    if "usage" in item:
-        return dict(item["usage"])
-    totals: dict[str, Quantity] = {}
-    for container in item.get("containers", ()):
-        for resource, text in container["usage"].items():
-            value = Quantity.parse(text)
-            total = totals.get(resource)
-            totals[resource] = value if total is None else total + value
-    return {resource: str(total) for resource, total in totals.items()}

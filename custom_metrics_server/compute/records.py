@@ -2,12 +2,12 @@
 
 `ClusterState` is an `InMemoryCluster` (REST mapping + label index, so it is the server's
 `ClusterView`) that also keeps, per pod, only what KEP-1748 needs: the node, scheduler,
-priority, lifecycle state, effective requests and limits (computed once per change with
-`resource_model`: as the scheduler holds them, as its `/metrics/resources` reports them, and
-the request the HPA divides usage by), and its controller; per node, the allocatable resources
-and address; per workload, its controller. No JSON object is kept: a watch event is reduced to
-a record and dropped. Indexes by node, namespace and owner make "the pods this object holds"
-O(result).
+priority, lifecycle state, effective requests and limits (computed once per resource shape by
+:mod:`.resource_shapes` with the resource model: as the scheduler holds them, as its
+`/metrics/resources` reports them, and the request the HPA divides usage by), and its
+controller; per node, the allocatable resources and address; per workload, its controller. No
+JSON object is kept: a watch event is reduced to a record and dropped. Indexes by node,
+namespace and owner make "the pods this object holds" O(result).
 
 Objects arrive through `sink(resource)`, one `WatchSink`-shaped adapter per watched resource:
 the Kubernetes backend's reflectors and the simulated cluster feed the same adapters, so the
@@ -23,20 +23,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from types import MappingProxyType
 from typing import Any, Final, Protocol
-
-import orjson
 
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS
-from custom_metrics_server.compute.model import (
-    SCHEDULER_METRIC_OPTIONS,
-    hpa_pod_requests,
-    pod_lifecycle,
-    pod_limits,
-    pod_requests,
-)
+from custom_metrics_server.compute.model import pod_lifecycle
+from custom_metrics_server.compute.resource_shapes import ResourceShapes
 from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
 from custom_metrics_server.machinery.quantity import Quantity
 from custom_metrics_server.runtime.heap import settle_heap
@@ -112,78 +104,6 @@ def _resources(values: Mapping[str, Any] | None) -> dict[str, Decimal]:
     return found
 
 
-_EMPTY: Final[Mapping[str, Decimal]] = MappingProxyType({})
-_SHAPE_CACHE_SIZE: Final = 4096
-#: requests, limits, metric_requests, metric_limits, hpa_requests (see `PodRecord`)
-_Views = tuple[
-    Mapping[str, Decimal],
-    Mapping[str, Decimal],
-    Mapping[str, Decimal],
-    Mapping[str, Decimal],
-    Mapping[str, Decimal],
-]
-
-
-def _frozen(
-    values: Mapping[str, Quantity], same_as: Mapping[str, Decimal] | None = None
-) -> Mapping[str, Decimal]:
-    """A read-only {name: Decimal} of a model result; `same_as` itself when equal (shared)."""
-    found = {name: amount.value for name, amount in values.items()}
-    if same_as is not None and found == same_as:
-        return same_as
-    return MappingProxyType(found) if found else _EMPTY
-
-
-def _views(pod: Mapping[str, Any]) -> _Views:
-    """Every view of a pod's resources; O(containers x resources) each."""
-    requests = _frozen(pod_requests(pod))
-    limits = _frozen(pod_limits(pod))
-    return (
-        requests,
-        limits,
-        _frozen(pod_requests(pod, options=SCHEDULER_METRIC_OPTIONS), requests),
-        _frozen(pod_limits(pod, options=SCHEDULER_METRIC_OPTIONS), limits),
-        _frozen(hpa_pod_requests(pod), requests),
-    )
-
-
-def _resource_shape(pod: Mapping[str, Any]) -> bytes:
-    """The fields the resource model reads, as one hashable byte string. O(containers).
-
-    Status entries without resize-related fields (the usual case) add nothing to the key.
-    """
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    parts: list[Any] = [
-        [
-            (c.get("name"), c.get("restartPolicy"), c.get("resources"))
-            for c in spec.get("containers") or ()
-        ],
-        [
-            (c.get("name"), c.get("restartPolicy"), c.get("resources"))
-            for c in spec.get("initContainers") or ()
-        ],
-        spec.get("overhead"),
-        spec.get("resources"),
-    ]
-    parts.extend(
-        (field, c.get("name"), c.get("allocatedResources"), c.get("resources"))
-        for field in ("containerStatuses", "initContainerStatuses")
-        for c in status.get(field) or ()
-        if "allocatedResources" in c or "resources" in c
-    )
-    if "resources" in status or "allocatedResources" in status or "resize" in status:
-        parts.append(
-            (status.get("resources"), status.get("allocatedResources"), status.get("resize"))
-        )
-    parts.extend(
-        ("PodResizePending", c.get("reason"))
-        for c in status.get("conditions") or ()
-        if c.get("type") == "PodResizePending"
-    )
-    return orjson.dumps(parts)
-
-
 class _Sink:
     """The `WatchSink` of one resource: relists diff against what was seen."""
 
@@ -243,7 +163,7 @@ class ClusterState(InMemoryCluster):
         # (namespace, owner kind, owner name) -> {(child kind, child name)}
         self._children: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         self._sinks = {gr: _Sink(self, gr) for gr in WATCHED}
-        self._shapes: dict[bytes, _Views] = {}
+        self._shapes = ResourceShapes()
         self.generation = 0
 
     def mapping(self, resource: str) -> ResourceMapping | None:
@@ -343,7 +263,7 @@ class ClusterState(InMemoryCluster):
         self, key: ObjectKey, pod: Mapping[str, Any], owner: tuple[str, str] | None
     ) -> None:
         spec = pod.get("spec") or {}
-        requests, limits, metric_requests, metric_limits, hpa = self._resources_of(key, pod)
+        requests, limits, metric_requests, metric_limits, hpa = self._shapes.of(key, pod)
         priority = spec.get("priority")
         record = PodRecord(
             namespace=key[0],
@@ -364,35 +284,6 @@ class ClusterState(InMemoryCluster):
         self._by_namespace.setdefault(key[0], set()).add(key)
         if record.node:
             self._by_node.setdefault(record.node, set()).add(key)
-
-    def _resources_of(self, key: ObjectKey, pod: Mapping[str, Any]) -> _Views:
-        """The pod's views of its resources (see `PodRecord`), memoised by everything they
-        depend on.
-
-        Pods of one template share their resource fields, so the (costly) resource model runs
-        once per distinct shape and the resulting read-only mappings are shared between pods:
-        both the CPU per event and the memory per pod drop. The key holds only the fields
-        `resource_model` reads (container resources and restart policies, overhead, pod-level
-        resources, and the resize-related status fields).
-        """
-        try:
-            shape = _resource_shape(pod)
-        except (TypeError, AttributeError, orjson.JSONEncodeError):
-            shape = None
-        if shape is not None:
-            cached = self._shapes.get(shape)
-            if cached is not None:
-                return cached
-        try:
-            found = _views(pod)
-        except (ValueError, TypeError) as err:
-            logger.warning("pod %s/%s: resources not understood, counted as none: %s", *key, err)
-            found = (_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY)
-        if shape is not None:
-            if len(self._shapes) >= _SHAPE_CACHE_SIZE:
-                self._shapes.clear()
-            self._shapes[shape] = found
-        return found
 
     def _apply_node(self, name: str, node: Mapping[str, Any]) -> None:
         status = node.get("status") or {}

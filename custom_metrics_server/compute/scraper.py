@@ -1,14 +1,14 @@
 """The kubelet scraper: every node's ``/metrics/resource``, on a fixed cadence, into a
 :class:`~custom_metrics_server.compute.usage.UsageStore`.
 
-This module owns the I/O of usage collection: which URL each node is read from (the API
-server's node proxy by default, or the kubelet port directly), when, how many at once, how long
-a node may take, what happens on failure (counted by reason, backed off, logged once when a
-node starts failing and once when it answers again, summarised per round when many change at
-once) and when a silent node's usage is dropped (after three intervals without an answer, or
-as soon as the node leaves the node list). It reports readiness and self-metrics.
+This module owns the schedule of usage collection: when each node is scraped, how many at
+once, how long a node may take, and when a silent node's usage is dropped (after three
+intervals without an answer, or as soon as the node leaves the node list). It reports
+readiness and the counters of its self-metrics (:mod:`.scraper_metrics`). How a node is
+reached and why a fetch failed is :mod:`.kubelet_client`; which nodes are failing, their
+backoff and the log lines about them are :mod:`.scrape_nodes`.
 
-It must not parse text or compute rates (that is :mod:`..exposition` and :mod:`..usage`)
+It must not parse text or compute rates (that is :mod:`.kubelet_reader` and :mod:`.usage`)
 and does not decide what the usage means for any API.
 
 Scheduling, built so that no number of failing or hanging kubelets can starve the event loop
@@ -28,7 +28,7 @@ Scheduling, built so that no number of failing or hanging kubelets can starve th
   deadline cannot hold up healthy ones. A node that gets no slot before the next tick waits
   for the next round, first in line then (counted as deferred).
 * **Backoff**: a node that failed *k* times in a row is tried again after ``2**(k-1)`` rounds,
-  at most every ``MAX_BACKOFF_ROUNDS`` rounds, until it answers.
+  at most every ``MAX_BACKOFF_ROUNDS`` rounds, until it answers (:mod:`.scrape_nodes`).
 
 A kubelet body that says ``scrape_error 1`` (its stats provider failed) carries no usage and
 counts as a failure, so the node keeps its last usage until it ages out instead of flapping to
@@ -44,54 +44,31 @@ import asyncio
 import logging
 import math
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
-from typing import Final, Literal, Self
-from urllib.parse import quote
+from typing import Final, Self
 
 import httpx
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from custom_metrics_server.compute.exposition import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_client import MAX_BODY_BYTES, KubeletFetcher, Source
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
+from custom_metrics_server.compute.scrape_nodes import NodeBook, sample_names
+from custom_metrics_server.compute.scraper_metrics import ScraperStats
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.kube.client import (
-    USER_AGENT,
-    BearerAuth,
-    KubeApiError,
-    KubeClient,
-    read_capped,
-)
-from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.runtime.tasks import cancel_and_wait
-from custom_metrics_server.runtime.tls import client_context
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.runtime.tasks import BackgroundTasks
 
-__all__ = [
-    "AGE_OUT_INTERVALS",
-    "DEFAULT_CONCURRENCY",
-    "MAX_BACKOFF_ROUNDS",
-    "KubeletScraper",
-    "ScrapeFailure",
-    "ScraperCollector",
-    "ScraperStats",
-    "kubelet_http_client",
-]
+__all__ = ["AGE_OUT_INTERVALS", "DEFAULT_CONCURRENCY", "KubeletScraper"]
 
 logger = logging.getLogger(__name__)
 
 #: A node's usage is dropped after this many intervals without an answer.
 AGE_OUT_INTERVALS: Final = 3
-#: A node failing again and again is tried at least this often (in rounds).
-MAX_BACKOFF_ROUNDS: Final = 8
 #: Scrapes in flight at once, by default (`--kubelet-scrape-concurrency`).
 DEFAULT_CONCURRENCY: Final = 32
-KUBELET_PATH: Final = "/metrics/resource"
-#: A kubelet's answer beyond this is a `too_large` failure, read no further: a 110-pod node
-#: answers ~250 KiB, so 16 MiB only stops a broken or hostile source from exhausting memory.
-MAX_BODY_BYTES: Final = 16 << 20
 #: Starts are spread over this share of the interval; scrapes end by `_ROUND_SHARE` of it.
 _SPREAD: Final = 0.5
 _ROUND_SHARE: Final = 0.9
@@ -99,50 +76,6 @@ _ROUND_SHARE: Final = 0.9
 _FLOOR_SHARE: Final = 0.4
 #: The dispatcher wakes at most this often (s): starts due within it go out together.
 _TICK: Final = 0.01
-#: Per round, this many nodes that start failing (or answer again) get their own log line;
-#: the rest are summed up in one line at the end of the round.
-_LOG_NODES: Final = 5
-
-Source = Literal["proxy", "direct"]
-
-
-class ScrapeFailure(Exception):
-    """A node could not be scraped; ``reason`` is a short label for counting."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
-@dataclass(frozen=True, slots=True)
-class ScraperStats:
-    """Counters and gauges for self-metrics (a snapshot)."""
-
-    rounds_started: int
-    rounds_completed: int
-    rounds_overrun: int
-    scrapes: int
-    failures: int
-    failures_by_reason: Mapping[str, int]
-    deferred: int
-    in_flight: int
-    concurrency: int
-    nodes: int
-    nodes_failing: int
-    nodes_backing_off: int
-    nodes_expired: int
-    last_round_seconds: float | None
-    last_scrape_seconds: float | None
-
-
-@dataclass(slots=True)
-class _NodeStatus:
-    failing: bool = False
-    consecutive_failures: int = 0
-    last_reason: str = ""
-    #: the round of the last attempt (-1: never attempted)
-    last_round: int = -1
 
 
 @dataclass
@@ -151,54 +84,15 @@ class _Counters:
     rounds_completed: int = 0
     rounds_overrun: int = 0
     scrapes: int = 0
-    failures: Counter[str] = field(default_factory=Counter)
     deferred: int = 0
     nodes_expired: int = 0
     last_round_seconds: float | None = None
     last_scrape_seconds: float | None = None
 
 
-@dataclass
-class _RoundLog:
-    """Nodes that changed state in the current round, for one summary line."""
-
-    new_failures: Counter[str] = field(default_factory=Counter)
-    new_failing_nodes: list[str] = field(default_factory=list)
-    recovered: list[str] = field(default_factory=list)
-
-
-def kubelet_http_client(
-    connection: Connection,
-    *,
-    ca_file: str | None = None,
-    insecure: bool = False,
-    timeout: float = 10.0,
-    max_connections: int = DEFAULT_CONCURRENCY,
-) -> httpx.AsyncClient:
-    """An HTTP client for talking to kubelets directly: the kubelets' serving CA
-    (``ca_file``, else the cluster CA of ``connection``; ``insecure`` skips verification as
-    metrics-server's ``--kubelet-insecure-tls`` does), the bearer token and client
-    certificate of ``connection`` (the kubelet authorises them through the API server)."""
-    context = client_context(
-        ca_file or connection.ca_file,
-        insecure=insecure,
-        cert_file=connection.cert_file if connection.key_file else None,
-        key_file=connection.key_file,
-    )
-    return httpx.AsyncClient(
-        verify=context,
-        timeout=timeout,
-        auth=BearerAuth(connection),
-        headers={"User-Agent": USER_AGENT, "Accept": "text/plain"},
-        follow_redirects=False,
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
-    )
-
-
 class KubeletScraper:
-    """Scrapes every node's kubelet into ``store`` while entered (``async with``)."""
+    """Scrapes every node's kubelet into ``store`` while entered (``async with``);
+    ``nodes`` is its :class:`~.scrape_nodes.NodeBook` (which nodes fail, and why)."""
 
     def __init__(
         self,
@@ -225,11 +119,20 @@ class KubeletScraper:
             raise ValueError("interval and timeout must be positive")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if source not in ("proxy", "direct"):
-            raise ValueError(f"source must be 'proxy' or 'direct', not {source!r}")
-        if source == "direct" and node_address is None:
-            raise ValueError("source='direct' needs node_address (a node's InternalIP)")
-        self._client = client
+        self._fetcher = KubeletFetcher(
+            client,
+            timeout=timeout,
+            concurrency=concurrency,
+            source=source,
+            kubelet_port=kubelet_port,
+            kubelet_scheme=kubelet_scheme,
+            node_address=node_address,
+            kubelet_client=kubelet_client,
+            kubelet_ca_file=kubelet_ca_file,
+            kubelet_insecure_tls=kubelet_insecure_tls,
+            max_body_bytes=max_body_bytes,
+            target=target,
+        )
         self._nodes = nodes
         self._nodes_synced = nodes_synced
         self._store = store
@@ -238,43 +141,24 @@ class KubeletScraper:
         self.concurrency = concurrency
         #: slots nodes whose last scrape failed may take at once
         self.failing_concurrency = max(1, concurrency // 4)
-        self.max_body_bytes = max_body_bytes
-        self.source: Source = source
-        self._port = kubelet_port
-        self._scheme = kubelet_scheme
-        self._node_address = node_address
-        self._kubelet_client = kubelet_client
-        self._owns_kubelet_client = False
-        self._proxy_client: KubeClient | None = None
-        self._kubelet_ca_file = kubelet_ca_file
-        self._kubelet_insecure_tls = kubelet_insecure_tls
         self._clock = clock
         self.target = target  # what is scraped, for messages: "kubelet" or "node agent"
-        self._status: dict[str, _NodeStatus] = {}
-        self._tasks: set[asyncio.Task[bool]] = set()
-        self._runner: asyncio.Task[None] | None = None
+        self.nodes = NodeBook(target=target, interval=interval, age_out_intervals=AGE_OUT_INTERVALS)
+        #: the round loop and the scrapes in flight (let go as each one ends)
+        self._work = BackgroundTasks()
         self._counters = _Counters()
         self._first_round: tuple[int, int] | None = None  # (answered, listed)
         self._listed = 0
         self._in_flight = 0
         self._failing_in_flight = 0
         self._slot_freed = asyncio.Event()
-        self._round_log = _RoundLog()
         self._overrunning = False
 
     # -- lifecycle --
 
     async def __aenter__(self) -> Self:
-        if self.source == "direct" and self._kubelet_client is None:
-            self._kubelet_client = kubelet_http_client(
-                self._client.connection,
-                ca_file=self._kubelet_ca_file,
-                insecure=self._kubelet_insecure_tls,
-                timeout=self.timeout,
-                max_connections=self.concurrency,
-            )
-            self._owns_kubelet_client = True
-        self._runner = asyncio.create_task(self._run(), name="kubelet-scraper")
+        self._fetcher.open()
+        self._work.start(self._run(), name="kubelet-scraper")
         return self
 
     async def __aexit__(
@@ -283,24 +167,8 @@ class KubeletScraper:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait([*self._tasks, self._runner])
-        self._tasks.clear()
-        self._runner = None
-        if self._owns_kubelet_client and self._kubelet_client is not None:
-            await self._kubelet_client.aclose()
-            self._kubelet_client = None
-            self._owns_kubelet_client = False
-        if self._proxy_client is not None:
-            await self._proxy_client.aclose()
-            self._proxy_client = None
-
-    def _proxy(self) -> KubeClient:
-        """The scraper's own pool to the API server (the node proxy), made on first use."""
-        if self._proxy_client is None:
-            self._proxy_client = KubeClient(
-                self._client.connection, timeout=self.timeout, max_connections=self.concurrency
-            )
-        return self._proxy_client
+        await self._work.stop()
+        await self._fetcher.aclose()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -347,13 +215,6 @@ class KubeletScraper:
             logger.exception("listing the nodes to scrape failed; skipping this round")
             return None
 
-    def _due(self, status: _NodeStatus | None, number: int) -> bool:
-        """Whether a node is due in round `number` (backoff after consecutive failures)."""
-        if status is None or status.consecutive_failures == 0:
-            return True
-        wait = min(1 << (status.consecutive_failures - 1), MAX_BACKOFF_ROUNDS)
-        return number - status.last_round >= wait
-
     def _prepare(self, number: int) -> tuple[list[str], int] | None:
         """The nodes due this round, least recently attempted first, and how many are listed;
         forgets nodes that left the list and expires silent ones. O(n log n)."""
@@ -361,8 +222,7 @@ class KubeletScraper:
         if names is None:
             return None
         listed = set(names)
-        for gone in [name for name in self._status if name not in listed]:
-            del self._status[gone]
+        self.nodes.forget(listed)
         for gone in [name for name in self._store.nodes() if name not in listed]:
             self._store.forget_node(gone)
         expired = self._store.expire(self._clock(), AGE_OUT_INTERVALS * self.interval)
@@ -372,13 +232,10 @@ class KubeletScraper:
                 "dropped the usage of %d node(s) silent for %d intervals: %s",
                 len(expired),
                 AGE_OUT_INTERVALS,
-                _sample(expired),
+                sample_names(expired),
             )
         self._listed = len(names)
-        status = self._status
-        due = [name for name in names if self._due(status.get(name), number)]
-        due.sort(key=lambda name: status[name].last_round if name in status else -1)
-        return due, len(names)
+        return self.nodes.due(names, number), len(names)
 
     async def _round(self, number: int, started: float, next_tick: float) -> None:
         """Scrape the due nodes, spread over the first half of the interval, at most
@@ -388,7 +245,7 @@ class KubeletScraper:
             return
         due, listed = prepared
         self._counters.rounds_started += 1
-        self._round_log = _RoundLog()
+        self.nodes.start_round()
         loop = asyncio.get_running_loop()
         spacing = _SPREAD * self.interval / len(due) if due else 0.0
         ends_by = started + _ROUND_SHARE * self.interval
@@ -400,8 +257,7 @@ class KubeletScraper:
             if wait > _TICK:
                 await asyncio.sleep(wait)
                 now = loop.time()
-            status = self._status.setdefault(name, _NodeStatus())
-            failing = status.consecutive_failures > 0
+            failing = self.nodes.is_failing(name)
             if failing and self._failing_in_flight >= self.failing_concurrency:
                 self._counters.deferred += 1  # its turn comes first next round
                 continue
@@ -409,13 +265,13 @@ class KubeletScraper:
                 self._counters.deferred += len(due) - index
                 break
             now = loop.time()
-            status.last_round = number
+            self.nodes.attempted(name, number)
             deadline = min(self.timeout, max(ends_by - now, floor))
             launched.append(self._launch(name, deadline, failing=failing))
         results = await asyncio.gather(*launched) if launched else []
         self._counters.rounds_completed += 1
         self._counters.last_round_seconds = loop.time() - started
-        self._summarise_round(number, listed, answered=sum(results), scraped=len(results))
+        self.nodes.summarise_round(number, listed, answered=sum(results), scraped=len(results))
         if self._first_round is None and listed:
             # A round before the node watch listed anything says nothing about the kubelets.
             self._first_round = (sum(results), listed)
@@ -439,11 +295,11 @@ class KubeletScraper:
         self._in_flight += 1
         if failing:
             self._failing_in_flight += 1
-        task = asyncio.create_task(self.scrape_node(name, deadline=deadline), name=f"scrape-{name}")
-        self._tasks.add(task)
+        task = self._work.start(
+            self.scrape_node(name, deadline=deadline), name=f"scrape-{name}", transient=True
+        )
 
         def done(finished: asyncio.Task[bool]) -> None:
-            self._tasks.discard(finished)
             self._in_flight -= 1
             if failing:
                 self._failing_in_flight -= 1
@@ -451,35 +307,6 @@ class KubeletScraper:
 
         task.add_done_callback(done)
         return task
-
-    def _summarise_round(self, number: int, listed: int, *, answered: int, scraped: int) -> None:
-        """One line for what the per-node lines left out (many nodes changing at once)."""
-        log = self._round_log
-        new = len(log.new_failing_nodes)
-        if new > _LOG_NODES:
-            reasons = ", ".join(f"{reason} {count}" for reason, count in log.new_failures.items())
-            logger.warning(
-                "%s scrape round %d: %d of %d listed node(s) started failing (%s): %s; "
-                "%d of %d scraped answered; failing nodes are retried with backoff (at most "
-                "every %d rounds)",
-                self.target,
-                number,
-                new,
-                listed,
-                reasons,
-                _sample(log.new_failing_nodes),
-                answered,
-                scraped,
-                MAX_BACKOFF_ROUNDS,
-            )
-        if len(log.recovered) > _LOG_NODES:
-            logger.info(
-                "%s scrape round %d: %d node(s) answer again: %s",
-                self.target,
-                number,
-                len(log.recovered),
-                _sample(log.recovered),
-            )
 
     # -- one node --
 
@@ -494,7 +321,7 @@ class KubeletScraper:
         try:
             try:
                 async with asyncio.timeout(seconds):
-                    body = await self._fetch(name, seconds)
+                    body = await self._fetcher.fetch(name, seconds)
             except TimeoutError:
                 raise ScrapeFailure("timeout", f"no answer within {seconds:g}s") from None
             now = self._clock()
@@ -508,99 +335,16 @@ class KubeletScraper:
                 )
             self._store.apply(name, scrape, now)
         except ScrapeFailure as failure:
-            self._failed(name, failure)
+            self.nodes.failed(name, failure)
             return False
         except Exception as err:  # a bug must not stop the other nodes' scrapes
             logger.exception("scraping node %s failed unexpectedly", name)
-            self._failed(name, ScrapeFailure("internal", repr(err)))
+            self.nodes.failed(name, ScrapeFailure("internal", repr(err)))
             return False
         finally:
             self._counters.last_scrape_seconds = loop.time() - started
-        self._succeeded(name)
+        self.nodes.succeeded(name)
         return True
-
-    async def _fetch(self, name: str, deadline: float) -> bytes:
-        if self.source == "proxy":
-            path = f"/api/v1/nodes/{quote(name, safe='')}/proxy{KUBELET_PATH}"
-            try:
-                return await self._proxy().get_bytes(
-                    path, deadline=deadline, limit=self.max_body_bytes
-                )
-            except KubeApiError as err:
-                if err.reason == "TooLarge":
-                    raise ScrapeFailure("too_large", err.message) from err
-                if isinstance(err.__cause__, httpx.TimeoutException):
-                    raise ScrapeFailure("timeout", err.message) from err
-                if err.code:
-                    raise ScrapeFailure(f"http_{err.code}", err.message) from err
-                raise ScrapeFailure("unreachable", err.message) from err
-        address = self._node_address(name) if self._node_address else None
-        if not address:
-            if self.target == "kubelet":
-                raise ScrapeFailure("no_address", "the node has no InternalIP address")
-            raise ScrapeFailure("no_address", f"no {self.target} runs on the node")
-        host = f"[{address}]" if ":" in address else address
-        url = f"{self._scheme}://{host}:{self._port}{KUBELET_PATH}"
-        assert self._kubelet_client is not None
-        request = self._kubelet_client.build_request("GET", url, timeout=deadline)
-        try:
-            response = await self._kubelet_client.send(request, stream=True)
-            try:
-                if response.status_code >= 300:
-                    head = await anext(response.aiter_bytes(), b"")  # for the log, not all
-                    text = head[:300].decode("utf-8", "replace").strip()
-                    raise ScrapeFailure(f"http_{response.status_code}", f"GET {url}: {text}")
-                return await read_capped(response, self.max_body_bytes, what=f"GET {url}")
-            finally:
-                await response.aclose()
-        except KubeApiError as err:  # only read_capped's TooLarge
-            raise ScrapeFailure("too_large", err.message) from err
-        except httpx.TimeoutException as err:
-            raise ScrapeFailure("timeout", f"GET {url}: {err!r}") from err
-        except httpx.HTTPError as err:
-            raise ScrapeFailure("unreachable", f"GET {url}: {err!r}") from err
-
-    def _failed(self, name: str, failure: ScrapeFailure) -> None:
-        self._counters.failures[failure.reason] += 1
-        status = self._status.setdefault(name, _NodeStatus())
-        status.consecutive_failures += 1
-        status.last_reason = failure.reason
-        if status.failing:
-            logger.debug("node %s still failing (%s): %s", name, failure.reason, failure.message)
-            return
-        status.failing = True
-        log = self._round_log
-        log.new_failures[failure.reason] += 1
-        log.new_failing_nodes.append(name)
-        level = logging.WARNING if len(log.new_failing_nodes) <= _LOG_NODES else logging.DEBUG
-        logger.log(
-            level,
-            "scraping the %s of node %s failed (%s): %s; retrying with backoff (at most every "
-            "%d rounds of %gs), its usage is dropped after %d intervals without an answer",
-            self.target,
-            name,
-            failure.reason,
-            failure.message,
-            MAX_BACKOFF_ROUNDS,
-            self.interval,
-            AGE_OUT_INTERVALS,
-        )
-
-    def _succeeded(self, name: str) -> None:
-        status = self._status.setdefault(name, _NodeStatus())
-        if status.failing:
-            recovered = self._round_log.recovered
-            recovered.append(name)
-            logger.log(
-                logging.INFO if len(recovered) <= _LOG_NODES else logging.DEBUG,
-                "the %s of node %s answers again after %d failed scrape(s)",
-                self.target,
-                name,
-                status.consecutive_failures,
-            )
-        status.failing = False
-        status.consecutive_failures = 0
-        status.last_reason = ""
 
     # -- reporting --
 
@@ -608,7 +352,7 @@ class KubeletScraper:
         """Ready once the first round has completed, whatever its outcome; the reason
         says so when no node answered it."""
         if self._first_round is None:
-            if self._runner is None:
+            if not self._work.running:
                 return Readiness(False, "the kubelet scraper is not running")
             return Readiness(False, "waiting for the first round of kubelet scrapes")
         answered, listed = self._first_round
@@ -616,87 +360,24 @@ class KubeletScraper:
             return Readiness(True, f"no kubelet answered the first scrape round (0 of {listed})")
         return Readiness(True)
 
-    def failing_nodes(self) -> dict[str, str]:
-        """Nodes whose last scrape failed, with the reason. O(nodes)."""
-        return {name: s.last_reason for name, s in self._status.items() if s.failing}
-
     def stats(self) -> ScraperStats:
         """A snapshot of the counters. O(nodes)."""
         counters = self._counters
-        failing = [status for status in self._status.values() if status.failing]
+        failing = self.nodes.failing()
         return ScraperStats(
             rounds_started=counters.rounds_started,
             rounds_completed=counters.rounds_completed,
             rounds_overrun=counters.rounds_overrun,
             scrapes=counters.scrapes,
-            failures=sum(counters.failures.values()),
-            failures_by_reason=MappingProxyType(dict(counters.failures)),
+            failures=sum(self.nodes.failures.values()),
+            failures_by_reason=MappingProxyType(dict(self.nodes.failures)),
             deferred=counters.deferred,
             in_flight=self._in_flight,
             concurrency=self.concurrency,
             nodes=self._listed,
             nodes_failing=len(failing),
-            nodes_backing_off=sum(1 for status in failing if status.consecutive_failures > 1),
+            nodes_backing_off=sum(1 for _, times in failing.values() if times > 1),
             nodes_expired=counters.nodes_expired,
             last_round_seconds=counters.last_round_seconds,
             last_scrape_seconds=counters.last_scrape_seconds,
         )
-
-
-class ScraperCollector(Collector):
-    """The scraper's self-metrics, read from `stats()` when `/metrics` is scraped."""
-
-    def __init__(self, scraper: KubeletScraper) -> None:
-        self._scraper = scraper
-
-    def collect(self) -> Iterator[Metric]:
-        """One family per figure; O(nodes) (the stats snapshot)."""
-        stats = self._scraper.stats()
-        prefix = "custom_metrics_server_kubelet_scrape"
-        yield CounterMetricFamily(
-            f"{prefix}_rounds", "Scrape rounds completed.", value=stats.rounds_completed
-        )
-        yield CounterMetricFamily(
-            f"{prefix}_rounds_overrun",
-            "Rounds that ran past the next round's start (the next one waited, never overlapped).",
-            value=stats.rounds_overrun,
-        )
-        scrapes = CounterMetricFamily(
-            f"{prefix}s", "Node scrapes by outcome (ok, or the failure reason).", labels=["outcome"]
-        )
-        scrapes.add_metric(["ok"], stats.scrapes - stats.failures - stats.in_flight)
-        for reason, count in sorted(stats.failures_by_reason.items()):
-            scrapes.add_metric([reason], count)
-        yield scrapes
-        yield CounterMetricFamily(
-            f"{prefix}_deferred",
-            "Node scrapes pushed to the next round (no free slot before the next tick).",
-            value=stats.deferred,
-        )
-        yield GaugeMetricFamily(
-            "custom_metrics_server_kubelet_scrapes_in_flight",
-            "Node scrapes running now (bounded by --kubelet-scrape-concurrency).",
-            value=stats.in_flight,
-        )
-        nodes = GaugeMetricFamily(
-            "custom_metrics_server_kubelet_scrape_nodes",
-            "Nodes by scrape state: listed, failing (last scrape failed), backing_off "
-            "(failed twice or more in a row, tried less often).",
-            labels=["state"],
-        )
-        nodes.add_metric(["listed"], stats.nodes)
-        nodes.add_metric(["failing"], stats.nodes_failing)
-        nodes.add_metric(["backing_off"], stats.nodes_backing_off)
-        yield nodes
-        if stats.last_round_seconds is not None:
-            yield GaugeMetricFamily(
-                f"{prefix}_last_round_duration_seconds",
-                "Wall time of the last completed round.",
-                value=stats.last_round_seconds,
-            )
-
-
-def _sample(names: Sequence[str], limit: int = 10) -> str:
-    """The first few names, for a log line that must stay one line."""
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

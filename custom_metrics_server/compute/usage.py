@@ -2,8 +2,8 @@
 
 This module owns how two cumulative CPU samples become a usage in cores, and
 :class:`UsageStore`, which keeps per node the last two points of every container and of the
-node itself and publishes pod and node usage. It follows metrics-server's storage
-(``pkg/storage/pod.go``, ``node.go``, ``types.go``):
+node itself and publishes pod and node usage (values of :mod:`.usage_values`). It follows
+metrics-server's storage (``pkg/storage/pod.go``, ``node.go``, ``types.go``):
 
 * a rate is ``delta(cpu seconds) / delta(its own timestamps)``; the window is that span and
   the usage's timestamp the later sample's time;
@@ -27,6 +27,9 @@ empty one.
 It must not do I/O, parse text, read clocks (callers pass ``now``) or log; it is not
 thread-safe (call it from one thread, the event loop). Storage is compact: per pod a tuple
 of container names and one ``array('d')`` (4 + 7 per container floats), no sample objects.
+
+Cost: ``UsageStore.apply`` is O(containers in the scrape + pods the node had); every lookup
+is O(1).
 """
 
 from __future__ import annotations
@@ -36,26 +39,18 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import isnan
-from typing import Final, NamedTuple
+from typing import Final
 
-from custom_metrics_server.compute.exposition import (
-    ContainerSample,
-    CpuSample,
-    PodKey,
-    ResourceScrape,
+from custom_metrics_server.compute.samples import ContainerSample, CpuSample, PodKey, ResourceScrape
+from custom_metrics_server.compute.usage_values import (
+    ContainerResourceUsage,
+    NodeUsage,
+    PodUsage,
+    Rate,
+    ResourceUsage,
 )
 
-__all__ = [
-    "FRESH_CONTAINER_MIN_AGE",
-    "ContainerResourceUsage",
-    "NodeUsage",
-    "PodUsage",
-    "Rate",
-    "ResourceUsage",
-    "StoreStats",
-    "UsageStore",
-    "cpu_rate",
-]
+__all__ = ["FRESH_CONTAINER_MIN_AGE", "StoreStats", "UsageStore", "cpu_rate"]
 
 #: metrics-server's freshContainerMinMetricsResolution: a container younger than this at
 #: its first sample gets no synthetic previous point (its counter is too noisy).
@@ -66,53 +61,6 @@ _NAN: Final = math.nan
 _CORES, _MEMORY, _TIME, _WINDOW = 0, 1, 2, 3
 _HEADER: Final = 4
 _STRIDE: Final = 7  # cpu, time, start, previous cpu, previous time, previous start, memory
-
-
-class Rate(NamedTuple):
-    """CPU usage between two samples: ``cores`` over ``window`` seconds ending at
-    ``timestamp`` (Unix seconds)."""
-
-    cores: float
-    timestamp: float
-    window: float
-
-
-class PodUsage(NamedTuple):
-    """A pod's usage: the sum over its containers of CPU cores and working-set bytes."""
-
-    cpu_cores: float
-    memory_bytes: float
-    timestamp: float
-    window: float
-
-
-class NodeUsage(NamedTuple):
-    """A node's own usage (the node cgroup, not the sum of its pods)."""
-
-    cpu_cores: float
-    memory_bytes: float
-    timestamp: float
-    window: float
-
-
-class ContainerResourceUsage(NamedTuple):
-    """One container's usage as metrics-server's ``resourceUsage`` computes it: whole
-    nanocores (``uint64`` truncation of nanocore-seconds over the window) and whole bytes."""
-
-    name: str
-    nanocores: int
-    memory_bytes: int
-
-
-class ResourceUsage(NamedTuple):
-    """A pod's per-container usage, or a node's (``containers`` empty, totals set), for the
-    Resource Metrics API: ``timestamp`` in Unix seconds, ``window_ns`` in nanoseconds."""
-
-    timestamp: float
-    window_ns: int
-    containers: tuple[ContainerResourceUsage, ...]
-    nanocores: int
-    memory_bytes: int
 
 
 def _nanos(seconds: float) -> int:

@@ -120,11 +120,6 @@ async def discover_groups(client: JsonClient) -> DiscoveryResult:
     return DiscoveryResult(tuple(mappings), failed)
 
 
-async def discover(client: JsonClient) -> list[ResourceMapping]:
-    """Every resource the cluster serves (core, then each group's preferred version)."""
-    return list((await discover_groups(client)).mappings)
-
-
 @dataclass
 class DiscoveryStats:
     """Counters of a `DiscoveryRestMapper`, for self-metrics."""

@@ -22,7 +22,7 @@ from typing import Any, Self
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
-from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tasks import BackgroundTasks
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class LeaderElector:
         self._on_change = on_change
         self._leader = False
         self._last_renew = 0.0
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = BackgroundTasks()
         self.last_error = ""
 
     @property
@@ -166,7 +166,7 @@ class LeaderElector:
                 await self._client.put_json(f"{self._path}/{self.name}", current)
 
     async def __aenter__(self) -> Self:
-        self._task = asyncio.create_task(self.run(), name=f"lease-{self.name}")
+        self._tasks.start(self.run(), name=f"lease-{self.name}")
         return self
 
     async def __aexit__(
@@ -175,5 +175,5 @@ class LeaderElector:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait([self._task])
+        await self._tasks.stop()
         await self.release()

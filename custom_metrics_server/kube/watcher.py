@@ -4,6 +4,9 @@ This module owns the list/watch protocol loop for one collection path (`/api/v1/
 `/apis/apps/v1/replicasets`) and nothing else: it keeps no objects (each decoded dict is handed
 to the `WatchSink` and dropped), knows no kinds, and never touches the consumer's data. The
 consumer (the Kubernetes backend's store) implements `WatchSink` and keeps compact records.
+It is one piece on purpose: list, watch, relist and backoff are one loop sharing the
+resourceVersion and the failure count, as client-go's `reflector.go` is one file; split, that
+state would travel between modules.
 
 The protocol follows client-go `tools/cache/reflector.go` and `tools/pager/pager.go`:
 

@@ -14,6 +14,13 @@ exact :class:`decimal.Decimal` numbers and never pass through a float.
 Upstream behaviour is reproduced on purpose, quirks included (each is marked
 with a comment saying so). The few places where this port deliberately differs
 are listed in the docstrings of the functions concerned.
+
+It is one piece on purpose: it ports one Go type, whose parser, normalisation and
+``String()`` share the suffix tables and the scale arithmetic; split, each half
+would import the other's private helpers.
+
+Cost: parsing and formatting are O(digits); the serving path's ``format_quantity``
+of an int is a few string operations, and other values are memoised.
 """
 
 from __future__ import annotations

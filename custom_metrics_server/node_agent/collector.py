@@ -21,9 +21,9 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from custom_metrics_server.node_agent.kubelet_text import render_resource_metrics
-from custom_metrics_server.node_agent.runtime import RuntimeUnavailable
-from custom_metrics_server.node_agent.summary import NodeStats, PodStats, Summary
+from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
+from custom_metrics_server.compute.summary import NodeStats, PodStats, Summary
 
 __all__ = ["Collector", "NodeSource"]
 
@@ -117,7 +117,7 @@ class Collector:
         summary: Summary | None
         try:
             pods = await self._pods()
-        except RuntimeUnavailable as err:
+        except ScrapeFailure as err:
             self.failures.labels(err.reason).inc()
             self.runtime_up.set(0)
             summary = None

@@ -25,14 +25,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from custom_metrics_server.node_agent.cri import api_pb2 as cri
-from custom_metrics_server.node_agent.summary import (
+from custom_metrics_server.compute.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,
     PodStats,
     SwapStats,
 )
+from custom_metrics_server.node_agent.cri import api_pb2 as cri
 
 __all__ = [
     "CONTAINER_NAME_LABEL",

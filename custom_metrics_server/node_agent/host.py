@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from custom_metrics_server.node_agent.summary import CpuStats, MemoryStats, NodeStats, SwapStats
+from custom_metrics_server.compute.summary import CpuStats, MemoryStats, NodeStats, SwapStats
 
 __all__ = ["HostReader", "cpu_from_proc_stat", "memory_from_meminfo"]
 

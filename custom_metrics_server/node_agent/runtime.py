@@ -9,8 +9,8 @@ sandbox stats, concurrently), or ``ListContainerStats`` after the first two when
 runtime does not implement ``ListPodSandboxStats`` (remembered after the first
 ``UNIMPLEMENTED``). Responses may be up to 16 MiB, the kubelet's limit.
 
-Failures raise :class:`RuntimeUnavailable` with a short reason for counting; the last
-outcome is kept for ``/healthz``.
+Failures raise :class:`~..compute.scrape_failure.ScrapeFailure` (the kubelet scraper's
+failure too) with a short reason for counting; the last outcome is kept for ``/healthz``.
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ from typing import Final, Self, TypeVar
 import grpc
 from grpc import aio
 
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
+from custom_metrics_server.compute.summary import PodStats
 from custom_metrics_server.node_agent.cri import api_pb2 as cri
 from custom_metrics_server.node_agent.cri import api_pb2_grpc as cri_grpc
 from custom_metrics_server.node_agent.cri_stats import (
     pods_from_container_stats,
     pods_from_sandbox_stats,
 )
-from custom_metrics_server.node_agent.summary import PodStats
 
 __all__ = [
     "CRI_API_VERSION",
     "RuntimeClient",
-    "RuntimeUnavailable",
     "RuntimeVersion",
     "grpc_target",
 ]
@@ -45,15 +45,6 @@ logger = logging.getLogger(__name__)
 CRI_API_VERSION: Final = "v1"
 MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
 _T = TypeVar("_T")
-
-
-class RuntimeUnavailable(Exception):
-    """A CRI call failed; ``reason`` is a short label (``unavailable``, ``deadline`` ...)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +105,7 @@ class RuntimeClient:
         self._channel: aio.Channel | None = None
         self._stub: cri_grpc.RuntimeServiceAsyncStub | None = None
         self._sandbox_stats = True  # until the runtime says UNIMPLEMENTED
-        self.last_error: RuntimeUnavailable | None = None
+        self.last_error: ScrapeFailure | None = None
         self.calls = 0
         self.failures = 0
 
@@ -136,13 +127,8 @@ class RuntimeClient:
             raise RuntimeError("RuntimeClient is not open (use `async with`)")
         return self._stub
 
-    @property
-    def reachable(self) -> bool:
-        """True when the last call succeeded (False before any call)."""
-        return self.calls > 0 and self.last_error is None
-
-    def _failed(self, what: str, err: aio.AioRpcError) -> RuntimeUnavailable:
-        failure = RuntimeUnavailable(
+    def _failed(self, what: str, err: aio.AioRpcError) -> ScrapeFailure:
+        failure = ScrapeFailure(
             _reason(err.code()), f"{what} on {self.endpoint}: {err.code().name}: {err.details()}"
         )
         self.failures += 1

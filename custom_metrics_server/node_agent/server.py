@@ -16,8 +16,9 @@ from typing import Final
 
 from prometheus_client import generate_latest
 
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.node_agent.collector import Collector
-from custom_metrics_server.node_agent.runtime import RuntimeClient, RuntimeUnavailable
+from custom_metrics_server.node_agent.runtime import RuntimeClient
 from custom_metrics_server.runtime.asgi import Receive, Scope, Send, send_body
 
 __all__ = ["AgentApp"]
@@ -60,7 +61,7 @@ class AgentApp:
     async def _healthz(self, send: Send) -> None:
         try:
             await self.runtime.version()
-        except RuntimeUnavailable as err:
+        except ScrapeFailure as err:
             self.collector.runtime_up.set(0)
             await _answer(send, 503, f"container runtime: {err.message}\n".encode())
             return

@@ -7,7 +7,7 @@ Background work (started in `__aenter__`):
   `relist_interval` (window `max_age`) and swaps in a new `Registry`; a failed listing keeps
   that query's last good one, so discovery never empties because Prometheus blinked;
 * the reload loop re-reads the configuration file when its content changes; a broken file is
-  logged and counted, and the last good configuration stays in force.
+  logged and counted, and the last good configuration stays in force (:mod:`.live_config`).
 
 Requests never list: `list_metrics()` is the registry's key view. `fetch()` runs one instant
 query built from the rule, with the namespace as a label matcher and, for a single object, its
@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.registry import Collector
 
 from custom_metrics_server.domain import (
@@ -55,23 +53,17 @@ from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, Int
 from custom_metrics_server.prometheus import registry as registry_module
 from custom_metrics_server.prometheus import results
 from custom_metrics_server.prometheus.client import PrometheusClient, PrometheusError
+from custom_metrics_server.prometheus.live_config import LiveConfig
 from custom_metrics_server.prometheus.promql import range_window
 from custom_metrics_server.prometheus.queries import custom_query, external_query
 from custom_metrics_server.prometheus.registry import Registry, SeriesShape
-from custom_metrics_server.prometheus.rules import (
-    AdapterConfig,
-    ConfigError,
-    Rule,
-    ServerConfig,
-    parse_config,
-)
+from custom_metrics_server.prometheus.rules import AdapterConfig, Rule, ServerConfig
+from custom_metrics_server.prometheus.self_metrics import BackendMetrics, ForwardingCollector
 from custom_metrics_server.prometheus.usage import PrometheusResourceUsage
-from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk.backend import ClusterView
 
 logger = logging.getLogger(__name__)
-
-_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,59 +83,6 @@ class PrometheusSettings:
     resource_usage_interval: float = 0.0
 
 
-class _Metrics:
-    """The backend's own metrics, in a private registry the app forwards (`collector()`)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Histogram(
-            "custom_metrics_server_prometheus_request_duration_seconds",
-            "Calls to Prometheus servers by server, API (query/series) and outcome.",
-            ["server", "api", "outcome"],
-            buckets=_BUCKETS,
-            registry=self.registry,
-        )
-        self.listing_age = Gauge(
-            "custom_metrics_server_prometheus_listing_age_seconds",
-            "Seconds since the series listing of a server last fully succeeded.",
-            ["server"],
-            registry=self.registry,
-        )
-        self.discovered = Gauge(
-            "custom_metrics_server_prometheus_discovered_metrics",
-            "Metrics the rules yield from the last listings, by kind (custom/external).",
-            ["kind"],
-            registry=self.registry,
-        )
-        self.reloads = Counter(
-            "custom_metrics_server_prometheus_config_reloads_total",
-            "Configuration reloads by result (success/failure).",
-            ["result"],
-            registry=self.registry,
-        )
-        self.config_ok = Gauge(
-            "custom_metrics_server_prometheus_config_last_reload_successful",
-            "1 when the configuration file in force is the one on disk.",
-            registry=self.registry,
-        )
-        self.config_ok.set(1)
-
-    def observe(self, server: str, api: str, outcome: str, seconds: float) -> None:
-        self.requests.labels(server, api, outcome).observe(seconds)
-
-
-class _Forward(Collector):
-    """Exposes a private registry through another registry, refreshed at each scrape."""
-
-    def __init__(self, source: CollectorRegistry, refresh: Callable[[], None]) -> None:
-        self._source = source
-        self._refresh = refresh
-
-    def collect(self) -> Any:
-        self._refresh()
-        yield from self._source.collect()
-
-
 def _by_name(shape: SeriesShape) -> tuple[str, list[str]]:
     return shape[0], sorted(shape[1])
 
@@ -161,128 +100,63 @@ class PrometheusBackend:
         self.name = name
         self.cluster = cluster
         self.settings = settings
-        self.metrics = _Metrics()
-        self._config = AdapterConfig()
-        self._config_digest = b""
-        self._clients: dict[str, PrometheusClient] = {}
+        self.metrics = BackendMetrics()
+        self._wake = asyncio.Event()
+        self._live = LiveConfig(
+            path=settings.config_path,
+            text=settings.config_text,
+            default_server=settings.default_server,
+            query_timeout=settings.query_timeout,
+            retries=settings.retries,
+            verb=settings.verb,
+            metrics=self.metrics,
+            changed=self._wake.set,
+        )
         self._registry = Registry()
         self._listings: dict[tuple[str, str], Sequence[SeriesShape]] = {}
         self._listed_at: dict[str, float] = {}
         self._readiness = Readiness(
             ready=False, reason="waiting for the first Prometheus series listing"
         )
-        self._wake = asyncio.Event()
         # describedObject values are reused across requests (their rendered JSON is not, as
         # every answer carries a new evaluation time); bounded by the objects asked about.
         self._refs: dict[tuple[str, str, str, str], ObjectRef] = {}
         self.resource_usage = PrometheusResourceUsage(
-            self, interval=settings.resource_usage_interval or 30.0
+            self._live, interval=settings.resource_usage_interval or 30.0
         )
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = BackgroundTasks()
 
     # -- configuration ------------------------------------------------------------------------
 
     @property
     def config(self) -> AdapterConfig:
         """The configuration in force (the last good one)."""
-        return self._config
+        return self._live.config
 
     def client(self, server: str) -> PrometheusClient:
         """The client of a configured server (KeyError if it is not configured)."""
-        return self._clients[server]
+        return self._live.client(server)
 
     def load_config(self) -> AdapterConfig:
         """Read and compile the configuration; raises `ConfigError` (startup fails on it)."""
-        text, digest = self._read_config()
-        config = self._parse(text)
-        # Called before the event loop runs (startup): there are no clients to close yet.
-        self._apply(config, digest)
-        return config
-
-    def _parse(self, text: str) -> AdapterConfig:
-        return parse_config(
-            text,
-            default_server=self.settings.default_server,
-            source=str(self.settings.config_path or "the configuration"),
-        )
-
-    def _read_config(self) -> tuple[str, bytes]:
-        if self.settings.config_text is not None:
-            text = self.settings.config_text
-        elif self.settings.config_path is not None:
-            try:
-                text = self.settings.config_path.read_text(encoding="utf-8")
-            except OSError as err:
-                raise ConfigError(f"cannot read {self.settings.config_path}: {err}") from None
-        else:
-            text = ""
-        return text, hashlib.sha256(text.encode()).digest()
-
-    def _apply(self, config: AdapterConfig, digest: bytes) -> list[PrometheusClient]:
-        """Swap in a configuration; returns the clients it no longer uses (to be closed)."""
-        for warning in config.warnings:
-            logger.warning("prometheus config: %s", warning)
-        old = self._clients
-        self._clients = {}
-        for name, server in config.servers.items():
-            previous = old.get(name)
-            if previous is not None and previous.server == server:
-                self._clients[name] = old.pop(name)
-            else:
-                self._clients[name] = PrometheusClient(
-                    server,
-                    timeout=self.settings.query_timeout,
-                    retries=self.settings.retries,
-                    verb=self.settings.verb,
-                    observe=self.metrics.observe,
-                )
-        self._config = config
-        self._config_digest = digest
-        return list(old.values())
+        return self._live.load()
 
     async def reload(self) -> bool:
-        """Re-read the configuration if it changed; True when a new one took effect."""
-        try:
-            text, digest = self._read_config()
-        except ConfigError as err:
-            self._reload_failed(str(err))
-            return False
-        if digest == self._config_digest:
-            return False
-        try:
-            config = self._parse(text)
-        except ConfigError as err:
-            self._reload_failed(str(err))
-            self._config_digest = digest  # report once per broken version
-            return False
-        for unused in self._apply(config, digest):
-            await unused.aclose()
-        self.metrics.reloads.labels("success").inc()
-        self.metrics.config_ok.set(1)
-        logger.info(
-            "prometheus config reloaded: %d rules, %d external rules",
-            len(config.rules),
-            len(config.external_rules),
-        )
-        self._wake.set()
-        return True
-
-    def _reload_failed(self, message: str) -> None:
-        self.metrics.reloads.labels("failure").inc()
-        self.metrics.config_ok.set(0)
-        logger.error("prometheus config not reloaded, keeping the last good one: %s", message)
+        """Re-read the configuration if it changed; True when a new one took effect (the
+        next listing then starts at once)."""
+        return await self._live.reload()
 
     # -- discovery ----------------------------------------------------------------------------
 
     async def relist(self) -> None:
         """List every distinct (server, seriesQuery) and rebuild the registry."""
-        config = self._config
+        config = self._live.config
         now = time.time()
         window = self.settings.max_age or self.settings.relist_interval
         queries = sorted({(rule.server, rule.series_query) for rule in config.all_rules})
         results = await asyncio.gather(
             *(
-                self._clients[server].series_shapes(query, start=now - window, end=now)
+                self._live.client(server).series_shapes(query, start=now - window, end=now)
                 for server, query in queries
             ),
             return_exceptions=True,
@@ -357,10 +231,10 @@ class PrometheusBackend:
 
     def collector(self) -> Collector:
         """This backend's self-metrics, for the server's `/metrics`."""
-        return _Forward(self.metrics.registry, self._refresh_gauges)
+        return ForwardingCollector(self.metrics.registry, self._refresh_gauges)
 
     def _refresh_gauges(self) -> None:
-        for server in self._config.servers:
+        for server in self._live.config.servers:
             age = self.listing_age(server)
             self.metrics.listing_age.labels(server).set(math.inf if age is None else age)
 
@@ -466,7 +340,7 @@ class PrometheusBackend:
         return found
 
     async def _query(self, rule: Rule, query: str, metric: str) -> Any:
-        client = self._clients.get(rule.server)
+        client = self._live.client_or_none(rule.server)
         if client is None:  # pragma: no cover - a reload dropped the server mid-request
             raise BackendUnavailable(f"Prometheus server {rule.server!r} is not configured")
         try:
@@ -500,16 +374,13 @@ class PrometheusBackend:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if not self._clients:
+        if not self._live.loaded:
             self.load_config()
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._relist_loop(), name="prometheus-relist"))
+        self._tasks.start(self._relist_loop(), name="prometheus-relist")
         if self.settings.config_path is not None and self.settings.reload_interval > 0:
-            self._tasks.append(loop.create_task(self._reload_loop(), name="prometheus-reload"))
+            self._tasks.start(self._reload_loop(), name="prometheus-reload")
         if self.settings.resource_usage_interval > 0:
-            self._tasks.append(
-                loop.create_task(self.resource_usage.run(), name="prometheus-resource-usage")
-            )
+            self._tasks.start(self.resource_usage.run(), name="prometheus-resource-usage")
         return self
 
     async def __aexit__(
@@ -518,7 +389,5 @@ class PrometheusBackend:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait(self._tasks)
-        self._tasks.clear()
-        for client in self._clients.values():
-            await client.aclose()
+        await self._tasks.stop()
+        await self._live.aclose()

@@ -10,8 +10,8 @@ import logging
 from pathlib import Path
 from typing import Final
 
+from custom_metrics_server.machinery.durations import parse_prometheus_duration
 from custom_metrics_server.prometheus.backend import PrometheusBackend, PrometheusSettings
-from custom_metrics_server.prometheus.promql import parse_duration
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ConfigError, ServerConfig
 from custom_metrics_server.sdk.backend import ClusterView
 
@@ -23,7 +23,7 @@ IN_CLUSTER_CA: Final = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
 def _duration(text: str) -> float:
     try:
-        return parse_duration(text)
+        return parse_prometheus_duration(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

@@ -1,4 +1,4 @@
-"""PromQL fragments built from Kubernetes selectors: label matchers and durations.
+"""PromQL fragments built from Kubernetes selectors: label matchers and range windows.
 
 PURE. Every value that reaches a query goes through `go_quote` (PromQL string literals use Go's
 escaping: `strconv.Unquote` parses them), and values inside a regex matcher are first escaped
@@ -17,22 +17,14 @@ import re
 from typing import Final
 
 from custom_metrics_server.errors import BadRequest
-from custom_metrics_server.machinery.selectors import Operator, Selector, go_quote
+from custom_metrics_server.machinery.durations import parse_prometheus_duration
+from custom_metrics_server.machinery.gostrings import go_quote
+from custom_metrics_server.machinery.labels import Operator, Selector
 
 #: A Prometheus label name (`model.LabelNameRE`).
 LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _REGEX_SPECIAL: Final = frozenset("\\.+*?()|[]{}^$")
-_DURATION: Final = re.compile(r"(\d+)(ms|[smhdwy])")
 _RANGE: Final = re.compile(r"\[\s*((?:\d+(?:ms|[smhdwy]))+)\s*(?::[^\]]*)?\]")
-_UNIT_SECONDS: Final = {
-    "ms": 0.001,
-    "s": 1,
-    "m": 60,
-    "h": 3600,
-    "d": 86400,
-    "w": 604800,
-    "y": 31536000,
-}
 
 
 def quote_meta(text: str) -> str:
@@ -105,21 +97,6 @@ def selector_matchers(selector: Selector, *, what: str) -> list[tuple[str, str, 
     return out
 
 
-def parse_duration(text: str) -> float:
-    """A Prometheus duration (`90s`, `1h30m`, `500ms`) in seconds; ValueError otherwise."""
-    text = text.strip()
-    position = 0
-    total = 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != position:
-            break
-        total += int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        position = match.end()
-    if not text or position != len(text):
-        raise ValueError(f"not a Prometheus duration: {text!r}")
-    return total
-
-
 def range_window(query: str) -> int | None:
     """The longest range selector (`[2m]`, `[5m:30s]`) of a query, in whole seconds.
 
@@ -128,7 +105,7 @@ def range_window(query: str) -> int | None:
     """
     longest: float | None = None
     for match in _RANGE.finditer(query):
-        seconds = parse_duration(match.group(1))
+        seconds = parse_prometheus_duration(match.group(1))
         longest = seconds if longest is None else max(longest, seconds)
     if longest is None:
         return None

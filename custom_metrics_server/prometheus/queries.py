@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from custom_metrics_server.errors import InternalError
-from custom_metrics_server.machinery.selectors import Selector
-from custom_metrics_server.prometheus.gotemplate import Fields, Template, TemplateError
+from custom_metrics_server.machinery.labels import Selector
+from custom_metrics_server.prometheus.gotemplate import Fields, Template
+from custom_metrics_server.prometheus.gotemplate_values import TemplateError
 from custom_metrics_server.prometheus.promql import eq, selector_matchers
 from custom_metrics_server.prometheus.rules import NAMESPACES, Rule
 

@@ -12,6 +12,9 @@ As metrics-server does, a container appears only with both CPU and memory values
 timestamp is its earliest container's; `window` is `resourceRules.window`. CPU rates arrive as
 float64 cores and are rounded to whole nanocores.
 
+It sees the backend only as a :class:`RuleSource` (the configuration in force and a client
+per server), so it does not import the backend that owns it.
+
 Cost per refresh: four queries plus O(series returned); per lookup: O(1).
 """
 
@@ -21,17 +24,14 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from custom_metrics_server.compute.usage import ContainerResourceUsage, ResourceUsage
+from custom_metrics_server.compute.usage_values import ContainerResourceUsage, ResourceUsage
 from custom_metrics_server.errors import InternalError
 from custom_metrics_server.prometheus import results
-from custom_metrics_server.prometheus.client import PrometheusError
+from custom_metrics_server.prometheus.client import PrometheusClient, PrometheusError
 from custom_metrics_server.prometheus.queries import render
-from custom_metrics_server.prometheus.rules import ResourceRule, ResourceRules
-
-if TYPE_CHECKING:
-    from custom_metrics_server.prometheus.backend import PrometheusBackend
+from custom_metrics_server.prometheus.rules import AdapterConfig, ResourceRule, ResourceRules
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +43,21 @@ def _nanocores(cores: Decimal) -> int:
     return int((cores * 1_000_000_000).to_integral_value())
 
 
+class RuleSource(Protocol):
+    """What the refresh needs of the Prometheus backend: the configuration in force (read at
+    every refresh, so a reload takes effect) and the client of a configured server."""
+
+    @property
+    def config(self) -> AdapterConfig: ...
+
+    def client(self, server: str) -> PrometheusClient: ...
+
+
 class PrometheusResourceUsage:
     """Pod and node usage for the Resource Metrics API, from `resourceRules`."""
 
-    def __init__(self, backend: PrometheusBackend, *, interval: float = 30.0) -> None:
-        self.backend = backend
+    def __init__(self, source: RuleSource, *, interval: float = 30.0) -> None:
+        self.source = source
         self.interval = interval
         self._pods: dict[PodKey, ResourceUsage] = {}
         self._nodes: dict[str, ResourceUsage] = {}
@@ -62,7 +72,7 @@ class PrometheusResourceUsage:
 
     async def refresh(self) -> None:
         """Run the rules' queries once and swap in what they return."""
-        rules = self.backend.config.resource_rules
+        rules = self.source.config.resource_rules
         if rules is None:
             self._pods, self._nodes = {}, {}
             return
@@ -155,7 +165,7 @@ class PrometheusResourceUsage:
         self, rules: ResourceRules, query: str
     ) -> list[tuple[Mapping[str, str], Decimal, float]]:
         """The non-negative samples of a query's vector (usage cannot be negative)."""
-        data = await self.backend.client(rules.server).query(query)
+        data = await self.source.client(rules.server).query(query)
         vector = results.vector_result(data) or []
         return [sample for sample in results.samples(vector) if sample[1] >= 0]
 

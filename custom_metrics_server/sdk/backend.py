@@ -34,7 +34,7 @@ from custom_metrics_server.domain import (
     ResourceMapping,
     Sample,
 )
-from custom_metrics_server.machinery.selectors import Selector
+from custom_metrics_server.machinery.labels import Selector
 
 
 class MetricsBackend(Protocol):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from custom_metrics_server.errors import Forbidden, InternalError
-from custom_metrics_server.machinery.selectors import go_quote
+from custom_metrics_server.machinery.gostrings import go_quote
 from custom_metrics_server.security.authn import Identity
 from custom_metrics_server.security.cache import SingleFlight, TtlCache
 from custom_metrics_server.security.requestinfo import RequestAttributes

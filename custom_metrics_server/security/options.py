@@ -25,13 +25,15 @@ of `--authentication-kubeconfig`, `--authorization-kubeconfig`, `--client-ca-fil
 lifespan enters `security.lifespan()`: start-up reads the ConfigMap once (and fails start-up
 as upstream does when that is forbidden), then follows it until shutdown.
 
+It is one piece on purpose, as k8s.io/apiserver's options are (`AddFlags` beside `ApplyTo`):
+each flag's name, default and meaning are read in `build_security`, so they change together.
+
 Must not: parse `sys.argv` or start servers itself.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import math
@@ -42,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from custom_metrics_server.api.grammar import duration_seconds
 from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.runtime.tasks import cancel_and_wait
+from custom_metrics_server.machinery.durations import go_duration_seconds
+from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.runtime.tls import (
     ReloadingServerContext,
     ServingCertificate,
@@ -94,7 +96,7 @@ def duration(text: str) -> float:
     try:
         seconds: float | None = float(text)
     except ValueError:
-        seconds = duration_seconds(text)
+        seconds = go_duration_seconds(text)
     if seconds is None or not 0 <= seconds < math.inf:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 1m30s)")
     return seconds
@@ -276,14 +278,15 @@ class SecurityConfig:
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         """Start-up reads (may raise), then background followers until shutdown."""
-        tasks: list[asyncio.Task[Any]] = []
+        tasks = BackgroundTasks()
         try:
             for step in self.startup:
                 await step()
-            tasks = [asyncio.create_task(job()) for job in self.background]
+            for job in self.background:
+                tasks.start(job(), name=f"security-{getattr(job, '__name__', 'job')}")
             yield
         finally:
-            await cancel_and_wait(tasks)
+            await tasks.stop()
             for client in self.clients:
                 await client.aclose()
 
@@ -309,7 +312,10 @@ def _client(path: Path | None, *, what: str, optional: bool) -> KubeClient | Non
         raise SecurityConfigError(
             f"--{what}-kubeconfig is required outside a cluster (no in-cluster configuration)"
         )
-    # Imported here: the `kubernetes` package's loaders weigh ~20 MB and the demo never needs them.
+    # kube.config (the `kubernetes` package's loaders, ~20 MB) is imported where a kubeconfig is
+    # read, only when delegated authentication or authorization is configured. Whether that
+    # package is loaded before this call depends on what else the process imported
+    # (kube.client, for one, imports kube.config).
     from custom_metrics_server.kube.config import KubeConfigError, load_connection  # noqa: PLC0415
 
     try:

@@ -21,19 +21,17 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs
 
-from custom_metrics_server.machinery.selectors import (
-    Operator,
-    SelectorError,
-    parse_selector_cached,
-    split_terms,
-    unescape_field_value,
-)
+from custom_metrics_server.api.grammar import NAMESPACE_SUBRESOURCES
+from custom_metrics_server.machinery.fields import split_term, split_terms, unescape_field_value
+from custom_metrics_server.machinery.gostrings import parse_int64
+from custom_metrics_server.machinery.label_parser import parse_selector_cached
+from custom_metrics_server.machinery.labels import Operator
+from custom_metrics_server.machinery.validation import SelectorError
 
 _API_PREFIXES: Final = frozenset({"api", "apis"})
 _GROUPLESS_PREFIXES: Final = frozenset({"api"})
 _SPECIAL_VERBS: Final = frozenset({"proxy", "watch"})
 _SPECIAL_VERBS_NO_SUBRESOURCES: Final = frozenset({"proxy"})
-_NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
 _VERBS_WITH_SELECTORS: Final = frozenset({"list", "watch", "deletecollection"})
 _METHOD_VERBS: Final = {
     "POST": "create",
@@ -52,8 +50,6 @@ _LABEL_OPERATORS: Final = {
     Operator.EXISTS: "Exists",
     Operator.DOES_NOT_EXIST: "DoesNotExist",
 }
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +169,7 @@ def request_attributes(method: str, path: str, query_string: bytes | str) -> Req
     namespace = ""
     if parts[0] == "namespaces" and len(parts) > 1:
         namespace = parts[1]
-        if len(parts) > 2 and parts[2] not in _NAMESPACE_SUBRESOURCES:
+        if len(parts) > 2 and parts[2] not in NAMESPACE_SUBRESOURCES:
             parts = parts[2:]
     resource = subresource = name = ""
     if len(parts) >= 3 and verb not in _SPECIAL_VERBS_NO_SUBRESOURCES:
@@ -234,8 +230,8 @@ def _list_verb_and_name(query: dict[str, list[str]]) -> tuple[str, str]:
 
 def _options_watch(query: dict[str, list[str]]) -> bool:
     for integer in ("timeoutSeconds", "limit"):
-        if integer in query:
-            _parse_int64(query[integer][0])
+        if integer in query and parse_int64(query[integer][0]) is None:
+            raise ValueError(f"{integer}: not an int64: {query[integer][0]!r}")
     if "labelSelector" in query:
         try:
             parse_selector_cached(query["labelSelector"][0])
@@ -256,13 +252,6 @@ def _options_field_name(query: dict[str, list[str]]) -> str:
     return ""
 
 
-def _parse_int64(text: str) -> int:
-    number = int(text, 10)  # raises ValueError like strconv.ParseInt
-    if not _INT64_MIN <= number <= _INT64_MAX or text.strip() != text or "_" in text:
-        raise ValueError(text)
-    return number
-
-
 def _valid_path_segment(name: str) -> bool:
     return name not in {".", ".."} and "/" not in name and "%" not in name
 
@@ -273,15 +262,11 @@ def _parse_fields(text: str) -> list[tuple[str, str, str]]:
     for term in sorted(split_terms(text)) if text else []:
         if not term:
             continue
-        equals = term.find("=")
-        if equals < 0:
+        split = split_term(term)
+        if split is None:
             raise ValueError(f"invalid selector: '{text}'; can't understand '{term}'")
-        if equals > 0 and term[equals - 1] == "!":
-            field, operator, raw = term[: equals - 1], "!=", term[equals + 1 :]
-        elif term.startswith("==", equals):
-            field, operator, raw = term[:equals], "=", term[equals + 2 :]
-        else:
-            field, operator, raw = term[:equals], "=", term[equals + 1 :]
+        field, operator, raw = split
+        operator = "!=" if operator == "!=" else "="
         try:
             value = unescape_field_value(raw)
         except SelectorError as err:

@@ -60,8 +60,10 @@ async def post_review(
     client: JsonPoster, path: str, body: dict[str, Any], *, backoff: Backoff
 ) -> dict[str, Any]:
     """POST a review object and return the answer; raise `ReviewError` once retries are spent."""
-    # Imported here: the client module pulls in the `kubernetes` loaders (~20 MB), which a
-    # server without delegated authentication (the demo) never needs.
+    # kube.client is imported at the first review, not with this module: it imports kube.config
+    # and so the `kubernetes` package (~20 MB), and this module is on security.gate's import
+    # path (through authn and authz). Whether that package is loaded before this call depends on
+    # what else the process imported.
     from custom_metrics_server.kube.client import KubeApiError  # noqa: PLC0415
 
     delay = backoff.duration

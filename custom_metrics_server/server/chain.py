@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from custom_metrics_server.api.grammar import duration_seconds, is_api_path, parse_query
+from custom_metrics_server.api.grammar import is_api_path, parse_query
 from custom_metrics_server.api.status import status_response
 from custom_metrics_server.errors import (
     MAX_URI_BYTES,
@@ -35,6 +35,7 @@ from custom_metrics_server.errors import (
     too_many_requests,
     uri_too_long,
 )
+from custom_metrics_server.machinery.durations import go_duration_seconds
 from custom_metrics_server.runtime.asgi import (
     ASGIApp,
     Message,
@@ -199,7 +200,7 @@ def request_deadline(configured: float, query: bytes) -> float:
     invalid one is the grammar's 400). O(1) for queries without `timeout=`, which most are."""
     if b"timeout=" not in query:
         return configured
-    wanted = duration_seconds(parse_query(query).timeout)
+    wanted = go_duration_seconds(parse_query(query).timeout)
     if wanted is not None and wanted > 0 and (not configured or wanted < configured):
         return wanted
     return configured

@@ -74,13 +74,16 @@ class ServerProcess:
         self.stop()
 
 
-def server_command(workdir: Path, *args: str, demo: bool = True) -> list[str]:
+def server_command(
+    workdir: Path, *args: str, demo: bool = True, module: str = "custom_metrics_server"
+) -> list[str]:
     """`custom-metrics-server serve` (`--demo` unless told otherwise) on a free loopback port
-    with its certificates in `workdir/certs`."""
+    with its certificates in `workdir/certs`; `module` is what `python -m` runs (a wrapper of
+    the CLI, for tests that add a backend of their own)."""
     return [
         sys.executable,
         "-m",
-        "custom_metrics_server",
+        module,
         "serve",
         *(["--demo"] if demo else ["--bind-address", "127.0.0.1"]),
         "--secure-port",
@@ -98,11 +101,13 @@ def start_server(
     timeout: float = 30,
     ready: bool = True,
     env: dict[str, str] | None = None,
+    module: str = "custom_metrics_server",
 ) -> ServerProcess:
-    """Start the real server and wait for its banner and, with `ready`, for `/readyz` 200."""
+    """Start the real server and wait for its banner and, with `ready`, for `/readyz` 200.
+    `env` is added to this process's environment; `module` see `server_command`."""
     workdir.mkdir(parents=True, exist_ok=True)
     cert_dir = workdir / "certs"
-    command = server_command(workdir, *args, demo=demo)
+    command = server_command(workdir, *args, demo=demo, module=module)
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     log = workdir / "server.log"
     with open(log, "w") as sink:

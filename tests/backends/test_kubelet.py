@@ -1,6 +1,7 @@
-"""Tests for custom_metrics_server.compute.scraper: the scraper against a local HTTP server
-that answers the API server's node-proxy paths (and the kubelet's own path, for direct
-mode) with kubelet text, per node: counters that move, errors, slowness.
+"""Tests for custom_metrics_server.compute.scraper (with kubelet_client and scrape_nodes): the
+scraper against a local HTTP server that answers the API server's node-proxy paths (and the
+kubelet's own path, for direct mode) with kubelet text, per node: counters that move, errors,
+slowness.
 
 Timing tests use short intervals and generous tolerances: the machine may be loaded.
 """
@@ -20,11 +21,8 @@ from pathlib import Path
 import pytest
 import trustme
 
-from custom_metrics_server.compute.scraper import (
-    AGE_OUT_INTERVALS,
-    KubeletScraper,
-    ScrapeFailure,
-)
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
+from custom_metrics_server.compute.scraper import AGE_OUT_INTERVALS, KubeletScraper
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection
@@ -172,6 +170,11 @@ async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def failing_nodes(scraper: KubeletScraper) -> dict[str, str]:
+    """Nodes whose last scrape failed, with the reason."""
+    return {name: reason for name, (reason, _) in scraper.nodes.failing().items()}
+
+
 def scraper(
     client: KubeClient, store: UsageStore, nodes: list[str], **kwargs: object
 ) -> KubeletScraper:
@@ -240,7 +243,7 @@ async def test_a_slow_node_times_out_without_holding_up_the_others(
         assert stats.last_round_seconds < 1.2
         await wait_for(lambda: store.pod_usage("default", "fast-pod") is not None)
         assert store.pod_usage("default", "slow-pod") is None
-        assert running.failing_nodes() == {"slow": "timeout"}
+        assert failing_nodes(running) == {"slow": "timeout"}
 
 
 @pytest.mark.parametrize("source", ["proxy", "direct"])
@@ -267,7 +270,7 @@ async def test_a_body_over_the_cap_is_a_too_large_failure_read_no_further(
         client, store, nodes, interval=0.2, source=source, max_body_bytes=cap, **extra
     ) as running:
         await wait_for(lambda: running.stats().failures_by_reason.get("too_large", 0) >= 2)
-        assert running.failing_nodes() == {"huge": "too_large"}
+        assert failing_nodes(running) == {"huge": "too_large"}
         assert store.pod_usage("default", "huge-pod") is None
         if source == "proxy":
             await wait_for(lambda: store.pod_usage("default", "fine-pod") is not None)
@@ -400,8 +403,8 @@ async def test_direct_mode_reads_the_kubelet_port_of_each_node_s_address(
     ) as running:
         await wait_for(lambda: store.pod_usage("default", "n1-pod") is not None)
         # scrapes are staggered: n1 may succeed before n2's first attempt has failed
-        await wait_for(lambda: bool(running.failing_nodes()))
-        assert running.failing_nodes() == {"n2": "no_address"}
+        await wait_for(lambda: bool(failing_nodes(running)))
+        assert failing_nodes(running) == {"n2": "no_address"}
         assert running.stats().failures_by_reason["no_address"] >= 1
     await kube.aclose()
     # The kubelet client the scraper built sends the service-account token.
@@ -413,7 +416,7 @@ async def test_an_unreachable_api_server_is_a_counted_failure() -> None:
     try:
         running = KubeletScraper(dead, nodes=lambda: ["n1"], store=UsageStore(), timeout=1.0)
         assert await running.scrape_node("n1") is False
-        assert running.failing_nodes() == {"n1": "unreachable"}
+        assert failing_nodes(running) == {"n1": "unreachable"}
     finally:
         await dead.aclose()
 
@@ -485,7 +488,7 @@ async def test_direct_mode_verifies_the_kubelet_certificate_unless_told_not_to(
         async with running:
             assert await running.scrape_node("n1") is answers
         await kube.aclose()
-    assert running.failing_nodes() == ({} if answers else {"n1": "unreachable"})
+    assert failing_nodes(running) == ({} if answers else {"n1": "unreachable"})
 
 
 def test_scrape_failures_carry_a_reason() -> None:

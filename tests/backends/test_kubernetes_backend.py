@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server.backends import demo_world
+from custom_metrics_server.backends import demo_kubelets, demo_workloads, demo_world
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
 from custom_metrics_server.domain import GroupResource
@@ -45,12 +45,12 @@ def api() -> Iterator[FakeKubeApiServer]:
 
 def kubelet_text(api: FakeKubeApiServer, now: float, cpu_seconds: float) -> None:
     """Every running pod's containers with cpu counters at `cpu_seconds` and 100 MiB."""
-    per_node: dict[str, list[demo_world.ContainerUsage]] = {}
+    per_node: dict[str, list[demo_kubelets.ContainerUsage]] = {}
     for (namespace, name), obj in api.objects("pods").items():
         node = obj["spec"].get("nodeName")
         if node and obj["status"]["phase"] == "Running":
             per_node.setdefault(node, []).append(
-                demo_world.ContainerUsage(
+                demo_kubelets.ContainerUsage(
                     namespace,
                     name,
                     obj["spec"]["containers"][0]["name"],
@@ -60,7 +60,7 @@ def kubelet_text(api: FakeKubeApiServer, now: float, cpu_seconds: float) -> None
                 )
             )
     for _, node in api.objects("nodes"):
-        body = demo_world.kubelet_exposition(
+        body = demo_kubelets.kubelet_exposition(
             per_node.get(node, []), node_cpu_seconds=cpu_seconds, node_memory=2**30, now=now
         )
         api.set_node_proxy(node, body.decode())
@@ -118,7 +118,7 @@ async def test_requests_follow_adds_updates_and_deletes(
             "extra",
             "default",
             {"app": "web"},
-            demo_world.workloads(1, 1)[0],
+            demo_workloads.workloads(1, 1)[0],
             node="node-a-0",
             owner=("apps/v1", "ReplicaSet", "x"),
         ),

@@ -18,14 +18,14 @@ import trustme
 
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.compute.node_agents import AgentDirectory
-from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.node_agent.summary import (
+from custom_metrics_server.compute.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,
     PodStats,
     Summary,
 )
+from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.server.app import create_app
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod

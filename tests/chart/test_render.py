@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig, parse_config
+from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig
+from custom_metrics_server.prometheus.rules_config import parse_config
 from tests.chart.conftest import (
     CHART,
     NAME,

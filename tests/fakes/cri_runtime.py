@@ -18,20 +18,20 @@ from typing import Any, Self
 import grpc
 from grpc import aio
 
-from custom_metrics_server.node_agent.cri import api_pb2 as cri
-from custom_metrics_server.node_agent.cri import api_pb2_grpc as cri_grpc
-from custom_metrics_server.node_agent.cri_stats import (
-    CONTAINER_NAME_LABEL,
-    POD_NAME_LABEL,
-    POD_NAMESPACE_LABEL,
-)
-from custom_metrics_server.node_agent.summary import (
+from custom_metrics_server.compute.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,
     PodStats,
     Summary,
     SwapStats,
+)
+from custom_metrics_server.node_agent.cri import api_pb2 as cri
+from custom_metrics_server.node_agent.cri import api_pb2_grpc as cri_grpc
+from custom_metrics_server.node_agent.cri_stats import (
+    CONTAINER_NAME_LABEL,
+    POD_NAME_LABEL,
+    POD_NAMESPACE_LABEL,
 )
 
 

@@ -74,7 +74,9 @@ from urllib.parse import unquote, unquote_plus
 import orjson
 
 from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.machinery.selectors import Selector, SelectorError, parse_selector
+from custom_metrics_server.machinery.label_parser import parse_selector
+from custom_metrics_server.machinery.labels import Selector
+from custom_metrics_server.machinery.validation import SelectorError
 
 __all__ = [
     "CONTINUE_EXPIRED_MESSAGE",

@@ -15,7 +15,6 @@ from custom_metrics_server.domain import GroupResource, ResourceMapping
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import (
     DiscoveryRestMapper,
-    discover,
     discover_groups,
     resources_of,
 )
@@ -35,6 +34,11 @@ async def client(api: FakeKubeApiServer) -> AsyncIterator[KubeClient]:
     kube = KubeClient(api.connection())
     yield kube
     await kube.aclose()
+
+
+async def discover(client: KubeClient) -> list[ResourceMapping]:
+    """Every resource the cluster serves (core, then each group's preferred version)."""
+    return list((await discover_groups(client)).mappings)
 
 
 def mapping(

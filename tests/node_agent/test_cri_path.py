@@ -9,10 +9,11 @@ import time
 import grpc
 import pytest
 
+from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
+from custom_metrics_server.compute.summary import NodeStats, Summary
 from custom_metrics_server.node_agent.collector import Collector
-from custom_metrics_server.node_agent.kubelet_text import render_resource_metrics
-from custom_metrics_server.node_agent.runtime import RuntimeClient, RuntimeUnavailable
-from custom_metrics_server.node_agent.summary import NodeStats, Summary
+from custom_metrics_server.node_agent.runtime import RuntimeClient
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.node_agent.samples import CASES, families, go_order, sample_path
 
@@ -88,18 +89,23 @@ async def test_runtime_without_sandbox_stats_sums_containers(runtime: FakeCriRun
     ]
 
 
+def reachable(client: RuntimeClient) -> bool:
+    """Whether the client's last call succeeded (False before any call)."""
+    return client.calls > 0 and client.last_error is None
+
+
 async def test_version_and_deadline(runtime: FakeCriRuntime) -> None:
     async with RuntimeClient(runtime.endpoint, timeout=0.3) as client:
         version = await client.version()
         assert (version.runtime_name, version.runtime_api_version) == ("fake-cri", "v1")
-        assert client.reachable
+        assert reachable(client)
         runtime.delay = 1.0
         started = time.monotonic()
-        with pytest.raises(RuntimeUnavailable) as failure:
+        with pytest.raises(ScrapeFailure) as failure:
             await client.pods()
         assert failure.value.reason == "deadline"
         assert time.monotonic() - started < 0.9
-        assert not client.reachable
+        assert not reachable(client)
 
 
 async def test_reconnects_after_the_runtime_restarts(runtime: FakeCriRuntime) -> None:

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from custom_metrics_server.compute.summary import CpuStats, MemoryStats, NodeStats, SwapStats
 from custom_metrics_server.node_agent.host import (
     HostReader,
     cpu_from_proc_stat,
     memory_from_meminfo,
 )
-from custom_metrics_server.node_agent.summary import CpuStats, MemoryStats, NodeStats, SwapStats
 
 MEMINFO = """\
 MemTotal:       24684092 kB

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from custom_metrics_server.prometheus.gotemplate import Fields, Template, TemplateError, go_format
+from custom_metrics_server.prometheus.gotemplate import Fields, Template
+from custom_metrics_server.prometheus.gotemplate_values import TemplateError, go_format
 
 ARGS = Fields(
     "naming.queryTemplateArgs",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig, parse_config
+from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig
+from custom_metrics_server.prometheus.rules_config import parse_config
 from tests.test_manifests import MANIFESTS, container, kustomize, one, serve_parser
 
 

@@ -11,22 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from custom_metrics_server.errors import BadRequest
-from custom_metrics_server.machinery.selectors import (
-    Operator,
-    Selector,
-    new_requirement,
-    parse_selector,
-)
+from custom_metrics_server.machinery.label_parser import parse_selector
+from custom_metrics_server.machinery.labels import Operator, Selector, new_requirement
 from custom_metrics_server.prometheus.promql import (
     any_of,
     eq,
     matches,
-    parse_duration,
     quote_meta,
     range_window,
 )
 from custom_metrics_server.prometheus.queries import custom_query, external_query
-from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, Rule, ServerConfig, parse_config
+from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, Rule, ServerConfig
+from custom_metrics_server.prometheus.rules_config import parse_config
 
 DEFAULT = ServerConfig(name=DEFAULT_SERVER, url="http://p:9090")
 
@@ -151,11 +147,7 @@ def test_inexpressible_selectors_are_400() -> None:
         build("x", names=["a"], selector="a>1")
 
 
-def test_durations_and_windows() -> None:
-    assert parse_duration("1h30m") == 5400
-    assert parse_duration("500ms") == 0.5
-    with pytest.raises(ValueError, match="not a Prometheus duration"):
-        parse_duration("5 minutes")
+def test_range_windows() -> None:
     assert range_window("sum(rate(x[2m])) by (pod)") == 120
     assert range_window("max_over_time(rate(x[1m])[5m:30s])") == 300
     assert range_window("sum(x) by (pod)") is None

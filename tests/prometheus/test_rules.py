@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 
 from custom_metrics_server.domain import GroupResource
-from custom_metrics_server.prometheus.rules import (
-    DEFAULT_SERVER,
-    ConfigError,
-    ServerConfig,
-    expand,
-    parse_config,
-)
+from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ConfigError, ServerConfig, expand
+from custom_metrics_server.prometheus.rules_config import parse_config
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "prometheus"
 DEFAULT = ServerConfig(name=DEFAULT_SERVER, url="http://prometheus:9090")

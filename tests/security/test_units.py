@@ -17,6 +17,7 @@ import yaml
 from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.kube.client import KubeApiError
+from custom_metrics_server.machinery.gostrings import go_quote
 from custom_metrics_server.runtime.tls import ReloadingServerContext
 from custom_metrics_server.security.authn import (
     ANONYMOUS,
@@ -25,7 +26,7 @@ from custom_metrics_server.security.authn import (
     bearer_token,
     unescape_extra_key,
 )
-from custom_metrics_server.security.authz import Authorizer, forbidden, go_quote
+from custom_metrics_server.security.authz import Authorizer, forbidden
 from custom_metrics_server.security.cache import SingleFlight, TtlCache
 from custom_metrics_server.security.gate import DelegatingGate
 from custom_metrics_server.security.options import (
@@ -122,6 +123,37 @@ P = "/apis/custom.metrics.k8s.io/v1beta2"
                 True,
                 "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
                 "list",
+                "external.metrics.k8s.io",
+                "v1beta1",
+                "ns",
+                "q",
+            ),
+        ),
+        (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+            # Not ASCII digits: Go's ParseInt refuses, so the options (and the name the field
+            # selector pins) are reset and the selector rides along instead.
+            "limit=%D9%A1&fieldSelector=metadata.name%3Dfoo",
+            RequestAttributes(
+                True,
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+                "list",
+                "external.metrics.k8s.io",
+                "v1beta1",
+                "ns",
+                "q",
+                field_requirements=(SelectorRequirement("metadata.name", "In", ("foo",)),),
+            ),
+        ),
+        (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+            "watch=1&limit=-007&timeoutSeconds=+30",
+            RequestAttributes(
+                True,
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+                "watch",
                 "external.metrics.k8s.io",
                 "v1beta1",
                 "ns",

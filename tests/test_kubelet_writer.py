@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from custom_metrics_server.node_agent.kubelet_text import FAMILIES, render_resource_metrics
-from custom_metrics_server.node_agent.summary import (
+from custom_metrics_server.compute.kubelet_writer import FAMILIES, render_resource_metrics
+from custom_metrics_server.compute.summary import (
     ContainerStats,
     CpuStats,
     NodeStats,

@@ -6,7 +6,7 @@ client. This module reproduces that writer: families sorted by name, each with i
 line (component-base's ``[STABLE]``/``[ALPHA]`` prefix) and TYPE line and only when it has a
 series; labels sorted by name (``container``, ``namespace``, ``pod``); series sorted by label
 values; Go's escaping of label values and float formatting
-(:mod:`custom_metrics_server.compute.exposition`'s helpers); timestamps in milliseconds taken
+(:mod:`custom_metrics_server.compute.promtext`); timestamps in milliseconds taken
 from the stats themselves (Go's ``t.Unix()*1000 + t.Nanosecond()/1e6``, a floor division
 of the nanoseconds), never from the time of the scrape. Values are converted as the
 collector does: ``float64(nanoseconds) / 1e9`` for CPU counters and start times,
@@ -18,16 +18,18 @@ without a timestamp); the swap limit is ``available + usage`` when ``available``
 reported; ``scrape_error`` and ``resource_scrape_error`` always (1 when the stats could not
 be read, and then nothing else is written).
 
-It must not do I/O, read clocks or log. Cost: O(s log s) for s series (one sort per family,
-in C over tuples), about 2 us of Python per container.
+The node agent serves this body and the demo's simulated kubelets write it (so the demo reads
+exactly what a kubelet writes, escapes included). It must not do I/O, read clocks or log.
+Cost: O(s log s) for s series (one sort per family, in C over tuples), about 2 us of Python
+per container.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from custom_metrics_server.compute.exposition import escape_label_value, format_go_float
-from custom_metrics_server.node_agent.summary import (
+from custom_metrics_server.compute.promtext import escape_label_value, format_go_float
+from custom_metrics_server.compute.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,

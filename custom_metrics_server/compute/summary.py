@@ -3,7 +3,8 @@
 
 Plain immutable values with integer nanosecond timestamps and integer counters, exactly as
 the CRI reports them; ``None`` is "not reported" (the Summary API's nil pointers). Building
-them is the only work here: no I/O, no formatting.
+them is the only work here: no I/O, no formatting. The node agent builds them from the CRI and
+the host, the demo from its simulated counters; :mod:`.kubelet_writer` writes them.
 """
 
 from __future__ import annotations

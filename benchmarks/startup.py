@@ -65,7 +65,9 @@ def measure(tree: Path) -> tuple[float, float, bool]:
             if process.stdout is not None:
                 process.stdout.close()
         kubernetes = any(
-            line.rstrip().endswith("| kubernetes") for line in log.read_text().splitlines()
+            line.rsplit("|", 1)[-1].strip() == "kubernetes"
+            for line in log.read_text().splitlines()
+            if line.startswith("import time:")
         )
         return ready, pages * PAGE / 2**20, kubernetes
 

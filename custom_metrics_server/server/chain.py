@@ -74,29 +74,49 @@ _HEALTH_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
 _HEALTH_PREFIXES: Final = ("/healthz/", "/livez/", "/readyz/")
 #: How late `--request-timeout` may fire, at most (seconds).
 _SWEEP_INTERVAL: Final = 0.5
-_READ_METHODS: Final = frozenset({"GET", "HEAD"})
+#: The self-metrics' verb label (HEAD is answered as GET).
+_VERBS: Final = {"GET": "get", "HEAD": "get"}
 
 
 class Exchange:
     """One request's progress through the chain: set by the filters and handlers, read by
-    `Tracking` when the request ends."""
+    `Tracking` when the request ends. It is also the `send` the filters below `Tracking`
+    get (one object per request, no closure): it records the status and adds
+    `Connection: close` once shutdown began."""
 
-    __slots__ = ("labels", "started", "status")
+    __slots__ = ("labels", "send", "started", "state", "status")
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, send: Send, state: ShutdownState | None = None) -> None:
         self.started = started
+        self.send = send
+        self.state = state
         #: the status sent, 0 before the response starts
         self.status = 0
         #: (group, version, resource) for the self-metrics; None: not counted (cold routes)
         self.labels: tuple[str, str, str] | None = None
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            state = self.state
+            if state is not None and state.shutting_down:
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", ()), (b"connection", b"close")],
+                }
+        await self.send(message)
 
 
 def exchange_of(scope: Scope) -> Exchange:
     """The request's `Exchange` (a fresh one outside the chain, as in unit tests)."""
     found: Exchange | None = scope.get(EXCHANGE)
     if found is None:
-        found = scope[EXCHANGE] = Exchange(time.perf_counter())
+        found = scope[EXCHANGE] = Exchange(time.perf_counter(), _no_send)
     return found
+
+
+async def _no_send(message: Message) -> None:  # pragma: no cover - outside the chain
+    raise RuntimeError("an Exchange made outside the chain does not send")
 
 
 async def reject(scope: Scope, send: Send, error: StatusError, *, negotiate: bool = False) -> None:
@@ -133,22 +153,9 @@ class Tracking:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        exchange = Exchange(time.perf_counter())
-        scope[EXCHANGE] = exchange
-        state = self.state
-
-        async def tracked(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                exchange.status = message["status"]
-                if state.shutting_down:
-                    message = {
-                        **message,
-                        "headers": [*message.get("headers", ()), (b"connection", b"close")],
-                    }
-            await send(message)
-
+        exchange = scope[EXCHANGE] = Exchange(time.perf_counter(), send, self.state)
         try:
-            await self.app(scope, receive, tracked)
+            await self.app(scope, receive, exchange)
         finally:
             labels = exchange.labels
             if labels is not None:
@@ -156,7 +163,7 @@ class Tracking:
                     group=labels[0],
                     version=labels[1],
                     resource=labels[2],
-                    verb="get" if scope["method"] in _READ_METHODS else "other",
+                    verb=_VERBS.get(scope["method"], "other"),
                     # nothing sent: the request was cancelled (client gone, shutdown)
                     code=exchange.status or 504,
                     seconds=time.perf_counter() - exchange.started,
@@ -349,17 +356,24 @@ class Router:
     ) -> None:
         self.api = api
         self.shell = shell
-        self.is_metrics_api_path, self.metrics_api = metrics_api or (_never, _unreachable)
-        self.is_core_api_path, self.core_api = core_api or (_never, _unreachable)
+        # None when not served: the hot path then skips the check without a call.
+        self.metrics_api: Handler | None = None
+        self.core_api: Handler | None = None
+        self.is_metrics_api_path: Callable[[str], bool] = _never
+        self.is_core_api_path: Callable[[str], bool] = _never
+        if metrics_api is not None:
+            self.is_metrics_api_path, self.metrics_api = metrics_api
+        if core_api is not None:
+            self.is_core_api_path, self.core_api = core_api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         if is_api_path(path):
-            if self.is_metrics_api_path(path):
+            if self.metrics_api is not None and self.is_metrics_api_path(path):
                 await self.metrics_api(scope, send)
             else:
                 await self.api(scope, send)
-        elif self.is_core_api_path(path):
+        elif self.core_api is not None and self.is_core_api_path(path):
             await self.core_api(scope, send)
         else:
             await self.shell(scope, receive, send)
@@ -367,7 +381,3 @@ class Router:
 
 def _never(_: str) -> bool:
     return False
-
-
-async def _unreachable(scope: Scope, send: Send) -> None:  # pragma: no cover - never routed
-    raise AssertionError(f"no handler for {scope['path']}")

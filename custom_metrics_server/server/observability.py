@@ -1,10 +1,10 @@
 """The server's own Prometheus metrics.
 
 One `ServerMetrics` per app, each with its own registry (tests build many apps in one process).
-Label children are cached in dicts so the per-request cost is two dictionary lookups, one
-counter increment and one histogram observation. The `resource` label only takes resources
-the cluster knows (else `other`): request paths are attacker-controlled and must not mint
-label values.
+The per-request metrics are `runtime.metric_vectors` (plain numbers, families built at scrape
+time), so a request costs two dictionary lookups, one increment and one bisect per metric.
+The `resource` label only takes resources the cluster knows (else `other`): request paths are
+attacker-controlled and must not mint label values.
 """
 
 from __future__ import annotations
@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
     Gauge,
     Histogram,
     ProcessCollector,
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from custom_metrics_server.runtime.metric_vectors import CounterVec, HistogramVec
 
 EXPOSITION_CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
@@ -58,33 +59,32 @@ class ServerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._requests = Counter(
-            "apiserver_request_total",
+        # The per-request metrics are lean vectors (plain numbers on the hot path).
+        self._requests = CounterVec(
+            "apiserver_request",
             "Requests by API group, version, resource, verb and HTTP code.",
             ["group", "version", "resource", "verb", "code"],
-            registry=self.registry,
         )
-        self._latency = Histogram(
+        self._latency = HistogramVec(
             "apiserver_request_duration_seconds",
             "Request latency by API group, version, resource and verb.",
             ["group", "version", "resource", "verb"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+            _LATENCY_BUCKETS,
         )
-        self._backend = Histogram(
+        self._backend = HistogramVec(
             "custom_metrics_server_backend_fetch_duration_seconds",
             "Time spent in a backend's fetch, by backend and outcome.",
             ["backend", "outcome"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+            _LATENCY_BUCKETS,
         )
-        self._freshness = Histogram(
+        self._freshness = HistogramVec(
             "metrics_apiserver_metric_freshness_seconds",
             "Age of the oldest value in each metric response, by API group.",
             ["group"],
-            buckets=_FRESHNESS_BUCKETS,
-            registry=self.registry,
+            _FRESHNESS_BUCKETS,
         )
+        for vector in (self._requests, self._latency, self._backend, self._freshness):
+            self.registry.register(vector)
         self._loop_lag = Histogram(
             "custom_metrics_server_event_loop_lag_seconds",
             "How late the event loop ran a timer due now, sampled every 50 ms: every request "
@@ -92,10 +92,6 @@ class ServerMetrics:
             buckets=_LAG_BUCKETS,
             registry=self.registry,
         )
-        self._request_children: dict[tuple[str, ...], Any] = {}
-        self._latency_children: dict[tuple[str, ...], Any] = {}
-        self._backend_children: dict[tuple[str, str], Any] = {}
-        self._freshness_children: dict[str, Any] = {}
 
     def track_server(self, *, inflight: Callable[[], int], deadlines: Callable[[], int]) -> None:
         """Gauges read when `/metrics` is scraped (never per request): requests in flight
@@ -123,32 +119,17 @@ class ServerMetrics:
     def observe_request(
         self, *, group: str, version: str, resource: str, verb: str, code: int, seconds: float
     ) -> None:
-        """Count one request and record its latency."""
-        key = (group, version, resource, verb, str(code))
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self._requests.labels(*key)
-        child.inc()
-        latency_key = key[:4]
-        latency = self._latency_children.get(latency_key)
-        if latency is None:
-            latency = self._latency_children[latency_key] = self._latency.labels(*latency_key)
-        latency.observe(seconds)
+        """Count one request and record its latency. O(1)."""
+        self._requests.inc((group, version, resource, verb, str(code)))
+        self._latency.child((group, version, resource, verb)).observe(seconds)
 
     def observe_backend(self, backend: str, outcome: str, seconds: float) -> None:
-        """Record one backend fetch."""
-        key = (backend, outcome)
-        child = self._backend_children.get(key)
-        if child is None:
-            child = self._backend_children[key] = self._backend.labels(*key)
-        child.observe(seconds)
+        """Record one backend fetch. O(1)."""
+        self._backend.child((backend, outcome)).observe(seconds)
 
     def observe_freshness(self, group: str, age_seconds: float) -> None:
-        """Record the age of the oldest value sent in one response."""
-        child = self._freshness_children.get(group)
-        if child is None:
-            child = self._freshness_children[group] = self._freshness.labels(group)
-        child.observe(max(0.0, age_seconds))
+        """Record the age of the oldest value sent in one response. O(1)."""
+        self._freshness.child((group,)).observe(max(0.0, age_seconds))
 
     async def watch_loop_lag(self, interval: float = LAG_SAMPLE_INTERVAL) -> None:
         """Sample the event loop's lag forever (until cancelled): sleep `interval`, observe

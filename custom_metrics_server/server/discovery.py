@@ -1,0 +1,121 @@
+"""The discovery documents of the served state: which groups and versions this server serves
+with which resources, as the plain documents (`/apis`, `/apis/{group}`, `/apis/{group}/{version}`)
+and as the aggregated `/apis` document, the latter rendered once per state and cached.
+
+Owns the served state's view: the grammar's groups (custom metrics, the legacy custom-metrics
+group, external metrics) with the resources the backends list now, plus the groups served
+beside them with fixed lists (`metrics.k8s.io` when enabled). It must not negotiate or send
+(`endpoints` does) or decide document shapes (`api.discovery`, `api.aggregated_discovery`).
+
+A state is the set of custom metrics and the set of external metrics the backends list: equal
+sets give the same aggregated bodies (JSON, protobuf) and `ETag`, which are kept until the sets
+change. Cost per aggregated request: O(metrics listed) to build and compare the state key (no
+sort, no encoding); O(resources) to render, once per new state. Plain documents cost what they
+always did: O(metrics listed) per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from custom_metrics_server.api import aggregated_discovery, discovery, protobuf, wire
+from custom_metrics_server.api.grammar import (
+    EXTERNAL_GROUP,
+    GROUP_VERSIONS,
+    GroupDiscovery,
+    RootDiscovery,
+    VersionDiscovery,
+)
+from custom_metrics_server.domain import MetricInfo
+from custom_metrics_server.query.engine import QueryEngine
+
+__all__ = ["RenderedDiscovery", "ServedDiscovery", "render_aggregated"]
+
+#: group -> version -> its `APIResourceList`, versions preferred first.
+ExtraGroups = Mapping[str, Mapping[str, Mapping[str, Any]]]
+
+
+class RenderedDiscovery(NamedTuple):
+    """One aggregated document in both encodings, and its `ETag` (quoted)."""
+
+    json: bytes
+    protobuf: bytes
+    etag: str
+
+
+def render_aggregated(
+    groups: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]],
+) -> RenderedDiscovery:
+    """The aggregated `APIGroupDiscoveryList` of `groups` (name -> (version, its plain
+    `APIResourceList`), preferred first), encoded. O(resources)."""
+    document = aggregated_discovery.group_discovery_list(groups)
+    return RenderedDiscovery(
+        wire.dumps(document),
+        protobuf.encode_document(document),
+        aggregated_discovery.etag(document),
+    )
+
+
+class ServedDiscovery:
+    """The discovery documents of what the engine's backends list and the extra groups."""
+
+    def __init__(self, engine: QueryEngine, extra_groups: ExtraGroups | None = None) -> None:
+        self.engine = engine
+        self.extra_groups: ExtraGroups = extra_groups or {}
+        self.group_versions: dict[str, tuple[str, ...]] = {
+            **GROUP_VERSIONS,
+            **{group: tuple(versions) for group, versions in self.extra_groups.items()},
+        }
+        self._aggregated: tuple[object, RenderedDiscovery] | None = None
+
+    def document(
+        self, parsed: RootDiscovery | GroupDiscovery | VersionDiscovery, server_address: str
+    ) -> dict[str, Any]:
+        """The plain document of a discovery path of the grammar's groups (`/apis` lists the
+        extra groups too). O(metrics listed)."""
+        if isinstance(parsed, VersionDiscovery):
+            return self._resource_list(
+                parsed.group,
+                parsed.version,
+                self.engine.custom_metrics(),
+                self.engine.external_metrics(),
+            )
+        if isinstance(parsed, GroupDiscovery):
+            return discovery.api_group(parsed.group)
+        extra = {group: self.group_versions[group] for group in self.extra_groups}
+        return discovery.api_group_list(server_address, extra)
+
+    def aggregated(self) -> RenderedDiscovery:
+        """The aggregated `/apis` document of the current state, from the cache when the
+        backends list the same metrics as when it was rendered. O(metrics listed)."""
+        custom = self.engine.custom_metrics()
+        external = self.engine.external_metrics()
+        key = (frozenset(custom), frozenset(external))
+        cached = self._aggregated
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        groups = {
+            group: [
+                (version, self._resource_list(group, version, custom, external))
+                for version in versions
+            ]
+            for group, versions in self.group_versions.items()
+        }
+        rendered = render_aggregated(groups)
+        self._aggregated = (key, rendered)
+        return rendered
+
+    def _resource_list(
+        self,
+        group: str,
+        version: str,
+        custom: Sequence[MetricInfo],
+        external: Sequence[str],
+    ) -> dict[str, Any]:
+        fixed = self.extra_groups.get(group)
+        if fixed is not None:
+            return dict(fixed[version])
+        if group == EXTERNAL_GROUP:
+            return discovery.external_resource_list(external)
+        return discovery.custom_resource_list(group, version, custom)

@@ -16,12 +16,12 @@ from custom_metrics_server.api import schemas
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.api.grammar import parse_query
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
+from custom_metrics_server.compute.metrics_render import nanocores_quantity
 from custom_metrics_server.compute.metrics_request import (
     MetricsApiRequest,
     negotiate,
     parse_request,
 )
-from custom_metrics_server.compute.metrics_render import nanocores_quantity
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.compute.samples import (
     ContainerSample,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from custom_metrics_server.api import schemas
+from custom_metrics_server.api import openapi, schemas
 from custom_metrics_server.api.grammar import parse_query
 from custom_metrics_server.compute import metrics_request
 from custom_metrics_server.security.requestinfo import request_attributes
@@ -206,3 +206,32 @@ async def test_self_metrics_count_requests_under_their_version() -> None:
     ]
     assert any('version="v1"' in line for line in requests), requests
     assert any('version="v1beta1"' in line for line in requests), requests
+
+
+async def test_openapi_describes_both_versions_with_their_own_definitions() -> None:
+    assert openapi.METRICS_VERSIONS == metrics_request.VERSIONS
+    root = json.loads((await call(app(), scope_for("GET", b"/openapi/v3"))).body)
+    assert {"apis/metrics.k8s.io/v1", "apis/metrics.k8s.io/v1beta1"} <= set(root["paths"])
+    documents = openapi.build_v3(metrics_api=True)
+    new = documents["apis/metrics.k8s.io/v1"]
+    old = documents["apis/metrics.k8s.io/v1beta1"]
+    prefix = "io.k8s.metrics.pkg.apis.metrics."
+    assert {n for n in new["components"]["schemas"] if n.startswith(prefix)} == {
+        f"{prefix}v1.{kind}"
+        for kind in (
+            "ContainerMetrics",
+            "NodeMetrics",
+            "NodeMetricsList",
+            "PodMetrics",
+            "PodMetricsList",
+        )
+    }
+    # The same schemas and paths but for the version in names, refs and descriptions.
+    as_old = json.loads(
+        json.dumps(new)
+        .replace(f"{prefix}v1.", f"{prefix}v1beta1.")
+        .replace("metrics.k8s.io/v1 ", "metrics.k8s.io/v1beta1 ")
+        .replace("/apis/metrics.k8s.io/v1/", "/apis/metrics.k8s.io/v1beta1/")
+        .replace("MetricsK8sIoV1", "MetricsK8sIoV1beta1")
+    )
+    assert as_old == old

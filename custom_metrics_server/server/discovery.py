@@ -75,11 +75,10 @@ class ServedDiscovery:
         """The plain document of a discovery path of the grammar's groups (`/apis` lists the
         extra groups too). O(metrics listed)."""
         if isinstance(parsed, VersionDiscovery):
-            return self._resource_list(
-                parsed.group,
-                parsed.version,
-                self.engine.custom_metrics(),
-                self.engine.external_metrics(),
+            if parsed.group == EXTERNAL_GROUP:
+                return discovery.external_resource_list(self.engine.external_metrics())
+            return discovery.custom_resource_list(
+                parsed.group, parsed.version, self.engine.custom_metrics()
             )
         if isinstance(parsed, GroupDiscovery):
             return discovery.api_group(parsed.group)

@@ -24,15 +24,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from custom_metrics_server.compute.lifecycle import RESOURCE_UNITS, pod_lifecycle, resource_unit
 from custom_metrics_server.compute.model import (
     DEFAULT_OPTIONS,
-    RESOURCE_UNITS,
     SCHEDULER_METRIC_OPTIONS,
     ResourceOptions,
-    pod_lifecycle,
     pod_limits,
     pod_requests,
-    resource_unit,
 )
 from custom_metrics_server.machinery.quantity import Quantity
 

@@ -40,7 +40,7 @@ from types import TracebackType
 from typing import Final, Protocol, Self
 
 from custom_metrics_server.compute.exposition import PodResources, render_pod_resources
-from custom_metrics_server.compute.model import resource_unit
+from custom_metrics_server.compute.lifecycle import resource_unit
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
     BackendRequest,

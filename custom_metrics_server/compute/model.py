@@ -1,14 +1,13 @@
-"""The Kubernetes pod resource model of KEP-1748: effective requests, limits and lifecycle.
+"""The Kubernetes pod resource model of KEP-1748: effective requests and limits.
 
-This module owns the answer to "how much of each resource does this pod hold, and is it
-holding it at all": a Python port of ``k8s.io/component-helpers/resource``
-``PodRequests``/``PodLimits`` (sidecar-aware init-container maths, pod overhead, pod-level
-``spec.resources``, in-place resize) applied to a Pod as the API server's JSON returns it,
-the lifecycle states the KEP defines (Schedulable, Runnable, Completed) and the ``unit``
-label kube-scheduler's ``kube_pod_resource_request`` metric gives each resource.
+This module owns the answer to "how much of each resource does this pod hold": a Python port
+of ``k8s.io/component-helpers/resource`` ``PodRequests``/``PodLimits`` (sidecar-aware
+init-container maths, pod overhead, pod-level ``spec.resources``, in-place resize) applied to
+a Pod as the API server's JSON returns it (read by :mod:`.pod_view`). Whether the pod holds
+it at all (its lifecycle) and the unit labels are :mod:`.lifecycle`'s.
 
-It is a pure module: no I/O, no logging, no clocks; the only dependency is our own
-:mod:`custom_metrics_server.machinery.quantity`. Results are fresh dicts the caller may keep.
+It is a pure module: no I/O, no logging, no clocks. Results are fresh dicts the caller may
+keep. Cost: O(containers x resources) per call.
 
 Upstream reference: ``k8s.io/component-helpers`` at commit 1961876b (2026-07-24), read as
 kubernetes/kubernetes ``staging/src/k8s.io/component-helpers/resource/helpers.go``. At that
@@ -48,51 +47,35 @@ Deliberate differences from upstream, each for the reason given:
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, Final
 
+from custom_metrics_server.compute.pod_view import (
+    Container,
+    ContainerStatus,
+    PodView,
+    ResourceMap,
+)
 from custom_metrics_server.machinery.quantity import Quantity
 
 __all__ = [
     "DEFAULT_OPTIONS",
     "HPA_POD_LEVEL_OPTIONS",
-    "RESOURCE_UNITS",
     "SCHEDULER_METRIC_OPTIONS",
-    "Lifecycle",
     "ResourceOptions",
     "hpa_pod_requests",
     "is_supported_pod_level_resource",
-    "pod_lifecycle",
     "pod_limits",
     "pod_requests",
-    "resource_unit",
 ]
 
-Lifecycle = Literal["Schedulable", "Runnable", "Completed"]
-
-#: Unit label of kube-scheduler's kube_pod_resource_request/limit metric for the resources
-#: it names exactly (pkg/scheduler/metrics/resources/resources.go). Prefixed names and every
-#: other resource are handled by :func:`resource_unit`.
-RESOURCE_UNITS: Final[dict[str, str]] = {
-    "cpu": "cores",
-    "memory": "bytes",
-    "storage": "bytes",
-    "ephemeral-storage": "bytes",
-}
-
 _HUGEPAGES_PREFIX: Final = "hugepages-"
-_ATTACHABLE_VOLUMES_PREFIX: Final = "attachable-volumes-"
 # supportedPodLevelResources upstream, plus any hugepages-* (IsSupportedPodLevelResource at
 # 1961876b; releases up to 1.33 accepted cpu and memory only).
 _POD_LEVEL_RESOURCES: Final = frozenset({"cpu", "memory"})
-_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 _ZERO: Final = Decimal(0)
-_EMPTY: Final[Mapping[str, Any]] = {}
-
-ResourceMap = dict[str, Quantity]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,56 +105,6 @@ SCHEDULER_METRIC_OPTIONS: Final = ResourceOptions(
 HPA_POD_LEVEL_OPTIONS: Final = ResourceOptions(
     use_status_resources=False, pod_level_status_resources=False, exclude_overhead=True
 )
-
-
-# --- JSON access ----------------------------------------------------------------------
-
-
-def _mapping(value: object, where: str) -> Mapping[str, Any]:
-    """Return value as a JSON object; None (absent or null) is the empty object."""
-    if value is None:
-        return _EMPTY
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{where} must be an object, not {type(value).__name__}")
-    return value
-
-
-def _objects(value: object, where: str) -> list[Mapping[str, Any]]:
-    """Return value as a list of JSON objects; None (absent or null) is the empty list."""
-    if value is None:
-        return []
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise TypeError(f"{where} must be an array, not {type(value).__name__}")
-    return [_mapping(item, f"{where}[{index}]") for index, item in enumerate(value)]
-
-
-_parse_text: Callable[[str], Quantity] = functools.lru_cache(maxsize=4096)(Quantity.parse)
-
-
-def _quantity(value: object, where: str) -> Quantity:
-    """Parse one quantity of a resource list (a string, as the API server sends it)."""
-    try:
-        if isinstance(value, str):
-            return _parse_text(value)
-        if isinstance(value, bool):
-            pass  # a JSON true/false is no quantity; falls through to the TypeError
-        elif isinstance(value, int):
-            return _parse_text(str(value))
-        elif isinstance(value, float | Decimal):
-            return Quantity.from_number(value)
-    except ValueError as error:
-        raise ValueError(f"{where}: {value!r}: {error}") from error
-    raise TypeError(f"{where} must be a quantity string, not {type(value).__name__}")
-
-
-def _resource_list(value: object, where: str) -> ResourceMap | None:
-    """Parse a ResourceList; None when absent or null (Go's nil map), else a new dict."""
-    if value is None:
-        return None
-    return {
-        str(name): _quantity(amount, f"{where}.{name}")
-        for name, amount in _mapping(value, where).items()
-    }
 
 
 # --- ResourceList arithmetic (addResourceList, maxResourceList, max, subtract) ---------------
@@ -209,112 +142,6 @@ def _without_zeros(resources: ResourceMap) -> dict[str, Quantity]:
     return {name: amount for name, amount in resources.items() if not amount.is_zero()}
 
 
-# --- The pod, parsed once per call -----------------------------------------------------
-
-_Kind = Literal["requests", "limits"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Container:
-    """One spec container: its name, whether it is a sidecar, and its spec list."""
-
-    name: str
-    restartable: bool
-    spec: ResourceMap | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Status:
-    """One container status: allocatedResources and resources.{requests|limits}."""
-
-    allocated: ResourceMap | None
-    actual: ResourceMap | None
-
-
-@dataclass(frozen=True, slots=True)
-class _PodView:
-    """The fields of a pod that PodRequests/PodLimits read, for one kind of list."""
-
-    containers: tuple[_Container, ...]
-    init_containers: tuple[_Container, ...]
-    statuses: Mapping[str, _Status]
-    overhead: ResourceMap | None
-    pod_requests: ResourceMap | None
-    pod_limits: ResourceMap | None
-    status_resources_set: bool
-    status_actual: ResourceMap | None
-    status_allocated: ResourceMap | None
-    infeasible: bool
-
-    @classmethod
-    def of(cls, pod: Mapping[str, Any], kind: _Kind) -> _PodView:
-        """Parse what the computation of kind needs from a pod's JSON."""
-        pod = _mapping(pod, "pod")
-        spec = _mapping(pod.get("spec"), "spec")
-        status = _mapping(pod.get("status"), "status")
-
-        def containers(field: str) -> tuple[_Container, ...]:
-            parsed = []
-            for index, container in enumerate(_objects(spec.get(field), f"spec.{field}")):
-                where = f"spec.{field}[{index}].resources"
-                resources = _mapping(container.get("resources"), where)
-                parsed.append(
-                    _Container(
-                        name=str(container.get("name", "")),
-                        restartable=container.get("restartPolicy") == "Always",
-                        spec=_resource_list(resources.get(kind), f"{where}.{kind}"),
-                    )
-                )
-            return tuple(parsed)
-
-        statuses: dict[str, _Status] = {}
-        # findContainerStatus: containerStatuses first, then initContainerStatuses.
-        for field in ("containerStatuses", "initContainerStatuses"):
-            for index, entry in enumerate(_objects(status.get(field), f"status.{field}")):
-                name = str(entry.get("name", ""))
-                if name in statuses:
-                    continue
-                where = f"status.{field}[{index}]"
-                actual = _mapping(entry.get("resources"), f"{where}.resources").get(kind)
-                statuses[name] = _Status(
-                    allocated=_resource_list(
-                        entry.get("allocatedResources"), f"{where}.allocatedResources"
-                    ),
-                    actual=_resource_list(actual, f"{where}.resources.{kind}"),
-                )
-
-        pod_resources = _mapping(spec.get("resources"), "spec.resources")
-        status_resources = status.get("resources")
-        return cls(
-            containers=containers("containers"),
-            init_containers=containers("initContainers"),
-            statuses=statuses,
-            overhead=_resource_list(spec.get("overhead"), "spec.overhead"),
-            pod_requests=_resource_list(pod_resources.get("requests"), "spec.resources.requests"),
-            pod_limits=_resource_list(pod_resources.get("limits"), "spec.resources.limits"),
-            status_resources_set=status_resources is not None,
-            status_actual=_resource_list(
-                _mapping(status_resources, "status.resources").get(kind), f"status.resources.{kind}"
-            ),
-            status_allocated=_resource_list(
-                status.get("allocatedResources"), "status.allocatedResources"
-            ),
-            infeasible=_resize_infeasible(status),
-        )
-
-
-def _resize_infeasible(status: Mapping[str, Any]) -> bool:
-    """IsPodResizeInfeasible: the first PodResizePending condition's reason is Infeasible.
-
-    Without such a condition, the deprecated ``status.resize`` field (API servers up to
-    1.32) is read instead.
-    """
-    for condition in _objects(status.get("conditions"), "status.conditions"):
-        if condition.get("type") == "PodResizePending":
-            return bool(condition.get("reason") == "Infeasible")
-    return bool(status.get("resize") == "Infeasible")
-
-
 def is_supported_pod_level_resource(name: str) -> bool:
     """IsSupportedPodLevelResource at 1961876b: cpu, memory and hugepages-*; O(1)."""
     return name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX)
@@ -327,18 +154,18 @@ def _names_supported(resources: Mapping[str, Quantity] | None) -> bool:
 
 # --- Per-container list selection (containerSpecRequests and friends) --------------------
 
-_Getter = Callable[[_Container, _Status | None, bool], ResourceMap | None]
+_Getter = Callable[[Container, ContainerStatus | None, bool], ResourceMap | None]
 
 
 def _spec_list(
-    container: _Container, _status: _Status | None, _infeasible: bool
+    container: Container, _status: ContainerStatus | None, _infeasible: bool
 ) -> ResourceMap | None:
     """containerSpecRequests / containerSpecLimits."""
     return container.spec
 
 
 def _allocated_requests(
-    container: _Container, status: _Status | None, infeasible: bool
+    container: Container, status: ContainerStatus | None, infeasible: bool
 ) -> ResourceMap | None:
     """containerAllocatedRequests: allocatedResources, else spec unless the resize is infeasible."""
     if status is not None and status.allocated is not None:
@@ -347,7 +174,7 @@ def _allocated_requests(
 
 
 def _actuated_requests(
-    container: _Container, status: _Status | None, infeasible: bool
+    container: Container, status: ContainerStatus | None, infeasible: bool
 ) -> ResourceMap | None:
     """containerActuatedRequests: resources.requests, else allocatedResources, else spec."""
     if status is not None:
@@ -359,7 +186,7 @@ def _actuated_requests(
 
 
 def _actuated_limits(
-    container: _Container, status: _Status | None, infeasible: bool
+    container: Container, status: ContainerStatus | None, infeasible: bool
 ) -> ResourceMap | None:
     """containerActuatedLimits: resources.limits, else spec unless the resize is infeasible."""
     if status is not None and status.actual is not None:
@@ -367,7 +194,7 @@ def _actuated_limits(
     return None if infeasible else container.spec
 
 
-def _aggregate(view: _PodView, getter: _Getter, use_status: bool) -> ResourceMap:
+def _aggregate(view: PodView, getter: _Getter, use_status: bool) -> ResourceMap:
     """aggregateContainerResourcesByFn: max(sum of containers and sidecars, peak init phase).
 
     Init container i needs its own list plus every restartable (sidecar) init container
@@ -400,7 +227,7 @@ def _aggregate(view: _PodView, getter: _Getter, use_status: bool) -> ResourceMap
 # --- PodRequests ----------------------------------------------------------------------
 
 
-def _aggregate_requests(view: _PodView, options: ResourceOptions) -> ResourceMap:
+def _aggregate_requests(view: PodView, options: ResourceOptions) -> ResourceMap:
     """AggregateContainerRequests: spec, or max(spec, actuated, allocated) while resizing."""
     if not options.use_status_resources:
         return _aggregate(view, _spec_list, use_status=False)
@@ -422,7 +249,7 @@ def _aggregate_requests(view: _PodView, options: ResourceOptions) -> ResourceMap
 
 
 def _effective_pod_level(
-    view: _PodView, spec: ResourceMap | None, *statuses: ResourceMap | None
+    view: PodView, spec: ResourceMap | None, *statuses: ResourceMap | None
 ) -> ResourceMap:
     """effectivePodLevelResources: max(spec, statuses...), spec ignored if resize is infeasible."""
     return _max_of(None if view.infeasible else spec, *statuses)
@@ -435,7 +262,7 @@ def _apply_pod_level(result: ResourceMap, effective: Mapping[str, Quantity] | No
             result[name] = amount
 
 
-def _requests(view: _PodView, options: ResourceOptions) -> ResourceMap:
+def _requests(view: PodView, options: ResourceOptions) -> ResourceMap:
     """PodRequests over a parsed pod, zero values kept (the caller drops them)."""
     requests = _aggregate_requests(view, options)
 
@@ -462,7 +289,7 @@ def pod_requests(
     pod: Mapping[str, Any], *, options: ResourceOptions = DEFAULT_OPTIONS
 ) -> dict[str, Quantity]:
     """Return the pod's effective requests, as upstream PodRequests; O(containers x resources)."""
-    return _without_zeros(_requests(_PodView.of(pod, "requests"), options))
+    return _without_zeros(_requests(PodView.of(pod, "requests"), options))
 
 
 def hpa_pod_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
@@ -477,7 +304,7 @@ def hpa_pod_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
     for cpu in container ..."). Each container's (or the pod's) quantity is rounded up to a
     milli-unit first, as the HPA's ``MilliValue`` does. Zero values are left out.
     """
-    view = _PodView.of(pod, "requests")
+    view = PodView.of(pod, "requests")
     if _names_supported(view.pod_requests):
         totals = {
             name: amount.milli_value()
@@ -497,7 +324,7 @@ def hpa_pod_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
 # --- PodLimits ------------------------------------------------------------------------
 
 
-def _aggregate_limits(view: _PodView, options: ResourceOptions) -> ResourceMap:
+def _aggregate_limits(view: PodView, options: ResourceOptions) -> ResourceMap:
     """AggregateContainerLimits: spec, or max(spec, actuated) while resizing."""
     if not options.use_status_resources:
         return _aggregate(view, _spec_list, use_status=False)
@@ -515,7 +342,7 @@ def pod_limits(
     pod: Mapping[str, Any], *, options: ResourceOptions = DEFAULT_OPTIONS
 ) -> dict[str, Quantity]:
     """Return the pod's effective limits, as upstream PodLimits; O(containers x resources)."""
-    view = _PodView.of(pod, "limits")
+    view = PodView.of(pod, "limits")
     limits = _aggregate_limits(view, options)
 
     pod_level_set = _names_supported(view.pod_requests) or _names_supported(view.pod_limits)
@@ -536,64 +363,3 @@ def pod_limits(
             if current is not None and not current.is_zero():
                 limits[name] = current + amount
     return _without_zeros(limits)
-
-
-# --- Lifecycle and units -------------------------------------------------------------------
-
-
-def _terminated(status: Mapping[str, Any] | None) -> bool:
-    """Whether a container status reports a termination state."""
-    if status is None:
-        return False
-    state = _mapping(status.get("state"), "containerStatus.state")
-    return state.get("terminated") is not None
-
-
-def _all_containers_stopped(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-    """Whether every init and regular container has a status in a terminated state."""
-    reported: dict[str, Mapping[str, Any]] = {}
-    for field in ("initContainerStatuses", "containerStatuses"):
-        for entry in _objects(status.get(field), f"status.{field}"):
-            reported.setdefault(str(entry.get("name", "")), entry)
-    for field in ("initContainers", "containers"):
-        for container in _objects(spec.get(field), f"spec.{field}"):
-            if not _terminated(reported.get(str(container.get("name", "")))):
-                return False
-    return True
-
-
-def pod_lifecycle(pod: Mapping[str, Any]) -> Lifecycle:
-    """Return the pod's KEP-1748 lifecycle state; O(containers).
-
-    Completed: phase Succeeded or Failed, or deleted (``metadata.deletionTimestamp``) with
-    every init and regular container reported terminated. Otherwise Schedulable until
-    ``spec.nodeName`` is set, then Runnable.
-    """
-    pod = _mapping(pod, "pod")
-    spec = _mapping(pod.get("spec"), "spec")
-    status = _mapping(pod.get("status"), "status")
-    if status.get("phase") in _TERMINAL_PHASES:
-        return "Completed"
-    deleted = _mapping(pod.get("metadata"), "metadata").get("deletionTimestamp") is not None
-    if deleted and _all_containers_stopped(spec, status):
-        return "Completed"
-    if not spec.get("nodeName"):
-        return "Schedulable"
-    return "Runnable"
-
-
-def resource_unit(name: str) -> str:
-    """Return the scheduler metric's unit label for a resource name; O(1).
-
-    cpu is ``cores``; memory, storage, ephemeral-storage and hugepages-* are ``bytes``;
-    attachable-volumes-* are ``integer``; anything else (extended resources such as
-    nvidia.com/gpu) has the empty unit, as in kube-scheduler and the KEP.
-    """
-    unit = RESOURCE_UNITS.get(name)
-    if unit is not None:
-        return unit
-    if name.startswith(_HUGEPAGES_PREFIX):
-        return "bytes"
-    if name.startswith(_ATTACHABLE_VOLUMES_PREFIX):
-        return "integer"
-    return ""

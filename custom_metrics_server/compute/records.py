@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol
 
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS
-from custom_metrics_server.compute.model import pod_lifecycle
+from custom_metrics_server.compute.lifecycle import pod_lifecycle
 from custom_metrics_server.compute.resource_shapes import ResourceShapes
 from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
 from custom_metrics_server.machinery.quantity import Quantity

@@ -190,8 +190,16 @@ class DiscoveryRestMapper:
         ):
             return None
         self.stats.miss_refreshes += 1
+        missed_at = self._clock()
+        joined_started = self._last_attempt if self._inflight is not None else None
         await self.refresh()
-        return self._mapper.mapping(resource)
+        found = self._mapper.mapping(resource)
+        if found is None and joined_started is not None and joined_started < missed_at:
+            # The discovery we joined began before this miss: it may predate the resource
+            # (a CRD created a moment ago). One fresh discovery settles it.
+            await self.refresh()
+            found = self._mapper.mapping(resource)
+        return found
 
     async def refresh(self) -> bool:
         """Discover now, or join the discovery in flight; True if it succeeded. Never raises

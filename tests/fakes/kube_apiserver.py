@@ -394,6 +394,9 @@ class FakeKubeApiServer:
         self.max_watch_seconds: float | None = None
         #: watch length when the client sends no `timeoutSeconds`
         self.default_watch_seconds = 1800.0
+        #: seconds every discovery answer waits after the server read its state (tests of
+        #: what a discovery under way sees)
+        self.discovery_delay = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._listener: socket.socket | None = None
@@ -1067,6 +1070,8 @@ class FakeKubeApiServer:
             types = list(self._types.values())
             preferred = dict(self._preferred)
             failures = dict(self._discovery_failures)
+        if self.discovery_delay:  # answer from the state read above, later
+            await asyncio.sleep(self.discovery_delay)
         if where == ("api",):
             body: Obj = {
                 "kind": "APIVersions",

@@ -196,6 +196,36 @@ async def test_concurrent_misses_share_one_refresh(
     assert api.count("discovery", "/apis") == 1
 
 
+async def test_a_miss_that_joins_an_older_refresh_refreshes_once_more(
+    api: FakeKubeApiServer, client: KubeClient
+) -> None:
+    """A discovery already under way when a CRD appears may not see it: the miss that joined
+    it refreshes once more rather than answering 'unknown' until the next interval."""
+    mapper = DiscoveryRestMapper(client, min_refresh_interval=60.0)
+    await mapper.refresh()
+    api.reset_counts()
+    api.discovery_delay = 0.3
+    running = asyncio.ensure_future(mapper.refresh())  # e.g. the periodic refresh
+    await api_sees_discovery(api)
+    api.register(WIDGETS)  # after that refresh's /apis was read, before it ends
+    api.discovery_delay = 0.0
+    api.reset_counts()
+    found = await mapper.resolve("widgets.example.com")
+    await running
+    assert found is not None
+    assert found.kind == "Widget"
+    assert api.count("discovery", "/apis") == 1  # the one fresh discovery after the miss
+
+
+async def api_sees_discovery(api: FakeKubeApiServer) -> None:
+    """Until the fake has received the /apis request of a discovery under way."""
+    for _ in range(200):
+        if api.count("discovery", "/apis"):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("no discovery request arrived")
+
+
 async def test_a_cancelled_caller_does_not_cancel_the_shared_refresh(
     api: FakeKubeApiServer, client: KubeClient
 ) -> None:

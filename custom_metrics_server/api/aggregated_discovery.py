@@ -35,10 +35,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import orjson
-
 from custom_metrics_server.api.negotiation import AGGREGATED_KIND, AGGREGATED_PARAMS
-from custom_metrics_server.api.wire import go_escape
 
 __all__ = [
     "API_VERSION",
@@ -155,13 +152,20 @@ def group_discovery_list(
     }
 
 
-def etag(document: Mapping[str, Any]) -> str:
-    """The `ETag` value: upstream's `calculateETag`, the upper-case hex SHA-512 of the list
-    as `json.Marshal` writes it without kind and apiVersion, in double quotes. One value for
-    JSON and protobuf (the response varies by `Accept`). O(size of the document)."""
-    listed = {k: v for k, v in document.items() if k not in ("kind", "apiVersion")}
-    body = go_escape(orjson.dumps(listed))
-    return '"' + hashlib.sha512(body).hexdigest().upper() + '"'
+#: How `wire.dumps` starts the list: what `json.Marshal` of upstream's cached list (no TypeMeta)
+#: does not have.
+_TYPE_PREFIX: Final = f'{{"kind":"{KIND}","apiVersion":"{API_VERSION}",'.encode()
+
+
+def etag(json_body: bytes) -> str:
+    """The `ETag` of a list `wire.dumps` wrote: upstream's `calculateETag`, the upper-case hex
+    SHA-512 of the list as `json.Marshal` writes it (without kind and apiVersion, no newline),
+    in double quotes. One value for JSON and protobuf (the response varies by `Accept`).
+    O(len(json_body))."""
+    if not json_body.startswith(_TYPE_PREFIX):
+        raise ValueError("not an APIGroupDiscoveryList written by wire.dumps")
+    listed = b"{" + json_body[len(_TYPE_PREFIX) :].rstrip(b"\n")
+    return '"' + hashlib.sha512(listed).hexdigest().upper() + '"'
 
 
 def content_type(media_type: str) -> str:

@@ -9,15 +9,16 @@ beside them with fixed lists (`metrics.k8s.io` when enabled). It must not negoti
 
 A state is the set of custom metrics and the set of external metrics the backends list: equal
 sets give the same aggregated bodies (JSON, protobuf) and `ETag`, which are kept until the sets
-change. Cost per aggregated request: O(metrics listed) to build and compare the state key (no
-sort, no encoding); O(resources) to render, once per new state. Plain documents cost what they
+change (the protobuf body from its first use). Cost per aggregated request: O(metrics listed)
+to build and compare the state key (no sort, no encoding); O(resources) to render, once per new
+state. Plain documents cost what they
 always did: O(metrics listed) per request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from custom_metrics_server.api import aggregated_discovery, discovery, protobuf, wire
 from custom_metrics_server.api.grammar import (
@@ -36,25 +37,34 @@ __all__ = ["RenderedDiscovery", "ServedDiscovery", "render_aggregated"]
 ExtraGroups = Mapping[str, Mapping[str, Mapping[str, Any]]]
 
 
-class RenderedDiscovery(NamedTuple):
-    """One aggregated document in both encodings, and its `ETag` (quoted)."""
+class RenderedDiscovery:
+    """One aggregated document: its JSON body and `ETag`, and its protobuf body, encoded on
+    first use (most clients, kubectl and kube-aggregator among them, ask for JSON) and kept."""
 
-    json: bytes
-    protobuf: bytes
-    etag: str
+    __slots__ = ("_document", "_protobuf", "etag", "json")
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        self._document: Mapping[str, Any] | None = document
+        self._protobuf: bytes | None = None
+        self.json = wire.dumps(document)
+        self.etag = aggregated_discovery.etag(self.json)
+
+    @property
+    def protobuf(self) -> bytes:
+        """The protobuf body. O(size of the document) once, then O(1)."""
+        if self._protobuf is None:
+            assert self._document is not None
+            self._protobuf = protobuf.encode_document(self._document)
+            self._document = None  # the bytes are all that is needed from now on
+        return self._protobuf
 
 
 def render_aggregated(
     groups: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]],
 ) -> RenderedDiscovery:
     """The aggregated `APIGroupDiscoveryList` of `groups` (name -> (version, its plain
-    `APIResourceList`), preferred first), encoded. O(resources)."""
-    document = aggregated_discovery.group_discovery_list(groups)
-    return RenderedDiscovery(
-        wire.dumps(document),
-        protobuf.encode_document(document),
-        aggregated_discovery.etag(document),
-    )
+    `APIResourceList`), preferred first), rendered. O(resources)."""
+    return RenderedDiscovery(aggregated_discovery.group_discovery_list(groups))
 
 
 class ServedDiscovery:

@@ -216,9 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     kube.add_argument(
         "--enable-metrics-api",
         action="store_true",
-        help="also serve metrics.k8s.io/v1beta1 (kubectl top) from the kubelet usage this "
-        "server scrapes anyway; needs the resource-metrics overlay's APIService (always on "
-        "with --demo)",
+        help="also serve metrics.k8s.io v1 and v1beta1 (kubectl top) from the kubelet usage "
+        "this server scrapes anyway; needs the resource-metrics component's APIServices "
+        "(always on with --demo)",
     )
     kube.add_argument(
         "--leader-elect",

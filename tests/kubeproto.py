@@ -35,6 +35,8 @@ FILES = (
     "custom_metrics_v1beta2.proto",
     "external_metrics_v1beta1.proto",
     "metrics_v1beta1.proto",
+    "metrics_v1.proto",
+    "apidiscovery_v2.proto",
 )
 MAGIC = b"k8s\x00"
 _LENGTH_DELIMITED = (
@@ -129,7 +131,12 @@ def top_level_message(api_version: str, kind: str) -> str:
     if kind == "ExternalMetricValueList":
         return f"{METRICS}.external_metrics.v1beta1.ExternalMetricValueList"
     if kind in ("NodeMetrics", "NodeMetricsList", "PodMetrics", "PodMetricsList"):
-        return f"{METRICS}.metrics.v1beta1.{kind}"
+        version = api_version.rpartition("/")[2]
+        assert version in ("v1", "v1beta1"), api_version
+        return f"{METRICS}.metrics.{version}.{kind}"
+    if kind == "APIGroupDiscoveryList":
+        assert api_version == "apidiscovery.k8s.io/v2", api_version
+        return f"k8s.io.api.apidiscovery.v2.{kind}"
     return f"{META}.{kind}"
 
 
@@ -174,6 +181,8 @@ POINTER_FIELDS = frozenset(
         "MetricValue.selector",
         "MetricIdentifier.selector",
         "ExternalMetricValue.window",
+        "APIResourceDiscovery.responseKind",
+        "APISubresourceDiscovery.responseKind",
         # metav1.Time has its own marshaller: nothing at all for the zero time.
         "Time.seconds",
         "Time.nanos",

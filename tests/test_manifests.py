@@ -809,17 +809,22 @@ def test_the_base_does_not_take_metrics_k8s_io_over(base: list[Obj]) -> None:
     assert "--enable-metrics-api" not in container(base)["args"]
 
 
-def test_production_with_the_component_registers_v1beta1_metrics_k8s_io(
+def test_production_with_the_component_registers_v1_and_v1beta1_metrics_k8s_io(
     production_with_metrics_api: list[Obj],
 ) -> None:
     objects = production_with_metrics_api
     services = {o["metadata"]["name"]: o for o in select(objects, "APIService")}
-    assert set(services) == {*API_SERVICES, "v1beta1.metrics.k8s.io"}
-    spec = services["v1beta1.metrics.k8s.io"]["spec"]
-    assert (spec["group"], spec["version"]) == ("metrics.k8s.io", "v1beta1")
-    assert (spec["groupPriorityMinimum"], spec["versionPriority"]) == (100, 100)
-    assert spec["service"] == {"name": NAME, "namespace": NAMESPACE, "port": 443}
-    assert "insecureSkipTLSVerify" not in spec
+    assert set(services) == {*API_SERVICES, "v1.metrics.k8s.io", "v1beta1.metrics.k8s.io"}
+    old = services["v1beta1.metrics.k8s.io"]["spec"]
+    new = services["v1.metrics.k8s.io"]["spec"]
+    assert (old["group"], old["version"]) == ("metrics.k8s.io", "v1beta1")
+    assert (new["group"], new["version"]) == ("metrics.k8s.io", "v1")
+    # v1 preferred: kube-aggregator orders a group's versions by versionPriority.
+    assert (old["groupPriorityMinimum"], old["versionPriority"]) == (100, 100)
+    assert (new["groupPriorityMinimum"], new["versionPriority"]) == (100, 200)
+    for spec in (old, new):
+        assert spec["service"] == {"name": NAME, "namespace": NAMESPACE, "port": 443}
+        assert "insecureSkipTLSVerify" not in spec
     # The overlay's replacement ran after the component: the same generated CA everywhere.
     bundles = {s["spec"]["caBundle"] for s in services.values()}
     assert len(bundles) == 1
@@ -829,13 +834,14 @@ def test_production_with_the_component_registers_v1beta1_metrics_k8s_io(
     assert "--enable-metrics-api" in serve_parser()._option_string_actions
 
 
-def test_cert_manager_with_the_component_injects_the_ca_into_the_new_api_service(
+def test_cert_manager_with_the_component_injects_the_ca_into_the_new_api_services(
     cert_manager_with_metrics_api: list[Obj],
 ) -> None:
-    service = one(cert_manager_with_metrics_api, "APIService", "v1beta1.metrics.k8s.io")
-    assert "caBundle" not in service["spec"] or service["spec"]["caBundle"] is None
-    annotations = service["metadata"]["annotations"]
-    assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{NAME}-serving"
+    for name in ("v1.metrics.k8s.io", "v1beta1.metrics.k8s.io"):
+        service = one(cert_manager_with_metrics_api, "APIService", name)
+        assert "caBundle" not in service["spec"] or service["spec"]["caBundle"] is None
+        annotations = service["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{NAME}-serving"
 
 
 def test_the_component_grants_kubectl_top_like_metrics_server(

@@ -7,8 +7,11 @@ import pytest
 from custom_metrics_server.api.negotiation import (
     JSON,
     PROTOBUF,
+    DiscoveryRepresentation,
     Representation,
+    go_accept_clauses,
     negotiate,
+    negotiate_discovery,
     pretty_user_agent,
 )
 from custom_metrics_server.errors import NotAcceptable
@@ -83,23 +86,114 @@ def test_nothing_acceptable_is_406(accept: str) -> None:
     )
 
 
-def test_discovery_root_never_answers_406() -> None:
-    aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-    assert negotiate(aggregated, discovery_root=True) == PLAIN
-    assert negotiate("application/xml", discovery_root=True) == PLAIN
-    assert isinstance(negotiate(aggregated), NotAcceptable)
-    # client-go's discovery Accept: the v2 clauses are skipped, the plain one is served.
-    kubectl = (
-        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
-        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
-        "application/json"
-    )
-    assert negotiate(kubectl, discovery_root=True) == PLAIN
-    protobuf_v2 = (
-        "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
-        "application/vnd.kubernetes.protobuf"
-    )
-    assert negotiate(protobuf_v2, discovery_root=True) == PROTO
+V2 = "g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+AGGREGATED_JSON = DiscoveryRepresentation(JSON, False, True)
+AGGREGATED_PROTO = DiscoveryRepresentation(PROTOBUF, False, True)
+PLAIN_JSON = DiscoveryRepresentation(JSON, False, False)
+PLAIN_PROTO = DiscoveryRepresentation(PROTOBUF, False, False)
+
+
+@pytest.mark.parametrize(
+    ("accept", "at_root", "elsewhere"),
+    [
+        # client-go 1.37 (kubectl) and kube-aggregator: v2 first, the plain list as fallback.
+        (f"application/json;{V2},application/json", AGGREGATED_JSON, PLAIN_JSON),
+        # client-go <= 1.36 also names v2beta1, which 1.37 no longer serves (the gate
+        # AggregatedDiscoveryRemoveBetaType is locked on since 1.35).
+        (
+            f"application/json;{V2},application/json;g=apidiscovery.k8s.io;v=v2beta1;"
+            "as=APIGroupDiscoveryList,application/json",
+            AGGREGATED_JSON,
+            PLAIN_JSON,
+        ),
+        (f"application/vnd.kubernetes.protobuf;{V2}", AGGREGATED_PROTO, None),
+        (
+            f"application/vnd.kubernetes.protobuf;{V2},application/json;{V2},application/json",
+            AGGREGATED_PROTO,
+            PLAIN_JSON,
+        ),
+        # Only v2: a 406 where the aggregated document is not served (as kube-apiserver's
+        # /apis/<group> and /apis/<group>/<version>).
+        (f"application/json;{V2}", AGGREGATED_JSON, None),
+        # The wrapper asks "any acceptable v2 clause?" first: q cannot prefer the plain list.
+        (f"application/json, application/json;q=0.5;{V2}", AGGREGATED_JSON, PLAIN_JSON),
+        (
+            f"application/vnd.kubernetes.protobuf, application/json;q=0.1;{V2}",
+            AGGREGATED_JSON,
+            PLAIN_PROTO,
+        ),
+        # Parameters in any order, wildcards, profile (peer discovery) ignored, stream=watch
+        # accepted, pretty=1 kept.
+        ("*/*;as=APIGroupDiscoveryList;v=v2;g=apidiscovery.k8s.io", AGGREGATED_JSON, None),
+        (f"application/*;{V2};profile=nopeer", AGGREGATED_JSON, None),
+        (f"application/json;{V2};stream=watch", AGGREGATED_JSON, None),
+        (f"application/json;{V2};pretty=1", DiscoveryRepresentation(JSON, True, True), None),
+        # v2beta1 alone, other kinds and versions, server versions, other streams: not v2.
+        ("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList", None, None),
+        ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscovery", None, None),
+        (f"application/json;{V2};sv=v1", None, None),
+        (f"application/json;{V2};stream=other", None, None),
+        ("application/json;as=Table;v=v1;g=meta.k8s.io", None, None),
+        ("application/json;g=", None, None),
+        # Plain clauses: goautoneg is case-sensitive and q only orders clauses.
+        ("", PLAIN_JSON, PLAIN_JSON),
+        ("application/json;q=0", PLAIN_JSON, PLAIN_JSON),
+        ("application/json;q=bogus, application/vnd.kubernetes.protobuf", PLAIN_PROTO, PLAIN_PROTO),
+        ("APPLICATION/JSON", None, None),
+        ("application/xml", None, None),
+        ("application/yaml", None, None),
+        ("text/html, */*;q=0.1", PLAIN_JSON, PLAIN_JSON),
+        ("*/json", None, None),
+        # goautoneg's Less puts a specific type first even at a lower q.
+        ("*/*, application/vnd.kubernetes.protobuf;q=0.5", PLAIN_PROTO, PLAIN_PROTO),
+        ("application/json;stream=watch", PLAIN_JSON, PLAIN_JSON),
+        (
+            "application/json;pretty=1",
+            DiscoveryRepresentation(JSON, True, False),
+            DiscoveryRepresentation(JSON, True, False),
+        ),
+    ],
+)
+def test_discovery_negotiation_is_upstreams(
+    accept: str,
+    at_root: DiscoveryRepresentation | None,
+    elsewhere: DiscoveryRepresentation | None,
+) -> None:
+    for aggregated, wanted in ((True, at_root), (False, elsewhere)):
+        chosen = negotiate_discovery(accept, aggregated=aggregated)
+        if wanted is None:
+            assert isinstance(chosen, NotAcceptable), (accept, aggregated, chosen)
+            assert chosen.code == 406
+        else:
+            assert chosen == wanted, (accept, aggregated)
+
+
+@pytest.mark.parametrize(
+    ("accept", "order"),
+    [
+        ("a/b;q=0.5, c/d", ["c/d", "a/b"]),
+        # q=0 and an unparsable q are kept (parsed as 0), and sort last.
+        ("a/b;q=0, c/d;q=x, e/f", ["e/f", "a/b", "c/d"]),
+        # goautoneg's Less: a specific type sorts before a wildcard whatever the q.
+        ("*/*, a/b;q=0.1", ["a/b", "*/*"]),
+        ("a/*, a/b;q=0.1", ["a/b", "a/*"]),
+        # Beyond float32 is +Inf; hex floats parse; a space before the number is an error.
+        ("a/b, c/d;q=1e50", ["c/d", "a/b"]),
+        ("a/b;q=0x1p-1, c/d;q= 0.9", ["a/b", "c/d"]),
+        # Malformed ranges are dropped; `*` alone is */*.
+        ("a, a/b/c, , *", ["*/*"]),
+    ],
+)
+def test_goautoneg_order(accept: str, order: list[str]) -> None:
+    assert [f"{c.type}/{c.subtype}" for c in go_accept_clauses(accept)] == order
+
+
+def test_goautoneg_parameters() -> None:
+    (clause,) = go_accept_clauses(" application/json ; g = x ;v=v2;novalue; q=0.25;g=y")
+    assert clause.params == {"g": "y", "v": "v2"}
+    assert clause.q == 0.25
+    (upper,) = go_accept_clauses("application/json;Q=0.5")
+    assert (upper.q, upper.params) == (1.0, {"Q": "0.5"})
 
 
 def test_pretty_parameter_and_user_agents() -> None:

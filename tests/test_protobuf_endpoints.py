@@ -123,13 +123,18 @@ def test_head_gets_the_protobuf_headers(app: Server) -> None:
     assert reply.headers["content-type"] == PROTOBUF
 
 
-def test_discovery_root_with_the_aggregated_accept_still_gets_a_plain_list(app: Server) -> None:
-    v2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-    reply = get(app, "/apis", f"{v2},{PROTOBUF}")
-    assert reply.headers["content-type"] == PROTOBUF
-    api_version, kind, _, _ = kubeproto.decode(reply.body)
-    assert (api_version, kind) == ("", "APIGroupList")
-    assert get(app, "/apis", v2).headers["content-type"] == "application/json"
+def test_discovery_root_answers_the_aggregated_document_when_asked(app: Server) -> None:
+    v2 = "g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    # The first v2 clause wins, here the JSON one (goautoneg keeps the written order at equal q).
+    reply = get(app, "/apis", f"application/json;{v2},{PROTOBUF}")
+    assert reply.headers["content-type"] == f"application/json;{v2}"
+    proto = get(app, "/apis", f"{PROTOBUF};{v2},application/json")
+    assert proto.headers["content-type"] == f"{PROTOBUF};{v2}"
+    kubeproto.same_values(orjson.loads(reply.body), proto.body)
+    # Without a v2 clause: the plain list, in the media type asked for.
+    plain = get(app, "/apis", PROTOBUF)
+    assert plain.headers["content-type"] == PROTOBUF
+    assert kubeproto.decode(plain.body)[:2] == ("", "APIGroupList")
 
 
 class _RejectingGate:

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from custom_metrics_server.api import schemas
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.api.grammar import parse_query
-from custom_metrics_server.compute.metrics_api import (
+from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
+from custom_metrics_server.compute.metrics_render import nanocores_quantity
+from custom_metrics_server.compute.metrics_request import (
     MetricsApiRequest,
-    ResourceMetricsApi,
     negotiate,
     parse_request,
 )
-from custom_metrics_server.compute.metrics_render import nanocores_quantity
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.compute.samples import (
     ContainerSample,
@@ -369,13 +369,16 @@ def test_bad_requests_are_statuses(
 
 
 def test_unknown_versions_are_plain_404s_and_discovery_documents() -> None:
-    assert parse_request("/apis/metrics.k8s.io/v1", parse_query("")) is None
+    for unserved in ("v1alpha1", "v2", "v1beta2", "V1"):
+        assert parse_request(f"/apis/metrics.k8s.io/{unserved}", parse_query("")) is None
+    assert parse_request("/apis/metrics.k8s.io/v1", parse_query("")) is not None
+    v1 = {"groupVersion": "metrics.k8s.io/v1", "version": "v1"}
     assert json.loads(get("/apis/metrics.k8s.io")) == {
         "kind": "APIGroup",
         "apiVersion": "v1",
         "name": "metrics.k8s.io",
-        "versions": [{"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
-        "preferredVersion": {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"},
+        "versions": [v1, {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
+        "preferredVersion": v1,
     }
     resources = json.loads(get(V))["resources"]
     assert [(r["name"], r["namespaced"], r["kind"], r["verbs"]) for r in resources] == [

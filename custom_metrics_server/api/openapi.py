@@ -27,7 +27,8 @@ from custom_metrics_server.api.negotiation import SERVED_MEDIA_TYPES
 
 #: metrics.k8s.io (the Resource Metrics API), described only when it is served.
 METRICS_GROUP: Final = "metrics.k8s.io"
-METRICS_VERSION: Final = "v1beta1"
+#: Its served versions, preferred first (compute.metrics_request.VERSIONS; tests check they agree).
+METRICS_VERSIONS: Final = ("v1", "v1beta1")
 _ALL_DEFINITIONS: Final = {**schemas.DEFINITIONS, **schemas.METRICS_API_DEFINITIONS}
 
 _DEFS: Final = "#/definitions/"
@@ -135,7 +136,7 @@ def group_version_paths(group: str, version: str) -> dict[str, Any]:
         }
     }
     if group == METRICS_GROUP:
-        return {**paths, **_metrics_api_paths(base, tag)}
+        return {**paths, **_metrics_api_paths(base, tag, version)}
     if group == EXTERNAL_GROUP:
         paths[f"{base}/namespaces/{{namespace}}/{{metric}}"] = {
             "get": _operation(
@@ -178,26 +179,23 @@ def group_version_paths(group: str, version: str) -> dict[str, Any]:
     return paths
 
 
-def _metrics_api_paths(base: str, tag: str) -> dict[str, Any]:
-    """metrics.k8s.io/v1beta1: get and list of PodMetrics and NodeMetrics."""
+def _metrics_api_paths(base: str, tag: str, version: str) -> dict[str, Any]:
+    """metrics.k8s.io/v1 or v1beta1: get and list of PodMetrics and NodeMetrics."""
+    pod, pod_list, node, node_list = schemas.METRICS_API_MODELS[version]
     return {
         f"{base}/nodes": {
-            "get": _operation(
-                f"list{tag}NodeMetrics", "list NodeMetrics", schemas.NodeMetricsList, tag
-            ),
+            "get": _operation(f"list{tag}NodeMetrics", "list NodeMetrics", node_list, tag),
             "parameters": _params([], _LIST_QUERY_PARAMS),
         },
         f"{base}/nodes/{{name}}": {
-            "get": _operation(
-                f"read{tag}NodeMetrics", "read NodeMetrics", schemas.NodeMetrics, tag
-            ),
+            "get": _operation(f"read{tag}NodeMetrics", "read NodeMetrics", node, tag),
             "parameters": _params(["name"], {"pretty": _QUERY_PARAMS["pretty"]}),
         },
         f"{base}/pods": {
             "get": _operation(
                 f"list{tag}PodMetricsForAllNamespaces",
                 "list PodMetrics of every namespace",
-                schemas.PodMetricsList,
+                pod_list,
                 tag,
             ),
             "parameters": _params([], _LIST_QUERY_PARAMS),
@@ -206,15 +204,13 @@ def _metrics_api_paths(base: str, tag: str) -> dict[str, Any]:
             "get": _operation(
                 f"list{tag}NamespacedPodMetrics",
                 "list PodMetrics of a namespace",
-                schemas.PodMetricsList,
+                pod_list,
                 tag,
             ),
             "parameters": _params(["namespace"], _LIST_QUERY_PARAMS),
         },
         f"{base}/namespaces/{{namespace}}/pods/{{name}}": {
-            "get": _operation(
-                f"read{tag}NamespacedPodMetrics", "read PodMetrics", schemas.PodMetrics, tag
-            ),
+            "get": _operation(f"read{tag}NamespacedPodMetrics", "read PodMetrics", pod, tag),
             "parameters": _params(["namespace", "name"], {"pretty": _QUERY_PARAMS["pretty"]}),
         },
     }
@@ -222,7 +218,7 @@ def _metrics_api_paths(base: str, tag: str) -> dict[str, Any]:
 
 def _served(metrics_api: bool) -> dict[str, tuple[str, ...]]:
     if metrics_api:
-        return {**GROUP_VERSIONS, METRICS_GROUP: (METRICS_VERSION,)}
+        return {**GROUP_VERSIONS, METRICS_GROUP: METRICS_VERSIONS}
     return GROUP_VERSIONS
 
 

@@ -2,10 +2,11 @@
 
 PURE: data only. This module owns the `protowire.Message` tables, transcribed from the
 `generated.proto` files of apimachinery (metav1: ListMeta, ObjectMeta, LabelSelector, Status,
-discovery), k8s.io/api (core ObjectReference), custom-metrics, external-metrics and
-metrics.k8s.io: each field's JSON name, number, kind and whether Go holds it behind a pointer.
-`KINDS` and `message_for` pick the message of a top-level object. It must not encode anything
-itself (`protowire` does) or build documents (`protobuf` and the APIs do).
+discovery, GroupVersionKind), k8s.io/api (core ObjectReference, apidiscovery v2), custom-metrics,
+external-metrics and metrics.k8s.io (v1beta1 and v1 share one set of messages): each field's
+JSON name, number, kind and whether Go holds it behind a pointer. `KINDS` and `message_for`
+pick the message of a top-level object. It must not encode anything itself (`protowire` does)
+or build documents (`protobuf` and the APIs do).
 
 Cost: the tables are built once at import; `message_for` is one dict lookup.
 """
@@ -18,12 +19,18 @@ from custom_metrics_server.api.protowire import Field, Kind, Message
 
 __all__ = [
     "API_GROUP",
+    "API_GROUP_DISCOVERY",
+    "API_GROUP_DISCOVERY_LIST",
     "API_GROUP_LIST",
     "API_RESOURCE",
+    "API_RESOURCE_DISCOVERY",
     "API_RESOURCE_LIST",
+    "API_SUBRESOURCE_DISCOVERY",
+    "API_VERSION_DISCOVERY",
     "CONTAINER_METRICS",
     "EXTERNAL_METRIC_VALUE",
     "EXTERNAL_METRIC_VALUE_LIST",
+    "GROUP_VERSION_KIND",
     "KINDS",
     "LABEL_SELECTOR",
     "LABEL_SELECTOR_REQUIREMENT",
@@ -170,6 +177,51 @@ API_RESOURCE_LIST: Final = _message(
     Field("resources", 2, Kind.MESSAGES, API_RESOURCE),
 )
 
+GROUP_VERSION_KIND: Final = _message(
+    "GroupVersionKind",
+    Field("group", 1, Kind.STRING),
+    Field("version", 2, Kind.STRING),
+    Field("kind", 3, Kind.STRING),
+)
+
+# apidiscovery.k8s.io/v2 (k8s.io/api apidiscovery/v2/generated.proto): the aggregated document.
+# `responseKind` is a Go pointer; `serverIds` (9) is listed for completeness and never set.
+API_SUBRESOURCE_DISCOVERY: Final = _message(
+    "APISubresourceDiscovery",
+    Field("subresource", 1, Kind.STRING),
+    Field("responseKind", 2, Kind.MESSAGE, GROUP_VERSION_KIND, pointer=True),
+    Field("acceptedTypes", 3, Kind.MESSAGES, GROUP_VERSION_KIND),
+    Field("verbs", 4, Kind.STRINGS),
+)
+API_RESOURCE_DISCOVERY: Final = _message(
+    "APIResourceDiscovery",
+    Field("resource", 1, Kind.STRING),
+    Field("responseKind", 2, Kind.MESSAGE, GROUP_VERSION_KIND, pointer=True),
+    Field("scope", 3, Kind.STRING),
+    Field("singularResource", 4, Kind.STRING),
+    Field("verbs", 5, Kind.STRINGS),
+    Field("shortNames", 6, Kind.STRINGS),
+    Field("categories", 7, Kind.STRINGS),
+    Field("subresources", 8, Kind.MESSAGES, API_SUBRESOURCE_DISCOVERY),
+    Field("serverIds", 9, Kind.STRINGS),
+)
+API_VERSION_DISCOVERY: Final = _message(
+    "APIVersionDiscovery",
+    Field("version", 1, Kind.STRING),
+    Field("resources", 2, Kind.MESSAGES, API_RESOURCE_DISCOVERY),
+    Field("freshness", 3, Kind.STRING),
+)
+API_GROUP_DISCOVERY: Final = _message(
+    "APIGroupDiscovery",
+    Field("metadata", 1, Kind.MESSAGE, OBJECT_META),
+    Field("versions", 2, Kind.MESSAGES, API_VERSION_DISCOVERY),
+)
+API_GROUP_DISCOVERY_LIST: Final = _message(
+    "APIGroupDiscoveryList",
+    Field("metadata", 1, Kind.MESSAGE, LIST_META),
+    Field("items", 2, Kind.MESSAGES, API_GROUP_DISCOVERY),
+)
+
 # core/v1 ObjectReference (k8s.io/api core/v1/generated.proto).
 OBJECT_REFERENCE: Final = _message(
     "ObjectReference",
@@ -231,7 +283,8 @@ EXTERNAL_METRIC_VALUE_LIST: Final = _message(
     Field("items", 2, Kind.MESSAGES, EXTERNAL_METRIC_VALUE),
 )
 
-# metrics.k8s.io v1beta1.
+# metrics.k8s.io v1beta1, and v1: the same names, numbers and kinds in both generated.proto files
+# (k8s.io/metrics pkg/apis/metrics/v1beta1 and v1), so one table serves both versions.
 CONTAINER_METRICS: Final = _message(
     "ContainerMetrics",
     Field("name", 1, Kind.STRING),
@@ -267,6 +320,7 @@ KINDS: Final[dict[str, Message]] = {
     "APIGroupList": API_GROUP_LIST,
     "APIGroup": API_GROUP,
     "APIResourceList": API_RESOURCE_LIST,
+    "APIGroupDiscoveryList": API_GROUP_DISCOVERY_LIST,
     "Status": STATUS,
     "ExternalMetricValueList": EXTERNAL_METRIC_VALUE_LIST,
     "NodeMetrics": NODE_METRICS,

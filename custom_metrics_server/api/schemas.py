@@ -298,6 +298,53 @@ class NodeMetricsList(_Wire):
     items: list[NodeMetrics]
 
 
+class ContainerMetricsV1(_Wire):
+    """metrics.k8s.io/v1 ContainerMetrics: one container's usage."""
+
+    name: str
+    usage: dict[str, Quantity]
+
+
+class PodMetricsV1(_Wire):
+    """metrics.k8s.io/v1 PodMetrics (kind and apiVersion only on a single object)."""
+
+    kind: str | None = None
+    api_version: str | None = Field(default=None, alias="apiVersion")
+    metadata: ObjectMeta
+    timestamp: Time
+    window: Duration
+    containers: list[ContainerMetricsV1]
+
+
+class PodMetricsListV1(_Wire):
+    """metrics.k8s.io/v1 PodMetricsList."""
+
+    kind: str
+    api_version: str = Field(alias="apiVersion")
+    metadata: ListMeta
+    items: list[PodMetricsV1]
+
+
+class NodeMetricsV1(_Wire):
+    """metrics.k8s.io/v1 NodeMetrics (kind and apiVersion only on a single object)."""
+
+    kind: str | None = None
+    api_version: str | None = Field(default=None, alias="apiVersion")
+    metadata: ObjectMeta
+    timestamp: Time
+    window: Duration
+    usage: dict[str, Quantity]
+
+
+class NodeMetricsListV1(_Wire):
+    """metrics.k8s.io/v1 NodeMetricsList."""
+
+    kind: str
+    api_version: str = Field(alias="apiVersion")
+    metadata: ListMeta
+    items: list[NodeMetricsV1]
+
+
 _META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 _CUSTOM = "io.k8s.metrics.pkg.apis.custom_metrics"
 _EXTERNAL = "io.k8s.metrics.pkg.apis.external_metrics.v1beta1"
@@ -326,15 +373,27 @@ DEFINITIONS: Final[dict[type[BaseModel], str]] = {
     Status: f"{_META}.Status",
 }
 
-_RESOURCE = "io.k8s.metrics.pkg.apis.metrics.v1beta1"
+_RESOURCE = "io.k8s.metrics.pkg.apis.metrics"
 
-#: metrics.k8s.io/v1beta1 models -> definition names: in the OpenAPI documents only when the
+#: metrics.k8s.io v1beta1 and v1 models -> definition names (the same fields; upstream's types
+#: live in one Go package per version, hence two names): in the OpenAPI documents only when the
 #: Resource Metrics API is served (`--enable-metrics-api`, `--demo`).
 METRICS_API_DEFINITIONS: Final[dict[type[BaseModel], str]] = {
     ObjectMeta: f"{_META}.ObjectMeta",
-    ContainerMetrics: f"{_RESOURCE}.ContainerMetrics",
-    PodMetrics: f"{_RESOURCE}.PodMetrics",
-    PodMetricsList: f"{_RESOURCE}.PodMetricsList",
-    NodeMetrics: f"{_RESOURCE}.NodeMetrics",
-    NodeMetricsList: f"{_RESOURCE}.NodeMetricsList",
+    ContainerMetrics: f"{_RESOURCE}.v1beta1.ContainerMetrics",
+    PodMetrics: f"{_RESOURCE}.v1beta1.PodMetrics",
+    PodMetricsList: f"{_RESOURCE}.v1beta1.PodMetricsList",
+    NodeMetrics: f"{_RESOURCE}.v1beta1.NodeMetrics",
+    NodeMetricsList: f"{_RESOURCE}.v1beta1.NodeMetricsList",
+    ContainerMetricsV1: f"{_RESOURCE}.v1.ContainerMetrics",
+    PodMetricsV1: f"{_RESOURCE}.v1.PodMetrics",
+    PodMetricsListV1: f"{_RESOURCE}.v1.PodMetricsList",
+    NodeMetricsV1: f"{_RESOURCE}.v1.NodeMetrics",
+    NodeMetricsListV1: f"{_RESOURCE}.v1.NodeMetricsList",
+}
+#: The models of each metrics.k8s.io version: (PodMetrics, PodMetricsList, NodeMetrics,
+#: NodeMetricsList).
+METRICS_API_MODELS: Final[dict[str, tuple[type[BaseModel], ...]]] = {
+    "v1": (PodMetricsV1, PodMetricsListV1, NodeMetricsV1, NodeMetricsListV1),
+    "v1beta1": (PodMetrics, PodMetricsList, NodeMetrics, NodeMetricsList),
 }

@@ -1,10 +1,11 @@
-"""The Resource Metrics API, `metrics.k8s.io/v1beta1` (what `kubectl top` and the HPA's
-resource metrics read), served as metrics-server serves it.
+"""The Resource Metrics API, `metrics.k8s.io` `v1` and `v1beta1` (what `kubectl top` and the
+HPA's resource metrics read), served as metrics-server serves v1beta1.
 
-PURE request/response logic: a decoded path, query and `Accept` header in, a JSON-shaped
-document (plain dicts and lists, exactly the JSON wire form) or a `StatusError` out. No I/O, no
-web framework; `endpoints` routes `/apis/metrics.k8s.io/...` here. The pieces of a document that
-need no lookup (discovery, quantities, metadata, the Table) are :mod:`.metrics_render`.
+PURE request/response logic: a parsed request (:mod:`.metrics_request`, the grammar and the
+`Accept` views) in, a JSON-shaped document (plain dicts and lists, exactly the JSON wire form)
+or a `StatusError` out. No I/O, no web framework; `endpoints` routes `/apis/metrics.k8s.io/...`
+here. The pieces of a document that need no lookup (discovery, quantities, metadata, the Table)
+are :mod:`.metrics_render`. Both versions answer the same objects; only `apiVersion` differs.
 
 Sources: the cluster's pods and nodes (`ClusterState`, the same records the watches or the demo
 feed) and the usage store the kubelet scraper (or the simulated kubelets) already fill
@@ -31,26 +32,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Protocol
 
 from custom_metrics_server.api import protobuf, wire
-from custom_metrics_server.api.grammar import (
-    QueryParams,
-    check_selector_sizes,
-    check_timeout,
-    parse_field_selector_param,
-    parse_label_selector,
-    resource_route,
-)
-from custom_metrics_server.api.negotiation import (
-    CONVERSION_PARAMS,
-    PROTOBUF,
-    SERVED_MEDIA_TYPES,
-    SPECIFICITY,
-    accept_clauses,
-)
+from custom_metrics_server.api.negotiation import SERVED_MEDIA_TYPES
 from custom_metrics_server.compute.metrics_render import (
     api_group,
     api_resource_list,
@@ -60,44 +45,20 @@ from custom_metrics_server.compute.metrics_render import (
     nanocores_quantity,
     not_found,
 )
+from custom_metrics_server.compute.metrics_request import (
+    GROUP,
+    VERSIONS,
+    MetricsApiRequest,
+    View,
+)
 from custom_metrics_server.compute.records import NODES, PODS, ClusterState
 from custom_metrics_server.compute.usage_values import ResourceUsage
-from custom_metrics_server.errors import (
-    BadRequest,
-    MethodNotAllowed,
-    NotAcceptable,
-    not_acceptable,
-)
+from custom_metrics_server.errors import not_acceptable
 from custom_metrics_server.machinery.durations import format_go_duration
 from custom_metrics_server.machinery.fields import FIELD_EVERYTHING, FieldSelector
 from custom_metrics_server.machinery.labels import EVERYTHING, Selector
 
-__all__ = [
-    "API_VERSION",
-    "GROUP",
-    "GROUP_VERSIONS",
-    "PREFIX",
-    "VERSION",
-    "MetricsApiRequest",
-    "ResourceMetricsApi",
-    "ResourceUsageSource",
-    "is_metrics_api_path",
-    "negotiate",
-    "parse_request",
-]
-
-GROUP: Final = "metrics.k8s.io"
-VERSION: Final = "v1beta1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
-#: For the root `/apis` group list.
-GROUP_VERSIONS: Final[dict[str, tuple[str, ...]]] = {GROUP: (VERSION,)}
-PREFIX: Final = f"/apis/{GROUP}"
-
-Kind = Literal["group", "version", "pods", "nodes"]
-#: What an `Accept` header chose: plain JSON, protobuf, or a Table of meta.k8s.io/v1 or v1beta1.
-View = Literal["json", "protobuf", "v1", "v1beta1"]
-_INCLUDE_OBJECT: Final = frozenset({"None", "Metadata", "Object"})
-_NAMESPACED: Final = {"pods": True, "nodes": False}
+__all__ = ["ResourceMetricsApi", "ResourceUsageSource", "discovery_documents"]
 
 
 class ResourceUsageSource(Protocol):
@@ -108,119 +69,14 @@ class ResourceUsageSource(Protocol):
     def node_resource_usage(self, node: str) -> ResourceUsage | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class MetricsApiRequest:
-    """One parsed request below `/apis/metrics.k8s.io`.
-
-    `namespace` None: every namespace (pods) or cluster scope (nodes); `name` None: a list.
-    """
-
-    kind: Kind
-    namespace: str | None = None
-    name: str | None = None
-    label_selector: Selector = EVERYTHING
-    field_selector: FieldSelector = FIELD_EVERYTHING
-    include_object: str = "Metadata"
+#: `apiVersion` of the documents built without a request (the version metrics-server serves).
+DEFAULT_API_VERSION: Final = f"{GROUP}/v1beta1"
 
 
-def is_metrics_api_path(path: str) -> bool:
-    """Whether a decoded path belongs to this group. O(1)."""
-    return path == PREFIX or path.startswith(PREFIX + "/")
-
-
-# Parsing ------------------------------------------------------------------------------------
-
-
-def parse_request(
-    path: str, query: QueryParams, raw_query: bytes | str = b""
-) -> MetricsApiRequest | None:
-    """The request a path names, None for a version this server does not serve (Go's plain
-    404 text, as for other unknown paths), or a `StatusError` (404 Status for an unknown
-    route, 400 for a bad selector, 405 for `watch`). O(len(path) + len(query))."""
-    check_timeout(query.timeout)
-    check_selector_sizes(query)
-    rest = path[len(PREFIX) :].strip("/")
-    parts = rest.split("/") if rest else []
-    if not parts:
-        return MetricsApiRequest("group")
-    if parts[0] != VERSION:
-        return None
-    parts = parts[1:]
-    if not parts:
-        return MetricsApiRequest("version")
-    resource, namespace, name = resource_route(parts, _NAMESPACED)
-    kind: Kind = "pods" if resource == "pods" else "nodes"
-    if name is not None:
-        return MetricsApiRequest(kind, namespace, name)
-    if query.watch:
-        raise MethodNotAllowed(
-            f'watch is not supported on resources of kind "{resource}.{GROUP}"',
-            details={"group": GROUP, "kind": resource},
-        )
-    return MetricsApiRequest(
-        kind,
-        namespace,
-        None,
-        parse_label_selector(query.label_selector),
-        parse_field_selector_param(query.field_selector),
-        _include_object(raw_query),
-    )
-
-
-def _include_object(raw_query: bytes | str) -> str:
-    """`includeObject` of a Table request (default Metadata, as the generic apiserver)."""
-    text = raw_query.decode("latin-1") if isinstance(raw_query, bytes) else raw_query
-    if "includeObject=" not in text:
-        return "Metadata"
-    for pair in text.split("&"):
-        key, _, value = pair.partition("=")
-        if key == "includeObject":
-            if value not in _INCLUDE_OBJECT:
-                raise BadRequest(
-                    f'includeObject: Unsupported value: "{value}": supported values: '
-                    '"Metadata", "None", "Object"'
-                )
-            return value
-    return "Metadata"
-
-
-@lru_cache(maxsize=256)
-def negotiate(accept: str) -> tuple[View, bool] | NotAcceptable:
-    """The view an `Accept` header asks for and whether to indent, or the 406 to send.
-
-    Clauses without conversion parameters give the object itself, in protobuf for
-    `application/vnd.kubernetes.protobuf` and JSON for the JSON ranges; a JSON clause with
-    `as=Table;g=meta.k8s.io;v=v1|v1beta1` gives a Table; other conversions (protobuf Tables,
-    `as=PartialObjectMetadata`, streams) and other media types are skipped. As in
-    `negotiation.negotiate`: the highest q, then the most specific type, then the first
-    written wins. Cached per header value.
-    """
-    if not accept.strip():
-        return ("json", False)
-    best: tuple[float, int, View, bool] | None = None
-    for media, params, quality in accept_clauses(accept):
-        specificity = SPECIFICITY.get(media)
-        if specificity is None:
-            continue
-        view: View = "protobuf" if media == PROTOBUF else "json"
-        if CONVERSION_PARAMS & params.keys():
-            table_version = params.get("v", "")
-            if (
-                view == "protobuf"
-                or params.get("as") != "Table"
-                or params.get("g") != "meta.k8s.io"
-                or table_version not in ("v1", "v1beta1")
-                or "stream" in params
-                or "sv" in params
-            ):
-                continue
-            view = "v1" if table_version == "v1" else "v1beta1"
-        pretty = params.get("pretty", "") in ("1", "true")
-        if best is None or (quality, specificity) > best[:2]:
-            best = (quality, specificity, view, pretty)
-    if best is None:
-        return not_acceptable(SERVED_MEDIA_TYPES)
-    return (best[2], best[3])
+def discovery_documents() -> dict[str, dict[str, dict[str, Any]]]:
+    """group -> version -> `APIResourceList`, versions preferred first: what `/apis` lists and
+    aggregated discovery publishes for this group."""
+    return {GROUP: {version: api_resource_list(f"{GROUP}/{version}") for version in VERSIONS}}
 
 
 # The API --------------------------------------------------------------------------------------
@@ -253,35 +109,39 @@ class ResourceMetricsApi:
         """The JSON-shaped answer to a parsed request (discovery, an object or a list), or a
         `StatusError`. Dicts and lists exactly as the JSON wire form, in Go field order."""
         if request.kind == "group":
-            return api_group(GROUP, VERSION)
+            return api_group(GROUP, VERSIONS)
+        api_version = request.api_version
         if request.kind == "version":
-            return api_resource_list(API_VERSION)
+            return api_resource_list(api_version)
         if request.kind == "pods":
             if request.name is not None:
-                return self.pod_metrics(request.namespace or "", request.name)
+                return self.pod_metrics(request.namespace or "", request.name, api_version)
             return self.pod_metrics_list(
-                request.namespace, request.label_selector, request.field_selector
+                request.namespace, request.label_selector, request.field_selector, api_version
             )
         if request.name is not None:
-            return self.node_metrics(request.name)
-        return self.node_metrics_list(request.label_selector, request.field_selector)
+            return self.node_metrics(request.name, api_version)
+        return self.node_metrics_list(request.label_selector, request.field_selector, api_version)
 
     def pod_metrics_list(
         self,
         namespace: str | None,
         label_selector: Selector = EVERYTHING,
         field_selector: FieldSelector = FIELD_EVERYTHING,
+        api_version: str = DEFAULT_API_VERSION,
     ) -> dict[str, Any]:
         """`PodMetricsList` (items without kind/apiVersion, as Go encodes list items).
         O(matched pods x containers)."""
         return {
             "kind": "PodMetricsList",
-            "apiVersion": API_VERSION,
+            "apiVersion": api_version,
             "metadata": {},
             "items": self._pod_items(namespace, label_selector, field_selector),
         }
 
-    def pod_metrics(self, namespace: str, name: str) -> dict[str, Any]:
+    def pod_metrics(
+        self, namespace: str, name: str, api_version: str = DEFAULT_API_VERSION
+    ) -> dict[str, Any]:
         """One `PodMetrics`; 404 `pods "name" not found` for an unknown (or not running) pod,
         404 `podmetrics.metrics.k8s.io "ns/name" not found` while it has no usage."""
         pod = self.cluster.pods.get((namespace, name))
@@ -292,22 +152,23 @@ class ResourceMetricsApi:
         item = self._pod_item(namespace, name, labels, wire.format_time(self._clock()))
         if item is None:
             raise not_found(GROUP, "podmetrics", f"{namespace}/{name}")
-        return {"kind": "PodMetrics", "apiVersion": API_VERSION, **item}
+        return {"kind": "PodMetrics", "apiVersion": api_version, **item}
 
     def node_metrics_list(
         self,
         label_selector: Selector = EVERYTHING,
         field_selector: FieldSelector = FIELD_EVERYTHING,
+        api_version: str = DEFAULT_API_VERSION,
     ) -> dict[str, Any]:
         """`NodeMetricsList`, sorted by name. O(matched nodes)."""
         return {
             "kind": "NodeMetricsList",
-            "apiVersion": API_VERSION,
+            "apiVersion": api_version,
             "metadata": {},
             "items": self._node_items(label_selector, field_selector),
         }
 
-    def node_metrics(self, name: str) -> dict[str, Any]:
+    def node_metrics(self, name: str, api_version: str = DEFAULT_API_VERSION) -> dict[str, Any]:
         """One `NodeMetrics`; 404 `node "name" not found` (the node lister's wording) for an
         unknown node, 404 `nodemetrics.metrics.k8s.io "name" not found` without usage."""
         record = self.cluster.inventory.get(NODES, ("", name))
@@ -316,7 +177,7 @@ class ResourceMetricsApi:
         item = self._node_item(name, record.labels, wire.format_time(self._clock()))
         if item is None:
             raise not_found(GROUP, "nodemetrics", name)
-        return {"kind": "NodeMetrics", "apiVersion": API_VERSION, **item}
+        return {"kind": "NodeMetrics", "apiVersion": api_version, **item}
 
     # -- bytes --
 

@@ -31,20 +31,21 @@ __all__ = [
 ]
 
 
-def api_group(group: str, version: str) -> dict[str, Any]:
-    """`APIGroup` of `/apis/{group}` serving one version."""
-    entry = {"groupVersion": f"{group}/{version}", "version": version}
+def api_group(group: str, versions: tuple[str, ...]) -> dict[str, Any]:
+    """`APIGroup` of `/apis/{group}` serving `versions`, the first preferred."""
+    entries = [{"groupVersion": f"{group}/{version}", "version": version} for version in versions]
     return {
         "kind": "APIGroup",
         "apiVersion": "v1",
         "name": group,
-        "versions": [entry],
-        "preferredVersion": dict(entry),
+        "versions": entries,
+        "preferredVersion": dict(entries[0]),
     }
 
 
 def api_resource_list(group_version: str) -> dict[str, Any]:
-    """`APIResourceList` of `/apis/metrics.k8s.io/v1beta1`, as metrics-server lists it."""
+    """`APIResourceList` of `/apis/metrics.k8s.io/{v1,v1beta1}`, as metrics-server lists
+    v1beta1 (the same resources in both versions)."""
 
     def entry(name: str, namespaced: bool, kind: str) -> dict[str, Any]:
         return {
@@ -124,7 +125,7 @@ def metrics_table(
     kind = document.get("kind", "")
     single = kind in ("PodMetrics", "NodeMetrics")
     item_kind = kind if single else kind.removesuffix("List")
-    api_version = document["apiVersion"]  # metrics.k8s.io/v1beta1
+    api_version = document["apiVersion"]  # metrics.k8s.io/v1 or v1beta1
     items = [document] if single else list(document.get("items", ()))
     columns: list[dict[str, Any]] | None = None
     rows: list[dict[str, Any]] = []

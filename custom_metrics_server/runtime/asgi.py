@@ -2,7 +2,8 @@
 (the API server's chain and endpoints, the security gate, the node agent).
 
 A response always goes out as one `http.response.start` and one body message with an explicit
-`content-length`: bodies are built whole before they are sent (they are small, or pre-rendered).
+`content-length`: bodies are built whole before they are sent (they are small, or pre-rendered);
+the one exception is a response without a body by definition (304).
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ async def send_body(send: Send, status: int, body: bytes, headers: Headers = ())
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_headers_only(send: Send, status: int, headers: Headers = ()) -> None:
+    """A response that has no body by definition (304 Not Modified): no `content-length`,
+    which would have to be the length of the 200's body (RFC 9110, 8.6)."""
+    await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def send_not_found_text(send: Send) -> None:

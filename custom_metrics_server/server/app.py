@@ -19,11 +19,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from custom_metrics_server.api.core_api import DemoCoreApi, is_core_api_path
-from custom_metrics_server.compute.metrics_api import (
-    GROUP_VERSIONS,
-    ResourceMetricsApi,
-    is_metrics_api_path,
-)
+from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, discovery_documents
+from custom_metrics_server.compute.metrics_request import is_metrics_api_path
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.runtime.asgi import Receive, Scope, Send
@@ -66,7 +63,7 @@ class AppSettings:
     request_timeout: float = 60.0
     #: Renders the KEP-1748 `/metrics/resources` exposition; None: the endpoint is a 404.
     resource_exposition: Callable[[], bytes] | None = None
-    #: Serves `metrics.k8s.io/v1beta1` (`kubectl top`); None: the group is not served.
+    #: Serves `metrics.k8s.io` v1 and v1beta1 (`kubectl top`); None: the group is not served.
     metrics_api: ResourceMetricsApi | None = None
     #: The demo's read-only `/api` nodes and pods (what `kubectl top` reads besides
     #: metrics.k8s.io); never set outside `--demo`.
@@ -117,7 +114,7 @@ class Server:
             api=ApiEndpoints(
                 engine=self.engine,
                 metrics=self.metrics,
-                extra_groups=GROUP_VERSIONS if metrics_api is not None else None,
+                extra_groups=discovery_documents() if metrics_api is not None else None,
             ),
             shell=self.shell,
             metrics_api=(

@@ -1,9 +1,16 @@
 """The API handlers at the end of the chain: bare ASGI, for the metric APIs' hot path.
 
-* `ApiEndpoints`: everything under `/apis` but metrics.k8s.io: discovery, custom and external
-  metric values;
-* `ResourceMetricsEndpoints`: `metrics.k8s.io` (the Resource Metrics API), when served;
-* `DemoCoreEndpoints`: the demo's read-only `/api` subset (nodes, pods) that `kubectl top` reads.
+* `ApiEndpoints`: everything under `/apis` but metrics.k8s.io: discovery (plain, and the
+  aggregated `/apis` document), custom and external metric values;
+* `ResourceMetricsEndpoints`: `metrics.k8s.io` v1 and v1beta1 (the Resource Metrics API), when
+  served;
+* `DemoCoreEndpoints`: the demo's read-only `/api` subset (nodes, pods) that `kubectl top` reads,
+  with its aggregated `/api` document.
+
+Discovery documents are negotiated as upstream negotiates them (`negotiate_discovery`); the
+aggregated ones are pre-rendered per served state (`discovery.ServedDiscovery`) and answered
+with upstream's `ETag`, `Vary: Accept` and `Cache-Control: public`, or 304 when the client's
+`If-None-Match` is that `ETag` (kube-aggregator sends it every minute).
 
 No framework routing, dependency injection or per-item models here (they cost 2-5x on this
 path, see docs/performance.md): the pure grammar parses the decoded path, the query layer
@@ -23,7 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NamedTuple
 
-from custom_metrics_server.api import core_api, discovery, protobuf, wire
+from custom_metrics_server.api import aggregated_discovery, core_api, protobuf, wire
 from custom_metrics_server.api.grammar import (
     EXTERNAL_GROUP,
     GroupDiscovery,
@@ -34,9 +41,17 @@ from custom_metrics_server.api.grammar import (
     parse,
     parse_query,
 )
-from custom_metrics_server.api.negotiation import Representation, negotiate, pretty_user_agent
+from custom_metrics_server.api.negotiation import (
+    PROTOBUF,
+    DiscoveryRepresentation,
+    Representation,
+    negotiate,
+    negotiate_discovery,
+    pretty_user_agent,
+)
 from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS, status_response
 from custom_metrics_server.compute import metrics_api as resource_api
+from custom_metrics_server.compute import metrics_request
 from custom_metrics_server.domain import (
     ExternalMetricRequest,
     ExternalSample,
@@ -56,10 +71,17 @@ from custom_metrics_server.runtime.asgi import (
     Send,
     request_header,
     send_body,
+    send_headers_only,
     send_not_found_text,
     server_address,
 )
 from custom_metrics_server.server.chain import exchange_of
+from custom_metrics_server.server.discovery import (
+    ExtraGroups,
+    RenderedDiscovery,
+    ServedDiscovery,
+    render_aggregated,
+)
 from custom_metrics_server.server.observability import ServerMetrics
 
 __all__ = ["ApiEndpoints", "DemoCoreEndpoints", "ResourceMetricsEndpoints"]
@@ -80,13 +102,11 @@ class _Encoding(NamedTuple):
 
     metric_value_list: Callable[..., bytes]
     external_metric_value_list: Callable[[Sequence[ExternalSample]], bytes]
-    document: Callable[[Any], bytes]
 
 
-_JSON: Final = _Encoding(wire.metric_value_list, wire.external_metric_value_list, wire.dumps)
-_PROTOBUF: Final = _Encoding(
-    protobuf.metric_value_list, protobuf.external_metric_value_list, protobuf.encode_document
-)
+_JSON: Final = _Encoding(wire.metric_value_list, wire.external_metric_value_list)
+_PROTOBUF: Final = _Encoding(protobuf.metric_value_list, protobuf.external_metric_value_list)
+_DISCOVERY_ROOT_PATHS: Final = (RootDiscovery, GroupDiscovery, VersionDiscovery)
 
 
 async def _guarded(
@@ -128,6 +148,66 @@ def _pretty(scope: Scope, query: QueryParams, *, accepted: bool) -> bool:
     return accepted or pretty_user_agent(request_header(scope, b"user-agent"))
 
 
+def _discovery_representation(scope: Scope, *, aggregated: bool) -> DiscoveryRepresentation:
+    """How to answer a discovery path (`aggregated`: it serves the aggregated document too),
+    or the 406 raised. O(len(accept)), cached."""
+    chosen = negotiate_discovery(request_header(scope, b"accept"), aggregated=aggregated)
+    if isinstance(chosen, NotAcceptable):
+        raise chosen
+    return chosen
+
+
+async def _send_document(
+    scope: Scope,
+    query: QueryParams,
+    chosen: DiscoveryRepresentation,
+    document: dict[str, Any],
+    send: Send,
+) -> None:
+    """A plain discovery document in the negotiated media type. O(size of the document)."""
+    if chosen.media_type == PROTOBUF:
+        await send_body(send, 200, protobuf.encode_document(document), PROTOBUF_HEADERS)
+        return
+    body = wire.dumps(document)
+    if _pretty(scope, query, accepted=chosen.pretty):
+        body = wire.prettify(body)
+    await send_body(send, 200, body, JSON_HEADERS)
+
+
+async def _send_aggregated(
+    scope: Scope,
+    query: QueryParams,
+    chosen: DiscoveryRepresentation,
+    rendered: RenderedDiscovery,
+    send: Send,
+) -> None:
+    """The aggregated document as upstream's `ServeHTTPWithETag` answers it: `ETag`,
+    `Vary: Accept`, `Cache-Control: public`; 304 without a body when `If-None-Match` is the
+    `ETag`; else the body, its `Content-Type` naming the kind (`;g=...;v=v2;as=...`). O(1)
+    with the rendered bodies (O(size) to indent a pretty one)."""
+    cache_headers = (
+        (b"etag", rendered.etag.encode()),
+        (b"vary", b"Accept"),
+        (b"cache-control", b"public"),
+    )
+    if request_header(scope, b"if-none-match") == rendered.etag:
+        await send_headers_only(send, 304, cache_headers)
+        return
+    if chosen.media_type == PROTOBUF:
+        body = rendered.protobuf
+    else:
+        body = rendered.json
+        if _pretty(scope, query, accepted=chosen.pretty):
+            body = wire.prettify(body)
+    content_type = aggregated_discovery.content_type(chosen.media_type)
+    headers = (
+        (b"content-type", content_type.encode()),
+        *cache_headers,
+        (b"x-content-type-options", b"nosniff"),
+    )
+    await send_body(send, 200, body, headers)
+
+
 class ApiEndpoints:
     """Serves `/apis`, its group and version discovery, and custom and external metric
     values (every path under `/apis` the router does not send to metrics.k8s.io)."""
@@ -137,12 +217,13 @@ class ApiEndpoints:
         *,
         engine: QueryEngine,
         metrics: ServerMetrics,
-        extra_groups: dict[str, tuple[str, ...]] | None = None,
+        extra_groups: ExtraGroups | None = None,
     ) -> None:
         self.engine = engine
         self.metrics = metrics
-        #: more groups listed in `/apis` (metrics.k8s.io when it is served)
-        self._extra_groups = extra_groups
+        #: what discovery lists: the grammar's groups and `extra_groups` (metrics.k8s.io when
+        #: it is served: group -> version -> its resource list)
+        self.discovery = ServedDiscovery(engine, extra_groups)
 
     async def __call__(self, scope: Scope, send: Send) -> None:
         """Answer one HTTP request whose path is under `/apis`."""
@@ -163,7 +244,10 @@ class ApiEndpoints:
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
         exchange_of(scope).labels = _labels(parsed, self.engine)
-        representation = self._representation(scope, query, parsed)
+        if isinstance(parsed, _DISCOVERY_ROOT_PATHS):
+            await self._discovery(scope, query, parsed, send)
+            return
+        representation = self._representation(scope, query)
         if representation.protobuf:
             body = await self._answer(scope, parsed, _PROTOBUF)
             await send_body(send, 200, body, PROTOBUF_HEADERS)
@@ -173,13 +257,23 @@ class ApiEndpoints:
             body = wire.prettify(body)
         await send_body(send, 200, body, JSON_HEADERS)
 
-    def _representation(
-        self, scope: Scope, query: QueryParams, parsed: ParsedRequest
-    ) -> Representation:
-        chosen = negotiate(
-            request_header(scope, b"accept"),
-            discovery_root=isinstance(parsed, RootDiscovery),
-        )
+    async def _discovery(
+        self,
+        scope: Scope,
+        query: QueryParams,
+        parsed: RootDiscovery | GroupDiscovery | VersionDiscovery,
+        send: Send,
+    ) -> None:
+        root = isinstance(parsed, RootDiscovery)
+        chosen = _discovery_representation(scope, aggregated=root)
+        if chosen.aggregated:
+            await _send_aggregated(scope, query, chosen, self.discovery.aggregated(), send)
+            return
+        document = self.discovery.document(parsed, server_address(scope))
+        await _send_document(scope, query, chosen, document, send)
+
+    def _representation(self, scope: Scope, query: QueryParams) -> Representation:
+        chosen = negotiate(request_header(scope, b"accept"))
         if isinstance(chosen, NotAcceptable):
             raise chosen
         if chosen.protobuf:
@@ -187,7 +281,9 @@ class ApiEndpoints:
         pretty = _pretty(scope, query, accepted=chosen.pretty)
         return chosen if chosen.pretty == pretty else Representation(chosen.media_type, pretty)
 
-    async def _answer(self, scope: Scope, parsed: ParsedRequest, encoding: _Encoding) -> bytes:
+    async def _answer(
+        self, scope: Scope, parsed: MetricRequest | ExternalMetricRequest, encoding: _Encoding
+    ) -> bytes:
         if isinstance(parsed, MetricRequest):
             samples = await self.engine.custom(parsed)
             if samples:
@@ -199,47 +295,36 @@ class ApiEndpoints:
                 shape=_SHAPES[parsed.version],
                 metric_selector=parsed.metric_selector,
             )
-        if isinstance(parsed, ExternalMetricRequest):
-            return encoding.external_metric_value_list(await self.engine.external(parsed))
-        if isinstance(parsed, VersionDiscovery):
-            if parsed.group == EXTERNAL_GROUP:
-                return encoding.document(
-                    discovery.external_resource_list(self.engine.external_metrics())
-                )
-            return encoding.document(
-                discovery.custom_resource_list(
-                    parsed.group, parsed.version, self.engine.custom_metrics()
-                )
-            )
-        if isinstance(parsed, GroupDiscovery):
-            return encoding.document(discovery.api_group(parsed.group))
-        return encoding.document(
-            discovery.api_group_list(server_address(scope), self._extra_groups)
-        )
+        return encoding.external_metric_value_list(await self.engine.external(parsed))
 
 
 class ResourceMetricsEndpoints:
-    """`metrics.k8s.io`: parse, negotiate (JSON, protobuf or Table), render."""
+    """`metrics.k8s.io` v1 and v1beta1: parse, negotiate (JSON, protobuf or Table; discovery
+    as upstream), render."""
 
     def __init__(self, api: resource_api.ResourceMetricsApi) -> None:
         self.api = api
 
     async def __call__(self, scope: Scope, send: Send) -> None:
         """Answer one request under `/apis/metrics.k8s.io`."""
-        labels = (resource_api.GROUP, resource_api.VERSION, "")
-        await _guarded(scope, send, self._serve, labels)
+        await _guarded(scope, send, self._serve, (metrics_request.GROUP, "", ""))
 
     async def _serve(self, scope: Scope, query: QueryParams, send: Send) -> None:
-        request = resource_api.parse_request(scope["path"], query, scope["query_string"])
+        request = metrics_request.parse_request(scope["path"], query, scope["query_string"])
         if request is None:
             await send_not_found_text(send)
             return
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
-        chosen = resource_api.negotiate(request_header(scope, b"accept"))
-        if isinstance(chosen, NotAcceptable):
-            raise chosen
-        view, pretty = chosen
+        exchange_of(scope).labels = (metrics_request.GROUP, request.version, "")
+        if request.kind in ("group", "version"):
+            chosen = _discovery_representation(scope, aggregated=False)
+            await _send_document(scope, query, chosen, self.api.document(request), send)
+            return
+        view_chosen = metrics_request.negotiate(request_header(scope, b"accept"))
+        if isinstance(view_chosen, NotAcceptable):
+            raise view_chosen
+        view, pretty = view_chosen
         if view == "protobuf":
             await send_body(send, 200, self.api.render(request, view), PROTOBUF_HEADERS)
             return
@@ -248,10 +333,14 @@ class ResourceMetricsEndpoints:
 
 
 class DemoCoreEndpoints:
-    """The demo's read-only `/api` subset (JSON only)."""
+    """The demo's read-only `/api` subset: JSON, and the aggregated `/api` document (the
+    legacy group "", as kube-apiserver's) in JSON or protobuf."""
 
     def __init__(self, api: core_api.DemoCoreApi) -> None:
         self.api = api
+        core = api.document(core_api.CoreApiRequest("v1"))
+        #: fixed for the process: the demo serves nodes and pods, whatever the cluster holds
+        self.aggregated = render_aggregated({"": [("v1", core)]})
 
     async def __call__(self, scope: Scope, send: Send) -> None:
         """Answer one request under `/api`."""
@@ -261,13 +350,20 @@ class DemoCoreEndpoints:
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
         request = self.api.parse(scope["path"], query)
-        representation = negotiate(
-            request_header(scope, b"accept"), discovery_root=not request.version
-        )
-        if isinstance(representation, NotAcceptable):
-            raise representation
+        accepted_pretty = False
+        if not request.resource:  # `/api` or `/api/v1`: discovery, negotiated as upstream
+            chosen = _discovery_representation(scope, aggregated=not request.version)
+            if chosen.aggregated:
+                await _send_aggregated(scope, query, chosen, self.aggregated, send)
+                return
+            accepted_pretty = chosen.pretty
+        else:
+            representation = negotiate(request_header(scope, b"accept"))
+            if isinstance(representation, NotAcceptable):
+                raise representation
+            accepted_pretty = representation.pretty
         body = wire.dumps(self.api.document(request, server_address(scope)))
-        pretty = _pretty(scope, query, accepted=representation.pretty)
+        pretty = _pretty(scope, query, accepted=accepted_pretty)
         await send_body(send, 200, wire.prettify(body) if pretty else body, JSON_HEADERS)
 
 

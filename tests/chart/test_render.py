@@ -44,8 +44,6 @@ TARGET_KUBERNETES = (1, 37)
 #: Flags the chart renders for features other engineers are adding to the server in parallel;
 #: they do not parse with today's parser. Remove an entry once `serve --help` lists the flag.
 #: - --backends-config: `backends.config` (the backends file), not in the server yet.
-#: metrics.k8s.io/v1 (`metricsApi.versions: [v1]`) renders only an APIService, no flag: nothing
-#: v1-specific is skipped here.
 FUTURE_SERVE_FLAGS = {"--backends-config"}
 
 #: Kinds from CRDs: kubernetes-validate has no schema for them; checked field by field below.
@@ -529,26 +527,33 @@ def test_metrics_api_from_prometheus_needs_the_prometheus_backend() -> None:
     assert (parsed.enable_metrics_api, parsed.resource_metrics_source) == (True, "prometheus")
 
 
-def test_metrics_api_v1_registers_a_preferred_api_service_beside_v1beta1() -> None:
-    objects = render(example("metrics-api-v1"))
-    services = {o["metadata"]["name"]: o["spec"] for o in select(objects, "APIService")}
-    v1, v1beta1 = services["v1.metrics.k8s.io"], services["v1beta1.metrics.k8s.io"]
-    assert (v1["group"], v1["version"], v1["groupPriorityMinimum"]) == ("metrics.k8s.io", "v1", 100)
-    assert v1["versionPriority"] > v1beta1["versionPriority"]
-    assert v1["service"] == v1beta1["service"]
-    assert (
-        v1["caBundle"]
-        == v1beta1["caBundle"]
-        == services["v1beta2.custom.metrics.k8s.io"]["caBundle"]
-    )
+def test_metrics_api_registers_v1_preferred_beside_v1beta1() -> None:
+    for objects in (render(example("resource-metrics")), render(sets=("metricsApi.enabled=true",))):
+        services = {o["metadata"]["name"]: o["spec"] for o in select(objects, "APIService")}
+        v1, v1beta1 = services["v1.metrics.k8s.io"], services["v1beta1.metrics.k8s.io"]
+        assert (v1["group"], v1["version"], v1["groupPriorityMinimum"]) == (
+            "metrics.k8s.io",
+            "v1",
+            100,
+        )
+        assert (v1["versionPriority"], v1beta1["versionPriority"]) == (200, 100)
+        assert v1["service"] == v1beta1["service"]
+        assert (
+            v1["caBundle"]
+            == v1beta1["caBundle"]
+            == services["v1beta2.custom.metrics.k8s.io"]["caBundle"]
+        )
+        assert "--enable-metrics-api" in server_container(objects)["args"]
+    # metrics.k8s.io stays off by default: no APIService of the group at all.
+    assert not [o for o in select(render(), "APIService") if o["spec"]["group"] == "metrics.k8s.io"]
+
+
+def test_metrics_api_can_register_v1beta1_only_as_metrics_server() -> None:
+    objects = render(example("metrics-api-v1beta1-only"))
+    names = {o["metadata"]["name"] for o in select(objects, "APIService")}
+    assert "v1beta1.metrics.k8s.io" in names
+    assert "v1.metrics.k8s.io" not in names
     assert "--enable-metrics-api" in server_container(objects)["args"]
-    # Not in the defaults: today's server does not serve v1.
-    assert "v1.metrics.k8s.io" not in {
-        o["metadata"]["name"] for o in select(render(), "APIService")
-    }
-    assert "v1.metrics.k8s.io" not in {
-        o["metadata"]["name"] for o in select(render(example("resource-metrics")), "APIService")
-    }
 
 
 def test_backends_config_is_mounted_and_rolls_the_deployment() -> None:

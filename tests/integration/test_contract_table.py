@@ -449,10 +449,7 @@ def test_x6_external_discovery_lists_metrics(client: httpx.Client) -> None:
 
 
 def test_root_and_group_discovery(client: httpx.Client) -> None:
-    root = client.get(
-        "/apis",
-        headers={"Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"},
-    )
+    root = client.get("/apis", headers={"Accept": "application/json"})
     assert root.status_code == 200
     assert root.headers["content-type"] == "application/json"
     body = root.json()
@@ -460,6 +457,16 @@ def test_root_and_group_discovery(client: httpx.Client) -> None:
     assert [g["name"] for g in body["groups"]] == [
         "custom.metrics.k8s.io",
         "custom-metrics",
+        "external.metrics.k8s.io",
+    ]
+    # Issue 18: the aggregator's v2 question gets the aggregated document now (it used to get
+    # the plain list, and fell back to one request per group version).
+    v2 = "g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    aggregated = client.get("/apis", headers={"Accept": f"application/json;{v2}"})
+    assert aggregated.headers["content-type"] == f"application/json;{v2}"
+    assert [g["metadata"]["name"] for g in aggregated.json()["items"]] == [
+        "custom-metrics",
+        "custom.metrics.k8s.io",
         "external.metrics.k8s.io",
     ]
     group = client.get("/apis/custom.metrics.k8s.io").json()

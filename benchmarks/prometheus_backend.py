@@ -321,7 +321,7 @@ def report(args: argparse.Namespace, results: dict[str, Any], figures: Figures) 
             loads = [r["load"] for r in runs]
             print(
                 f"| {label} | {case} | {rps:.0f}{ratio} | {med('p50_ms'):.2f} | "
-                f"{med('p99_ms'):.2f} | {med('mean_ms')} | {med('prometheus_mean_ms')} | "
+                f"{med('p99_ms'):.2f} | {med('mean_ms'):.2f} | {med('prometheus_mean_ms'):.2f} | "
                 f"{med('server_share'):.0%} | {med('server_cpu_ms_per_request'):.3f} | "
                 f"{med('prometheus_cpu_ms_per_request'):.3f} | {max(r['rss_mib'] for r in runs)} "
                 f"| {min(loads):.2f}-{max(loads):.2f} |"

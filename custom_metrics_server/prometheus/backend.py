@@ -261,7 +261,8 @@ class PrometheusBackend:
         )
         if query is None:
             return ()
-        data = await self._query(rule, query.promql, request.metric.metric)
+        # One object: an answer of one series, not worth compressing.
+        data = await self._query(rule, query.promql, request.metric.metric, compress=len(names) > 1)
         window = rule.window if rule.window is not None else range_window(query.promql)
         wanted = set(names)
         found: dict[str, tuple[Decimal, float]] = {}
@@ -339,12 +340,12 @@ class PrometheusBackend:
             )
         return found
 
-    async def _query(self, rule: Rule, query: str, metric: str) -> Any:
+    async def _query(self, rule: Rule, query: str, metric: str, *, compress: bool = True) -> Any:
         client = self._live.client_or_none(rule.server)
         if client is None:  # pragma: no cover - a reload dropped the server mid-request
             raise BackendUnavailable(f"Prometheus server {rule.server!r} is not configured")
         try:
-            return await client.query(query)
+            return await client.query(query, compress=compress)
         except PrometheusError as err:
             message = f"metric {metric!r} ({rule.where}): {err}"
             if err.kind == "timeout":

@@ -47,6 +47,8 @@ class _Handler(BaseHTTPRequestHandler):
     # Answers served before `answer`, one per query (to test retries).
     first: ClassVar[list[tuple[int, bytes, float]]] = []
     queries: ClassVar[int] = 0
+    # The Accept-Encoding of each query.
+    encodings: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         self._serve()
@@ -66,6 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             cls = type(self)
             cls.queries += 1
+            cls.encodings.append(self.headers.get("Accept-Encoding", ""))
             status, body, delay = cls.first.pop(0) if cls.first else cls.answer
         time.sleep(delay)
         try:
@@ -224,6 +227,20 @@ async def test_a_slow_engine_is_a_504(
     assert response.json()["reason"] == "Timeout"
     assert "did not answer within 1s" in response.json()["message"]
     handler.answer = (200, vector((WEB0, "1")), 0.0)
+
+
+async def test_only_answers_of_several_objects_are_compressed(
+    client: httpx.AsyncClient, fake: tuple[str, type[_Handler]]
+) -> None:
+    """One object's answer is one series: gzip would cost Prometheus more CPU than the
+    whole query (docs/performance.md); a wildcard's answer may be large, so it is asked for."""
+    _, handler = fake
+    handler.answer = (200, vector((WEB0, "1")), 0.0)
+    handler.encodings.clear()
+    assert (await client.get(POD)).status_code == 200
+    wildcard = POD.replace("/web-0/", "/*/")
+    assert (await client.get(wildcard)).status_code == 200
+    assert handler.encodings == ["", "gzip"]
 
 
 async def test_external_values_with_odd_labels(

@@ -37,23 +37,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+#: A child measuring one tree in process imports that tree's package (PYTHONPATH), not ours.
+WORKER = "--worker" in sys.argv
+if not WORKER:
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from request_path import cpu_seconds, machine, rss_mib, run_wrk  # noqa: E402
+    from request_path import cpu_seconds, machine, rss_mib, run_wrk
 
-from custom_metrics_server.testing.server_process import (  # noqa: E402
-    ServerProcess,
-    start_server,
-    stop_server,
-)
-from tests.prometheus.real_prometheus import CounterLine, RealPrometheus  # noqa: E402
+    from custom_metrics_server.testing.server_process import (
+        ServerProcess,
+        start_server,
+        stop_server,
+    )
+    from tests.prometheus.real_prometheus import CounterLine, RealPrometheus
 
 PODS = 1000
 RULES = """
@@ -222,6 +226,106 @@ def wait_listed(server: ServerProcess) -> None:
             time.sleep(0.2)
 
 
+def _scope(path: str) -> dict[str, Any]:
+    raw, _, query = path.partition("?")
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "https",
+        "path": raw,
+        "raw_path": raw.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1:6443"), (b"accept", b"application/json")],
+        "server": ("127.0.0.1", 6443),
+        "client": ("127.0.0.1", 40000),
+    }
+
+
+async def _worker(args: argparse.Namespace) -> dict[str, Any]:
+    """In the child: the app `serve` builds for this tree, against the benchmark's Prometheus;
+    CPU µs per single-object request through the whole ASGI app (no TLS or socket on the
+    front side, so the figure is the request path's own, Prometheus call included)."""
+    from custom_metrics_server import cli
+    from custom_metrics_server.server.app import AppSettings, create_app
+
+    parsed = cli.build_parser().parse_args(
+        [
+            "serve",
+            "--demo",
+            "--demo-file",
+            args.cluster,
+            "--prometheus-url",
+            args.prometheus_url,
+            "--config",
+            args.rules,
+            "--metrics-max-age",
+            "1h",
+        ]
+    )
+    served = cli._with_prometheus(parsed, cli._demo(parsed))
+    app = create_app(cluster=served.cluster, backends=served.backends, settings=AppSettings())
+    backend: Any = served.backends[-1]
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    scope = _scope(SINGLE)
+    batches: list[float] = []
+    async with backend:
+        await backend.relist()
+        for batch in range(args.repeat + 1):
+            started = time.process_time()
+            for _ in range(args.requests):
+                await app(dict(scope, headers=list(scope["headers"])), receive, send)
+            assert status == 200, status
+            if batch:  # the first batch warms up
+                batches.append((time.process_time() - started) / args.requests * 1e6)
+    return {"best_us": round(min(batches), 1), "median_us": round(statistics.median(batches), 1)}
+
+
+def in_process_rounds(
+    args: argparse.Namespace,
+    prometheus: RealPrometheus,
+    workdir: Path,
+    trees: dict[str, Path | None],
+) -> dict[str, list[dict[str, Any]]]:
+    """Every round runs a child per tree (the order alternating), each with that tree first
+    on PYTHONPATH."""
+    figures: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    for number in range(args.in_process):
+        order = list(trees.items())
+        if number % 2:
+            order.reverse()
+        for label, tree in order:
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--worker",
+                *("--prometheus-url", prometheus.url),
+                *("--cluster", str(workdir / "cluster.yaml")),
+                *("--rules", str(workdir / "rules.yaml")),
+                *("--requests", str(args.requests), "--repeat", str(args.repeat)),
+            ]
+            env = {**os.environ, "PYTHONPATH": str(tree or ROOT)}
+            load = os.getloadavg()[0]
+            output = subprocess.run(
+                command, capture_output=True, text=True, check=True, env=env, cwd=tree or ROOT
+            ).stdout
+            result = {**json.loads(output.strip().splitlines()[-1]), "load": round(load, 2)}
+            figures[label].append(result)
+            print(f"in process {number + 1} {label}: {result}", file=sys.stderr, flush=True)
+    return figures
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -246,8 +350,23 @@ def parse_args() -> argparse.Namespace:
         default="flamegraph",
         help="py-spy's output: an SVG, or collapsed stacks as text (server-N.txt)",
     )
+    parser.add_argument(
+        "--in-process",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="also measure CPU per single-object request in process (ROUNDS rounds per tree)",
+    )
+    parser.add_argument("--requests", type=int, default=2000, help="in process: per batch")
+    parser.add_argument("--repeat", type=int, default=5, help="in process: batches per round")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--prometheus-url", help=argparse.SUPPRESS)
+    parser.add_argument("--cluster", help=argparse.SUPPRESS)
+    parser.add_argument("--rules", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smoke and args.in_process:
+        args.requests, args.repeat = 50, 1
     args.seconds = 1.0 if args.smoke else args.seconds
     args.cases = [case.strip() for case in args.cases.split(",") if case.strip()]
     unknown = [case for case in args.cases if case not in CASES]
@@ -313,7 +432,7 @@ def report(args: argparse.Namespace, results: dict[str, Any], figures: Figures) 
             runs = per_case[case]
 
             def med(key: str, runs: list[dict[str, Any]] = runs) -> float:
-                return statistics.median(r[key] for r in runs if r[key] is not None)
+                return float(statistics.median(r[key] for r in runs if r[key] is not None))
 
             rps = med("rps")
             first.setdefault(case, rps)
@@ -326,6 +445,20 @@ def report(args: argparse.Namespace, results: dict[str, Any], figures: Figures) 
                 f"{med('prometheus_cpu_ms_per_request'):.3f} | {max(r['rss_mib'] for r in runs)} "
                 f"| {min(loads):.2f}-{max(loads):.2f} |"
             )
+    if "in_process" in results:
+        print(
+            "\nIn process, one pod through the whole ASGI app (CPU µs per request; best and "
+            f"median of {args.repeat} batches of {args.requests}, then the median over rounds):\n"
+        )
+        print("| tree | best µs | median µs | rounds | load |")
+        print("|---|---|---|---|---|")
+        for label, runs in results["in_process"].items():
+            loads = [r["load"] for r in runs]
+            print(
+                f"| {label} | {statistics.median(r['best_us'] for r in runs):.1f} "
+                f"| {statistics.median(r['median_us'] for r in runs):.1f} | {len(runs)} "
+                f"| {min(loads):.2f}-{max(loads):.2f} |"
+            )
     if "prometheus_direct" in results:
         direct = results["prometheus_direct"]
         print(
@@ -336,6 +469,11 @@ def report(args: argparse.Namespace, results: dict[str, Any], figures: Figures) 
 
 def main() -> int:
     args = parse_args()
+    if args.worker:
+        import uvloop
+
+        print(json.dumps(uvloop.run(_worker(args))))
+        return 0
     reason = RealPrometheus.available()
     if reason:
         print(f"cannot run: {reason}")
@@ -348,7 +486,7 @@ def main() -> int:
     results: dict[str, Any] = {"machine": machine(), "connections": args.connections}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        series = [
+        series: list[Any] = [
             CounterLine(
                 "http_requests_total",
                 {"namespace": "default", "pod": f"web-{i:04d}"},
@@ -371,6 +509,10 @@ def main() -> int:
             results["load_before"] = round(os.getloadavg()[0], 2)
             print(f"load average before: {results['load_before']}", file=sys.stderr, flush=True)
             run_rounds(args, prometheus, servers, figures)
+            if args.in_process:
+                results["in_process"] = in_process_rounds(
+                    args, prometheus, workdir, dict(zip(labels, trees, strict=True))
+                )
             results["load_after"] = round(os.getloadavg()[0], 2)
         finally:
             for server in servers.values():

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs
 import httpx
 import pytest
 
+from custom_metrics_server.prometheus import client as client_module
 from custom_metrics_server.prometheus.client import (
     MAX_GET_QUERY,
     USER_AGENT,
@@ -211,3 +212,19 @@ async def test_the_httpx_path_answers_alike(serve: Callable[..., Awaitable[Serve
     data = await client.query("up")
     await client.aclose()
     assert data["result"][0]["value"] == [1, "2"]
+
+
+async def test_encoded_queries_are_kept_within_a_bound(
+    serve: Callable[..., Awaitable[Server]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same PromQL is encoded once and sent alike; the memo of encodings stays bounded."""
+    monkeypatch.setattr(client_module, "_ENCODED_CACHE", 2)
+    server = await serve(answering(VECTOR))
+    client = PrometheusClient(ServerConfig(name="default", url=f"http://127.0.0.1:{server.port}"))
+    expressions = ['up{pod="a"}', 'up{pod="a"}', 'up{pod="b"}', 'up{pod="c"}', 'up{pod="a"}']
+    for expression in expressions:
+        await client.query(expression)
+        assert len(client._encoded) <= 2
+    await client.aclose()
+    sent = [parse_qs(parse(raw)[0].split(" ")[1].partition("?")[2]) for raw in server.heads]
+    assert sent == [{"query": [expression]} for expression in expressions]

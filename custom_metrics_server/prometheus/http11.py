@@ -335,13 +335,23 @@ class Http11Pool:
             try:
                 async with asyncio.timeout(self.timeout):
                     handed = await waiter
-            except TimeoutError:
-                raise TransportTimeout(
-                    f"no free connection within {self.timeout:g}s ({self.max_connections} in use)"
-                ) from None
-            finally:
-                if not waiter.done():
+            except BaseException as err:
+                if waiter.done() and not waiter.cancelled():
+                    # Handed a connection (or a free slot) just as this caller gave up:
+                    # pass it on rather than lose it.
+                    passed = waiter.result()
+                    if passed is not None:
+                        self._release(passed)
+                    else:
+                        self._wake_one(None)
+                else:
                     waiter.cancel()
+                if isinstance(err, TimeoutError):
+                    raise TransportTimeout(
+                        f"no free connection within {self.timeout:g}s "
+                        f"({self.max_connections} in use)"
+                    ) from None
+                raise
             if handed is not None and not handed.closed:
                 return handed
         return await self._connect()
@@ -370,27 +380,31 @@ class Http11Pool:
         return connection
 
     def _release(self, connection: _Connection) -> None:
+        """A call is done with `connection`: to the first waiter, else kept idle (or closed
+        beyond `max_idle`)."""
         if connection.closed:
             return
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(connection)
-                return
+        if self._wake_one(connection):
+            return
         if len(self._idle) >= self.max_idle:
             connection.close()
         else:
             self._idle.append(connection)
 
+    def _wake_one(self, handed: _Connection | None) -> bool:
+        """Hand a connection, or with None a free slot, to the first caller still waiting."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(handed)
+                return True
+        return False
+
     def _dropped(self, connection: _Connection) -> None:
         """A connection closed: forget it, and let a waiter open a new one."""
         if connection in self._open:
             self._open.discard(connection)
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    break
+            self._wake_one(None)
 
     async def aclose(self) -> None:
         """Close every connection; later calls fail."""

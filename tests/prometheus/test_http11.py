@@ -10,6 +10,7 @@ import gzip
 import os
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 import trustme
@@ -294,6 +295,45 @@ async def test_waiting_for_a_free_connection_times_out(
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
+    await pool.aclose()
+
+
+async def test_a_connection_handed_to_a_caller_that_gave_up_is_not_lost(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    """The waiting caller is cancelled in the very iteration the connection is handed to it:
+    the connection goes back to the pool instead of leaking out of the limit."""
+
+    async def handler(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
+    ) -> None:
+        while True:
+            await s.read_head(reader)
+            await asyncio.sleep(0.05)
+            writer.write(OK)
+            await writer.drain()
+
+    server = await serve(handler)
+    pool = pool_for(server, max_connections=1)
+    first = asyncio.ensure_future(pool.request(HEAD))
+    await asyncio.sleep(0.01)
+    second = asyncio.ensure_future(pool.request(HEAD))
+    await asyncio.sleep(0.01)
+    assert len(pool._waiters) == 1
+    release = pool._release
+
+    def release_then_cancel(connection: Any) -> None:
+        release(connection)
+        second.cancel()
+
+    pool._release = release_then_cancel  # type: ignore[method-assign]
+    assert (await first).status == 200
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    pool._release = release  # type: ignore[method-assign]
+    assert len(pool._idle) == 1
+    assert (await pool.request(HEAD)).status == 200
+    assert server.connections == 1
     await pool.aclose()
 
 

@@ -266,8 +266,9 @@ class PrometheusClient:
         `compress=False` asks for an uncompressed answer: for an answer of one series (a
         single object's query) gzip costs Prometheus about 0.5 ms of CPU and saves nothing.
 
-        Cost: O(len(query) + answer); about 100 µs of CPU for a one-series answer over a
-        kept-alive connection (the encoded form, one write, one orjson decode)."""
+        Cost: O(len(query) + answer); about 55 µs of CPU for a one-series answer over a
+        kept-alive connection: the encoded form (kept per expression), the pool's ~35 µs
+        (one write, one future), one orjson decode and the histogram observation."""
         if at is None:
             encoded = self._encoded.get(expression)
             if encoded is None:

@@ -241,12 +241,19 @@ class PrometheusClient:
         for name, value in (("Host", url.netloc.rpartition("@")[2]), *headers.items()):
             merged[name.lower()] = (name, value)
             self._problem = self._problem or _header_problem(name, value)
+        # Credentials, first found wins (httpx's order): the URL's, the token file's, a
+        # configured Authorization header.
+        configured = merged.pop("authorization", None)
+        self._configured_auth = (
+            f"{configured[0]}: {configured[1]}\r\n".encode("latin-1", "replace")
+            if configured
+            else b""
+        )
         self._basic: bytes | None = None
         if url.username is not None:
             userinfo = f"{unquote(url.username)}:{unquote(url.password or '')}"
             basic = base64.b64encode(userinfo.encode()).decode()
             self._basic = f"Authorization: Basic {basic}\r\n".encode()
-            merged.pop("authorization", None)
         self._head = "".join(f"{name}: {value}\r\n" for name, value in merged.values()).encode(
             "latin-1", "replace"
         )
@@ -347,6 +354,8 @@ class PrometheusClient:
                     "unavailable", f"{self._where()}: the bearer token has a line break"
                 )
             extra += f"Authorization: Bearer {token}\r\n".encode("latin-1", "replace")
+        else:
+            extra += self._configured_auth
         if use_post:
             body = encoded.encode()
             head = (

@@ -153,6 +153,32 @@ async def test_credentials(serve: Callable[..., Awaitable[Server]], tmp_path: Pa
     assert sent[2]["host"] == f"127.0.0.1:{server.port}"
 
 
+async def test_one_authorization_header_whatever_is_configured(
+    serve: Callable[..., Awaitable[Server]], tmp_path: Path
+) -> None:
+    """A configured Authorization header is sent only when no token (or URL credentials)
+    gives one, and never twice."""
+    server = await serve(answering(VECTOR))
+    token = tmp_path / "token"
+    token.write_text("from-file")
+    configured = (("authorization", "Bearer configured"),)
+    url = f"http://127.0.0.1:{server.port}"
+    clients = [
+        PrometheusClient(ServerConfig(name="a", url=url, headers=configured)),
+        PrometheusClient(
+            ServerConfig(name="b", url=url, headers=configured, token_file=str(token))
+        ),
+        PrometheusClient(
+            ServerConfig(name="c", url=url, headers=configured, token_file=str(tmp_path / "no"))
+        ),
+    ]
+    for client in clients:
+        await client.query("up")
+        await client.aclose()
+    sent = [parse(raw)[1]["authorization"] for raw in server.heads]  # parse refuses twice
+    assert sent == ["Bearer configured", "Bearer from-file", "Bearer configured"]
+
+
 async def test_an_unusable_header_fails_each_call_not_the_configuration() -> None:
     client = PrometheusClient(
         ServerConfig(name="default", url="http://127.0.0.1:9", headers=(("X-A", "1\r\nX-B: 2"),))

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Final, Literal, Self
 
 from prometheus_client.registry import Collector
 
@@ -50,12 +50,13 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, InternalError
+from custom_metrics_server.machinery.labels import Selector
 from custom_metrics_server.prometheus import registry as registry_module
 from custom_metrics_server.prometheus import results
 from custom_metrics_server.prometheus.client import PrometheusClient, PrometheusError
 from custom_metrics_server.prometheus.live_config import LiveConfig
 from custom_metrics_server.prometheus.promql import range_window
-from custom_metrics_server.prometheus.queries import custom_query, external_query
+from custom_metrics_server.prometheus.queries import CustomQuery, custom_query, external_query
 from custom_metrics_server.prometheus.registry import Registry, SeriesShape
 from custom_metrics_server.prometheus.rules import AdapterConfig, Rule, ServerConfig
 from custom_metrics_server.prometheus.self_metrics import BackendMetrics, ForwardingCollector
@@ -64,6 +65,9 @@ from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk.backend import ClusterView
 
 logger = logging.getLogger(__name__)
+
+#: Request shapes whose rendered query `PrometheusBackend` keeps (about 1 KiB each).
+_QUERY_CACHE: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +125,11 @@ class PrometheusBackend:
         # describedObject values are reused across requests (their rendered JSON is not, as
         # every answer carries a new evaluation time); bounded by the objects asked about.
         self._refs: dict[tuple[str, str, str, str], ObjectRef] = {}
+        # The rendered query of each request shape (see `_custom_query`).
+        self._queries: dict[
+            tuple[MetricInfo, str, str, str | None, Selector],
+            tuple[Rule, str, CustomQuery, int | None] | None,
+        ] = {}
         self.resource_usage = PrometheusResourceUsage(
             self._live, interval=settings.resource_usage_interval or 30.0
         )
@@ -178,6 +187,7 @@ class PrometheusBackend:
                 self._listed_at[server] = now
         self._listings = listings
         self._registry = await registry_module.build(config, listings, self._resolve)
+        self._queries = {}
         notes = "; ".join(
             f"listing of {server!r} failing, serving the last good one: {error}"
             for server, error in sorted(failed.items())
@@ -238,31 +248,69 @@ class PrometheusBackend:
             age = self.listing_age(server)
             self.metrics.listing_age.labels(server).set(math.inf if age is None else age)
 
-    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
-        """See `MetricsBackend.fetch`."""
-        entry = self._registry.custom.get(request.metric)
-        if entry is None or not request.objects:
-            return ()
-        rule = entry.rule
+    def _custom_query(
+        self, request: BackendRequest, namespace: str, names: list[str]
+    ) -> tuple[Rule, str, CustomQuery, int | None] | None:
+        """(rule, object label, query, windowSeconds) of a request, None when the registry
+        or the rule cannot answer it.
+
+        Memoised per shape, (metric, resource's singular name, namespace, the object's name
+        when there is one, metric selector): rendering the template, quoting the matchers
+        and finding the range window cost ~20 µs, the lookup ~1 µs. Emptied with each new
+        registry (a relist, which a reload triggers, so the rules and series names in force
+        are always the ones used) and when it holds `_QUERY_CACHE` shapes."""
         mapping = request.mapping
-        label = rule.label_for(mapping.group_resource, mapping.singular or mapping.kind.lower())
-        if label is None:
-            return ()
-        names = [name for _, name in request.objects]
-        namespace = request.objects[0][0] if request.metric.namespaced else ""
-        query = custom_query(
-            rule,
-            series=entry.series,
-            metric=request.metric.metric,
-            object_label=label,
-            namespace=namespace,
-            names=names,
-            metric_selector=request.metric_selector,
+        singular = mapping.singular or mapping.kind.lower()
+        key = (
+            request.metric,
+            singular,
+            namespace,
+            names[0] if len(names) == 1 else None,
+            request.metric_selector,
         )
-        if query is None:
+        cache = self._queries
+        if key in cache:
+            return cache[key]
+        entry = self._registry.custom.get(request.metric)
+        if entry is None or not names:
+            return None  # not memoised: the next registry may list the metric
+        rule = entry.rule
+        label = rule.label_for(mapping.group_resource, singular)
+        planned: tuple[Rule, str, CustomQuery, int | None] | None = None
+        if label is not None:
+            query = custom_query(
+                rule,
+                series=entry.series,
+                metric=request.metric.metric,
+                object_label=label,
+                namespace=namespace,
+                names=names,
+                metric_selector=request.metric_selector,
+            )
+            if query is not None:
+                window = rule.window if rule.window is not None else range_window(query.promql)
+                planned = (rule, label, query, window)
+        if len(cache) >= _QUERY_CACHE:
+            cache.clear()
+        cache[key] = planned
+        return planned
+
+    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
+        """See `MetricsBackend.fetch`.
+
+        Cost per request: a dict lookup for the query (:meth:`_custom_query`, rendered once
+        per shape), one call to Prometheus (:meth:`.PrometheusClient.query`, about 60 µs of
+        CPU over a kept-alive connection for one series), O(series returned) to read the
+        answer and O(objects) samples; about 25 µs besides the call for one object."""
+        names = [name for _, name in request.objects]
+        namespace = request.objects[0][0] if request.objects and request.metric.namespaced else ""
+        planned = self._custom_query(request, namespace, names)
+        if planned is None:
             return ()
-        data = await self._query(rule, query.promql, request.metric.metric)
-        window = rule.window if rule.window is not None else range_window(query.promql)
+        rule, label, query, window = planned
+        mapping = request.mapping
+        # One object: an answer of one series, not worth compressing.
+        data = await self._query(rule, query.promql, request.metric.metric, compress=len(names) > 1)
         wanted = set(names)
         found: dict[str, tuple[Decimal, float]] = {}
         for labels, value, stamp in results.samples(
@@ -339,12 +387,12 @@ class PrometheusBackend:
             )
         return found
 
-    async def _query(self, rule: Rule, query: str, metric: str) -> Any:
+    async def _query(self, rule: Rule, query: str, metric: str, *, compress: bool = True) -> Any:
         client = self._live.client_or_none(rule.server)
         if client is None:  # pragma: no cover - a reload dropped the server mid-request
             raise BackendUnavailable(f"Prometheus server {rule.server!r} is not configured")
         try:
-            return await client.query(query)
+            return await client.query(query, compress=compress)
         except PrometheusError as err:
             message = f"metric {metric!r} ({rule.where}): {err}"
             if err.kind == "timeout":

@@ -14,6 +14,7 @@ Bearer tokens are re-read from `token_file` when the file changes (projected tok
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import random
 import re
@@ -21,12 +22,14 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
-from urllib.parse import urlencode
+from urllib.parse import SplitResult, unquote, urlencode, urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import httpx
 import orjson
 
 from custom_metrics_server import __version__
+from custom_metrics_server.prometheus.http11 import Http11Pool, TransportError, TransportTimeout
 from custom_metrics_server.prometheus.registry import SeriesShape, series_shape
 from custom_metrics_server.prometheus.rules import ServerConfig
 from custom_metrics_server.runtime.tls import client_context
@@ -34,6 +37,8 @@ from custom_metrics_server.runtime.tls import client_context
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
 #: Longer encoded forms go as POST bodies; many proxies cap request lines at 4-8 KiB.
 MAX_GET_QUERY: Final = 4096
+#: Instant queries whose URL-encoded form a client keeps (the same PromQL recurs per object).
+_ENCODED_CACHE: Final = 4096
 
 ErrorKind = Literal["unavailable", "timeout", "rejected"]
 
@@ -154,8 +159,33 @@ class SeriesReader:
         return self.shapes
 
 
+def _proxied(url: SplitResult) -> bool:
+    """Whether the environment names a proxy for `url` (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY,
+    not bypassed by NO_PROXY), which httpx honours and the lean pool does not."""
+    proxies = getproxies()
+    if not (proxies.get(url.scheme) or proxies.get("all")):
+        return False
+    return not proxy_bypass(url.hostname or "")
+
+
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _header_problem(name: str, value: str) -> str | None:
+    if not _TOKEN.fullmatch(name):
+        return f"header name {name!r} is not an HTTP token"
+    if any(char in value for char in "\r\n\x00"):
+        return f"header {name!r} has a line break or NUL in its value"
+    return None
+
+
 class PrometheusClient:
-    """One Prometheus-compatible server."""
+    """One Prometheus-compatible server.
+
+    Calls go through :class:`~.http11.Http11Pool` (a lean keep-alive HTTP/1.1 pool) unless the
+    environment names a proxy for the server or a test passes an httpx `transport`; then
+    through httpx, as before.
+    """
 
     def __init__(
         self,
@@ -173,28 +203,89 @@ class PrometheusClient:
         self.verb = verb
         self._observe = observe
         self._token = _TokenFile(server.token_file) if server.token_file else None
+        # The URL-encoded form of recent instant queries (urlencode is ~10 µs a query).
+        self._encoded: dict[str, str] = {}
+        url = urlsplit(server.url.rstrip("/"))
+        self._base_path = url.path
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         headers.update(dict(server.headers))
-        self._http = httpx.AsyncClient(
-            base_url=server.url.rstrip("/"),
-            verify=_ssl_context(server),
-            headers=headers,
-            timeout=httpx.Timeout(timeout),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-            transport=transport,
-            follow_redirects=False,
+        self._http: httpx.AsyncClient | None = None
+        self._pool: Http11Pool | None = None
+        self._problem: str | None = None
+        if transport is not None or _proxied(url):
+            self._http = httpx.AsyncClient(
+                base_url=server.url.rstrip("/"),
+                verify=_ssl_context(server),
+                headers=headers,
+                timeout=httpx.Timeout(timeout),
+                limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+                transport=transport,
+                follow_redirects=False,
+            )
+            return
+        context = _ssl_context(server)
+        https = url.scheme == "https"
+        self._pool = Http11Pool(
+            host=url.hostname or "",
+            port=url.port or (443 if https else 80),
+            ssl_context=context if isinstance(context, ssl.SSLContext) else None,
+            server_hostname=url.hostname,
+            timeout=timeout,
+            max_connections=64,
+            max_idle=16,
+        )
+        # The head every call shares: custom headers replace ours case-insensitively (as
+        # httpx's client headers did); credentials in the URL are Basic auth (as httpx did,
+        # over a bearer token).
+        merged: dict[str, tuple[str, str]] = {}
+        for name, value in (("Host", url.netloc.rpartition("@")[2]), *headers.items()):
+            merged[name.lower()] = (name, value)
+            self._problem = self._problem or _header_problem(name, value)
+        # Credentials, first found wins (httpx's order): the URL's, the token file's, a
+        # configured Authorization header.
+        configured = merged.pop("authorization", None)
+        self._configured_auth = (
+            f"{configured[0]}: {configured[1]}\r\n".encode("latin-1", "replace")
+            if configured
+            else b""
+        )
+        self._basic: bytes | None = None
+        if url.username is not None:
+            userinfo = f"{unquote(url.username)}:{unquote(url.password or '')}"
+            basic = base64.b64encode(userinfo.encode()).decode()
+            self._basic = f"Authorization: Basic {basic}\r\n".encode()
+        self._head = "".join(f"{name}: {value}\r\n" for name, value in merged.values()).encode(
+            "latin-1", "replace"
         )
 
     async def aclose(self) -> None:
         """Close the connection pool."""
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
-    async def query(self, expression: str, *, at: float | None = None) -> Mapping[str, Any]:
-        """An instant query; returns the `data` object (`resultType`, `result`)."""
-        form = [("query", expression)]
-        if at is not None:
-            form.append(("time", f"{at:.3f}"))
-        data = await self._call("/api/v1/query", form, "query")
+    async def query(
+        self, expression: str, *, at: float | None = None, compress: bool = True
+    ) -> Mapping[str, Any]:
+        """An instant query; returns the `data` object (`resultType`, `result`).
+
+        `compress=False` asks for an uncompressed answer: for an answer of one series (a
+        single object's query) gzip costs Prometheus about 0.5 ms of CPU and saves nothing.
+
+        Cost: O(len(query) + answer); about 55 µs of CPU for a one-series answer over a
+        kept-alive connection: the encoded form (kept per expression), the pool's ~35 µs
+        (one write, one future), one orjson decode and the histogram observation."""
+        if at is None:
+            encoded = self._encoded.get(expression)
+            if encoded is None:
+                encoded = urlencode([("query", expression)])
+                if len(self._encoded) >= _ENCODED_CACHE:
+                    self._encoded.clear()
+                self._encoded[expression] = encoded
+        else:
+            encoded = urlencode([("query", expression), ("time", f"{at:.3f}")])
+        data = await self._call("/api/v1/query", encoded, "query", compress=compress)
         if not isinstance(data, Mapping):
             raise PrometheusError("unavailable", "query answer has no data object")
         return data
@@ -204,13 +295,20 @@ class PrometheusClient:
         [start, end], read as a stream: memory holds one series at a time, never the listing
         (upstream's listing of every series is what grew prometheus-adapter to gigabytes)."""
         form = [("match[]", match), ("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
-        shapes: set[SeriesShape] = await self._call("/api/v1/series", form, "series", stream=True)
+        shapes: set[SeriesShape] = await self._call(
+            "/api/v1/series", urlencode(form), "series", stream=True
+        )
         return shapes
 
     async def _call(
-        self, path: str, form: list[tuple[str, str]], kind: str, *, stream: bool = False
+        self,
+        path: str,
+        encoded: str,
+        kind: str,
+        *,
+        stream: bool = False,
+        compress: bool = True,
     ) -> Any:
-        encoded = urlencode(form)
         use_post = self.verb == "POST" or len(encoded) > MAX_GET_QUERY
         attempt = 0
         started = time.perf_counter()
@@ -218,7 +316,12 @@ class PrometheusClient:
         try:
             while True:
                 try:
-                    result = await self._once(path, encoded, use_post, stream=stream)
+                    if self._pool is not None:
+                        result = await self._once_pool(
+                            path, encoded, use_post, stream=stream, compress=compress
+                        )
+                    else:
+                        result = await self._once_httpx(path, encoded, use_post, stream=stream)
                     outcome = "ok"
                     return result
                 except PrometheusError as err:
@@ -232,7 +335,67 @@ class PrometheusClient:
             if self._observe is not None:
                 self._observe(self.server.name, kind, outcome, time.perf_counter() - started)
 
-    async def _once(self, path: str, encoded: str, use_post: bool, *, stream: bool) -> Any:
+    async def _once_pool(
+        self, path: str, encoded: str, use_post: bool, *, stream: bool, compress: bool
+    ) -> Any:
+        """One attempt through the lean pool.
+
+        Cost: the request head is one f-string over pre-encoded headers; then the pool's one
+        write and one future (:meth:`.Http11Pool.request`) and one orjson decode."""
+        assert self._pool is not None
+        if self._problem is not None:
+            raise PrometheusError("unavailable", f"{self._where()}: {self._problem}")
+        extra = b"Accept-Encoding: gzip\r\n" if compress or stream else b""
+        if self._basic is not None:
+            extra += self._basic
+        elif self._token is not None and (token := self._token.token()):
+            if _header_problem("Authorization", token) is not None:
+                raise PrometheusError(
+                    "unavailable", f"{self._where()}: the bearer token has a line break"
+                )
+            extra += f"Authorization: Bearer {token}\r\n".encode("latin-1", "replace")
+        else:
+            extra += self._configured_auth
+        if use_post:
+            body = encoded.encode()
+            head = (
+                (
+                    f"POST {self._base_path}{path} HTTP/1.1\r\n"
+                    "Content-Type: application/x-www-form-urlencoded\r\n"
+                    f"Content-Length: {len(body)}\r\n"
+                ).encode()
+                + self._head
+                + extra
+                + b"\r\n"
+            )
+        else:
+            body = b""
+            head = (
+                f"GET {self._base_path}{path}?{encoded} HTTP/1.1\r\n".encode()
+                + self._head
+                + extra
+                + b"\r\n"
+            )
+        reader = SeriesReader() if stream else None
+        try:
+            answer = await self._pool.request(
+                head, body, sink=reader.feed if reader is not None else None
+            )
+        except TransportTimeout as err:
+            raise PrometheusError(
+                "timeout", f"{self._where()} did not answer within {self.timeout:g}s"
+            ) from err
+        except TransportError as err:
+            raise PrometheusError(
+                "unavailable", f"{self._where()} is unreachable: {err or type(err).__name__}"
+            ) from err
+        if reader is not None and answer.status == 200:
+            return reader.finish(self._where())
+        return self._decode(answer.status, answer.reason, answer.body)
+
+    async def _once_httpx(self, path: str, encoded: str, use_post: bool, *, stream: bool) -> Any:
+        """One attempt through httpx (a proxy, or a test's transport)."""
+        assert self._http is not None
         headers = {}
         if self._token is not None and (token := self._token.token()):
             headers["Authorization"] = f"Bearer {token}"
@@ -251,7 +414,7 @@ class PrometheusClient:
                     return reader.finish(self._where())
                 if stream:
                     await response.aread()
-                return self._decode(response)
+                return self._decode(response.status_code, response.reason_phrase, response.content)
             finally:
                 await response.aclose()
         except httpx.TimeoutException as err:
@@ -266,10 +429,12 @@ class PrometheusClient:
     def _where(self) -> str:
         return f"Prometheus server {self.server.name!r} ({self.server.url})"
 
-    def _decode(self, response: httpx.Response) -> Any:
-        status = response.status_code
+    def _decode(self, status: int, reason: str, content: bytes) -> Any:
+        """The `data` of a successful answer, else the `PrometheusError` it means.
+
+        Cost: one orjson decode of the body."""
         try:
-            document = orjson.loads(response.content)
+            document = orjson.loads(content)
         except orjson.JSONDecodeError:
             document = None
         if status == 200 and isinstance(document, dict) and document.get("status") == "success":
@@ -285,7 +450,7 @@ class PrometheusClient:
                 "unavailable", f"{self._where()} answered 200 with a malformed body"
             )
         if not detail:
-            detail = response.text.strip()[:300] or response.reason_phrase
+            detail = content.decode("utf-8", "replace").strip()[:300] or reason
         message = f"{self._where()} answered {status}: {detail}"
         if error_type == "timeout" or status == 504:
             raise PrometheusError("timeout", message)

@@ -10,11 +10,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
+from custom_metrics_server.prometheus import backend as backend_module
 from custom_metrics_server.prometheus.backend import PrometheusBackend
 from custom_metrics_server.server.app import create_app
 from tests.prometheus.conftest import fixture_cluster, settings_for
@@ -47,6 +50,9 @@ class _Handler(BaseHTTPRequestHandler):
     # Answers served before `answer`, one per query (to test retries).
     first: ClassVar[list[tuple[int, bytes, float]]] = []
     queries: ClassVar[int] = 0
+    # The Accept-Encoding and the PromQL of each query.
+    encodings: ClassVar[list[str]] = []
+    promql: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         self._serve()
@@ -66,6 +72,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             cls = type(self)
             cls.queries += 1
+            cls.encodings.append(self.headers.get("Accept-Encoding", ""))
+            cls.promql.extend(parse_qs(urlsplit(self.path).query).get("query", []))
             status, body, delay = cls.first.pop(0) if cls.first else cls.answer
         time.sleep(delay)
         try:
@@ -224,6 +232,56 @@ async def test_a_slow_engine_is_a_504(
     assert response.json()["reason"] == "Timeout"
     assert "did not answer within 1s" in response.json()["message"]
     handler.answer = (200, vector((WEB0, "1")), 0.0)
+
+
+async def test_only_answers_of_several_objects_are_compressed(
+    client: httpx.AsyncClient, fake: tuple[str, type[_Handler]]
+) -> None:
+    """One object's answer is one series: gzip would cost Prometheus more CPU than the
+    whole query (docs/performance.md); a wildcard's answer may be large, so it is asked for."""
+    _, handler = fake
+    handler.answer = (200, vector((WEB0, "1")), 0.0)
+    handler.encodings.clear()
+    assert (await client.get(POD)).status_code == 200
+    wildcard = POD.replace("/web-0/", "/*/")
+    assert (await client.get(wildcard)).status_code == 200
+    assert handler.encodings == ["", "gzip"]
+
+
+async def test_rendered_queries_are_reused_until_the_rules_change(
+    fake: tuple[str, type[_Handler]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PromQL of a request shape is rendered once (`_custom_query`), then sent as is; a
+    reload with another metricsQuery sends the new one at once (the relist it triggers empties
+    the memo), and the memo never holds more than its bound."""
+    url, handler = fake
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    backend = PrometheusBackend(
+        fixture_cluster(), settings_for(url, rules, query_timeout=1.0, retries=0)
+    )
+    app = create_app(cluster=backend.cluster, backends=[backend])
+    monkeypatch.setattr(backend_module, "_QUERY_CACHE", 3)
+    async with (
+        backend,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as http,
+    ):
+        await backend.relist()
+        handler.answer = (200, vector((WEB0, "1")), 0.0)
+        handler.promql.clear()
+        for _ in range(2):
+            assert (await http.get(POD)).json()["items"][0]["windowSeconds"] == 120
+        one_pod = 'sum(rate(requests_total{namespace="default",pod="web-0"}[2m])) by (pod)'
+        assert handler.promql == [one_pod, one_pod]
+        rules.write_text(RULES.replace("[2m]", "[5m]"))
+        assert await backend.reload()
+        await backend.relist()
+        handler.promql.clear()
+        assert (await http.get(POD)).json()["items"][0]["windowSeconds"] == 300
+        assert handler.promql == [one_pod.replace("[2m]", "[5m]")]
+        for pod in ("web-1", "web-2", "api-0", "idle-0"):
+            await http.get(POD.replace("/web-0/", f"/{pod}/"))
+            assert 1 <= len(backend._queries) <= 3
 
 
 async def test_external_values_with_odd_labels(

@@ -1,0 +1,416 @@
+"""A lean HTTP/1.1 keep-alive client for one Prometheus-compatible server: a small pool of
+connections, each an `asyncio.Protocol` whose responses `httptools` parses.
+
+Why not httpx here: per call httpx builds `Request`/`Response`/`URL`/`Headers` objects, walks
+its connection pool under anyio locks and events, and logs the call at INFO. That was about
+1.3 ms of CPU per call on the build machine, two thirds of what a whole single-object request
+cost (docs/performance.md, "Prometheus backend: the single-object path"). This pool writes one
+pre-built request head and waits for one future: about 35 µs of CPU per call over a
+kept-alive connection, where a bare asyncio round trip costs about 20 µs.
+
+This module owns :class:`Http11Pool`: connections to one origin (`http://` or `https://`
+with a given `ssl.SSLContext`), at most `max_connections` open and `max_idle` kept alive
+between calls, callers beyond the limit waiting in order for a free connection. A call fails
+with :class:`TransportTimeout` when the server stays silent for `timeout` seconds (each
+connect, and the wait for each piece of the answer, like httpx's per-operation timeouts) and
+with :class:`TransportError` when it cannot connect or the connection breaks. A request that
+fails on a reused keep-alive connection before any byte of the answer arrived (the server
+closed it while idle) is sent once more on a new connection. A caller cancelled mid-call
+closes its connection (its answer would be out of step with the next request).
+
+Answers are framed by Content-Length, chunked transfer coding or the end of the connection,
+and `Content-Encoding: gzip` is decoded. It must not know the Prometheus API (:mod:`.client`
+builds requests and reads answers).
+
+Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
+timer and one future; a new connection adds a TCP connect (and a TLS handshake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import httptools
+
+__all__ = ["Answer", "Http11Pool", "TransportError", "TransportTimeout"]
+
+#: Statuses whose answers have no body even without a Content-Length.
+_NO_BODY_STATUS: Final = frozenset({204, 304})
+
+
+class TransportError(Exception):
+    """The server could not be reached, or the connection broke mid-call."""
+
+
+class TransportTimeout(TransportError):
+    """The server stayed silent for the whole timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A complete response: status, reason phrase and (decoded) body. With a streaming sink
+    and status 200 the body went to the sink and is empty here."""
+
+    status: int
+    reason: str
+    body: bytes
+
+
+class _Stale(TransportError):
+    """A reused connection closed before any byte of the answer: safe to send again."""
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP (or TLS) connection, one call at a time."""
+
+    def __init__(self, pool: Http11Pool) -> None:
+        self.pool = pool
+        self.loop = pool.loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.uses = 0
+        self.waiter: asyncio.Future[Answer] | None = None
+        self.sink: Callable[[bytes], None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.last_activity = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.received = False  # any byte of the current answer
+        self.headers_done = False
+        self.reason = b""
+        self.chunks: list[bytes] = []
+        self.content_length: bytes | None = None
+        self.chunked = False
+        self.decoder: zlib._Decompress | None = None
+        self.streaming = False
+        self.header_error: str | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.waiter is None or self.waiter.done():
+            self.close()  # bytes nobody asked for: the connection is out of step
+            return
+        self.received = True
+        self.last_activity = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as err:
+            # One of the callbacks below raised: an unusable header, a corrupt gzip stream,
+            # or the streaming sink's own error (passed on as it is).
+            cause = err.__context__
+            if isinstance(cause, zlib.error):
+                cause = TransportError(f"corrupt gzip body: {cause}")
+            self._fail(cause if isinstance(cause, Exception) else TransportError(str(err)))
+        except httptools.HttpParserError as err:
+            self._fail(TransportError(f"malformed HTTP answer: {err}"))
+
+    def eof_received(self) -> bool | None:
+        self._ended()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool._dropped(self)
+        self._ended(exc)
+
+    # -- httptools callbacks --------------------------------------------------------------------
+
+    def on_status(self, status: bytes) -> None:
+        self.reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lowered = name.lower()
+        if lowered == b"content-length":
+            self.content_length = value
+        elif lowered == b"transfer-encoding":
+            self.chunked = b"chunked" in value.lower()
+        elif lowered == b"content-encoding":
+            coding = value.strip().lower()
+            if coding == b"gzip":
+                self.decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            elif coding not in (b"", b"identity"):
+                self.header_error = f"unsupported Content-Encoding {value.decode('latin-1')!r}"
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        if self.header_error is not None:
+            raise TransportError(self.header_error)
+        self.streaming = self.sink is not None and self.parser.get_status_code() == 200
+
+    def on_body(self, body: bytes) -> None:
+        if self.decoder is not None:
+            body = self.decoder.decompress(body)
+        if self.streaming:
+            if body:
+                assert self.sink is not None
+                self.sink(body)
+        else:
+            self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer (103 Early Hints): the real one follows
+            self._reset()
+            self.received = True
+            return
+        tail = b""
+        if self.decoder is not None:
+            tail = self.decoder.flush()
+            if not self.decoder.eof:
+                self._fail(TransportError("truncated gzip body"))
+                return
+        if self.streaming:
+            if tail:
+                assert self.sink is not None
+                self.sink(tail)
+            body = b""
+        else:
+            if tail:
+                self.chunks.append(tail)
+            body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        keep = self.parser.should_keep_alive()
+        answer = Answer(status, self.reason.decode("latin-1").strip(), body)
+        self._reset()
+        self.waiter = None
+        self.sink = None
+        if not keep:
+            self.close()
+        waiter.set_result(answer)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _ended(self, exc: Exception | None = None) -> None:
+        """The server closed its side: completes an answer framed by the connection's end."""
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        if (
+            self.headers_done
+            and self.content_length is None
+            and not self.chunked
+            and self.parser.get_status_code() not in _NO_BODY_STATUS
+        ):
+            self.on_message_complete()
+            return
+        if not self.received and self.uses > 1:
+            self._fail(_Stale("the server closed the kept-alive connection"))
+        elif not self.received:
+            self._fail(TransportError(f"server disconnected without answering: {exc or 'EOF'}"))
+        else:
+            self._fail(TransportError(f"server closed the connection mid-answer: {exc or 'EOF'}"))
+
+    def _fail(self, error: BaseException) -> None:
+        waiter = self.waiter
+        self.waiter = None
+        self.sink = None
+        self.close()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+
+    def expire(self) -> None:
+        """The call's timer: fail it if the server was silent for the whole timeout, else wait
+        for the rest of it."""
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        timeout = self.pool.timeout
+        silent = self.loop.time() - self.last_activity
+        if silent < timeout:
+            self.timer = self.loop.call_later(timeout - silent, self.expire)
+            return
+        self._fail(TransportTimeout(f"no answer within {timeout:g}s"))
+
+    def close(self) -> None:
+        """Close now (a connection out of step is never reused)."""
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+            self.pool._dropped(self)
+
+
+class Http11Pool:
+    """Keep-alive connections to one origin; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        server_hostname: str | None = None,
+        timeout: float = 10.0,
+        max_connections: int = 64,
+        max_idle: int = 16,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.server_hostname = server_hostname
+        self.timeout = timeout
+        self.max_connections = max_connections
+        self.max_idle = max_idle
+        self._idle: list[_Connection] = []
+        self._open: set[_Connection] = set()
+        self._connecting = 0
+        self._waiters: collections.deque[asyncio.Future[_Connection | None]] = collections.deque()
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the pool's connections live on (the first caller's)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    async def request(
+        self, head: bytes, body: bytes = b"", *, sink: Callable[[bytes], None] | None = None
+    ) -> Answer:
+        """Send a complete request (`head` ends with the blank line) and read the answer.
+
+        Cost: one transport write, one future and one timer on a kept-alive connection."""
+        if self._closed:
+            raise TransportError("client closed")
+        connection = await self._acquire()
+        try:
+            return await self._exchange(connection, head, body, sink)
+        except _Stale:
+            connection = await self._acquire(fresh=True)
+            return await self._exchange(connection, head, body, sink)
+
+    async def _exchange(
+        self,
+        connection: _Connection,
+        head: bytes,
+        body: bytes,
+        sink: Callable[[bytes], None] | None,
+    ) -> Answer:
+        loop = self.loop
+        waiter: asyncio.Future[Answer] = loop.create_future()
+        connection.waiter = waiter
+        connection.sink = sink
+        connection.uses += 1
+        connection.last_activity = loop.time()
+        connection.timer = loop.call_later(self.timeout, connection.expire)
+        assert connection.transport is not None
+        try:
+            connection.transport.write(head + body if body else head)
+            answer = await waiter
+        except BaseException:
+            # Cancelled or failed mid-call: the connection's state is unknown.
+            connection.waiter = None
+            connection.close()
+            raise
+        finally:
+            if connection.timer is not None:
+                connection.timer.cancel()
+                connection.timer = None
+        self._release(connection)
+        return answer
+
+    async def _acquire(self, *, fresh: bool = False) -> _Connection:
+        idle = self._idle
+        while idle and not fresh:
+            connection = idle.pop()
+            if not connection.closed:
+                return connection
+        while len(self._open) + self._connecting >= self.max_connections:
+            waiter: asyncio.Future[_Connection | None] = self.loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    handed = await waiter
+            except BaseException as err:
+                if waiter.done() and not waiter.cancelled():
+                    # Handed a connection (or a free slot) just as this caller gave up:
+                    # pass it on rather than lose it.
+                    passed = waiter.result()
+                    if passed is not None:
+                        self._release(passed)
+                    else:
+                        self._wake_one(None)
+                else:
+                    waiter.cancel()
+                if isinstance(err, TimeoutError):
+                    raise TransportTimeout(
+                        f"no free connection within {self.timeout:g}s "
+                        f"({self.max_connections} in use)"
+                    ) from None
+                raise
+            if handed is not None and not handed.closed:
+                return handed
+        return await self._connect()
+
+    async def _connect(self) -> _Connection:
+        self._connecting += 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                _, connection = await self.loop.create_connection(
+                    lambda: _Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl_context,
+                    server_hostname=self.server_hostname if self.ssl_context else None,
+                )
+        except TimeoutError:
+            raise TransportTimeout(f"could not connect within {self.timeout:g}s") from None
+        except (OSError, ssl.SSLError) as err:
+            raise TransportError(f"cannot connect: {err}") from err
+        finally:
+            self._connecting -= 1
+        if self._closed:
+            connection.close()
+            raise TransportError("client closed")
+        self._open.add(connection)
+        return connection
+
+    def _release(self, connection: _Connection) -> None:
+        """A call is done with `connection`: to the first waiter, else kept idle (or closed
+        beyond `max_idle`)."""
+        if connection.closed:
+            return
+        if self._wake_one(connection):
+            return
+        if len(self._idle) >= self.max_idle:
+            connection.close()
+        else:
+            self._idle.append(connection)
+
+    def _wake_one(self, handed: _Connection | None) -> bool:
+        """Hand a connection, or with None a free slot, to the first caller still waiting."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(handed)
+                return True
+        return False
+
+    def _dropped(self, connection: _Connection) -> None:
+        """A connection closed: forget it, and let a waiter open a new one."""
+        if connection in self._open:
+            self._open.discard(connection)
+            self._wake_one(None)
+
+    async def aclose(self) -> None:
+        """Close every connection; later calls fail."""
+        self._closed = True
+        for connection in list(self._open):
+            connection.close()
+        self._idle.clear()
+        await asyncio.sleep(0)

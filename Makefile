@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-protobuf load load-smoke generate-cri clean
+.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-routing bench-protobuf load load-smoke generate-cri clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,10 @@ bench: install  ## the request-path benchmarks (needs wrk); writes benchmarks/re
 bench-smoke: install
 	$(BIN)/python benchmarks/request_path.py --smoke
 	$(BIN)/python benchmarks/protobuf.py --smoke
+	$(BIN)/python benchmarks/routing.py --smoke
+
+bench-routing: install  ## routing cost per request: 20 backends, 1,000 routes (in process)
+	$(BIN)/python benchmarks/routing.py $(ARGS)
 
 bench-protobuf: install  ## JSON vs protobuf on pods/* over 10,000 pods (needs wrk)
 	$(BIN)/python benchmarks/protobuf.py $(ARGS)

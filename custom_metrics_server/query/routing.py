@@ -35,6 +35,7 @@ PURE: no I/O (logging only).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 import time
@@ -54,6 +55,7 @@ __all__ = [
     "Route",
     "Router",
     "glob_pattern",
+    "literal_prefix",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,9 @@ MEMO_LIMIT: Final = 65_536
 #: request path (the periodic refresh always reads it).
 VOLATILE_RECHECK: Final = 0.05
 _GLOB_CHARS: Final = frozenset("*?")
+_NOTHING: Final[tuple[()]] = ()
+#: The standard library's regex parser (private, stable since 3.11), to read literal prefixes.
+_SRE_PARSER: Final[Any] = importlib.import_module("re._parser")
 
 
 def glob_pattern(glob: str) -> str:
@@ -184,56 +189,70 @@ class Conflict:
         return f"backends {names} both list the {self.api} metric {what}"
 
 
-class _Candidates:
-    """The routes that can apply to one (API, resource), compiled for a first-match lookup."""
+def literal_prefix(pattern: str) -> str:
+    """The characters every match of `pattern` starts with ("" when unknown: a leading
+    alternation, class or group, case-insensitive matching, or a pattern the parser refuses)."""
+    try:
+        parsed = _SRE_PARSER.parse(pattern)
+    except Exception:  # any doubt means no prefix, which is always correct
+        return ""
+    if parsed.state.flags & re.IGNORECASE:
+        return ""
+    prefix = []
+    for op, argument in parsed.data:
+        if op is not _SRE_PARSER.LITERAL:
+            break
+        prefix.append(chr(argument))
+    return "".join(prefix)
 
-    __slots__ = ("any_metric", "exact", "pattern", "routes")
+
+class _Candidates:
+    """The routes that can apply to one (API, resource), indexed for a first-match lookup:
+    exact names in a dict, patterns by their literal prefix (so a lookup tests only the
+    patterns whose prefix the metric starts with, plus those without one), routes without a
+    metric condition in a list."""
+
+    __slots__ = ("any_metric", "exact", "generic", "lengths", "prefixed", "routes")
 
     def __init__(self, routes: list[tuple[int, Route]]) -> None:
         self.routes = routes  # (host index, route), in routing order
-        self.exact: dict[str, int] = {}
-        self.any_metric: int | None = None
-        alternatives = []
+        self.exact: dict[str, list[int]] = {}
+        self.any_metric: list[int] = []
+        self.prefixed: dict[str, list[tuple[int, Callable[[str], object]]]] = {}
+        self.generic: list[tuple[int, Callable[[str], object]]] = []
         for position, (_, route) in enumerate(routes):
             exact = route.exact
             pattern = route.pattern()
             if exact is not None:
-                self.exact.setdefault(exact, position)
+                self.exact.setdefault(exact, []).append(position)
             elif pattern is not None:
-                alternatives.append(f"(?P<r{position}>{pattern})")
-            elif self.any_metric is None:
-                self.any_metric = position
-        self.pattern: Callable[[str], re.Match[str] | None] | None = None
-        if alternatives:
-            try:
-                self.pattern = re.compile("|".join(alternatives)).fullmatch
-            except re.error:  # a regex that cannot join others (inline global flags): one by one
-                self.pattern = self._one_by_one
+                entry = (position, route.matches_metric)
+                prefix = literal_prefix(pattern)
+                if prefix:
+                    self.prefixed.setdefault(prefix, []).append(entry)
+                else:
+                    self.generic.append(entry)
+            else:
+                self.any_metric.append(position)
+        self.lengths = sorted({len(prefix) for prefix in self.prefixed})
 
-    def _one_by_one(self, metric: str) -> re.Match[str] | None:  # pragma: no cover - rare
-        for position, (_, route) in enumerate(self.routes):
-            if route.pattern() is not None and route.matches_metric(metric):
-                return re.match(f"(?P<r{position}>)", "")
-        return None
-
-    def first(self, metric: str, start: int = 0) -> int | None:
-        """Position of the first route from `start` whose metric condition holds."""
-        if start == 0:
-            found = []
-            exact = self.exact.get(metric)
-            if exact is not None:
-                found.append(exact)
-            if self.any_metric is not None:
-                found.append(self.any_metric)
-            if self.pattern is not None:
-                match = self.pattern(metric)
-                if match is not None and match.lastgroup is not None:
-                    found.append(int(match.lastgroup[1:]))
-            return min(found) if found else None
-        for position in range(start, len(self.routes)):
-            if self.routes[position][1].matches_metric(metric):
-                return position
-        return None
+    def matching(self, metric: str) -> list[int]:
+        """Positions of every route whose metric condition holds, in routing order.
+        O(distinct prefix lengths + patterns sharing the metric's prefixes)."""
+        found = list(self.exact.get(metric, ()))
+        found += self.any_metric
+        prefixed = self.prefixed
+        for length in self.lengths:
+            if length > len(metric):
+                break
+            for position, matches in prefixed.get(metric[:length], ()):
+                if matches(metric):
+                    found.append(position)
+        for position, matches in self.generic:
+            if matches(metric):
+                found.append(position)
+        found.sort()
+        return found
 
 
 class _Listing:
@@ -270,6 +289,7 @@ class Router:
         self._claims_external: dict[str, int] = {}
         self._conflicts: list[Conflict] = []
         self._warned: set[tuple[object, ...]] = set()
+        self._broken: set[int] = set()
         self._quiet_static = True  # until `start()`: start-up conflicts are errors, not warnings
         self._memo_custom: dict[tuple[GroupResource, str], Host] = {}
         self._memo_external: dict[str, Host] = {}
@@ -310,13 +330,9 @@ class Router:
         return host
 
     def _decide(self, api: API, resource: GroupResource | None, metric: str) -> Host | None:
-        candidates = self._candidates_of(api, resource)
-        position = candidates.first(metric)
-        while position is not None:
-            index, route = candidates.routes[position]
-            if not route.listed or self._lists(index, api, resource, metric):
-                return self.hosts[index]
-            position = candidates.first(metric, position + 1)
+        routed = self._routed(api, resource, metric)
+        if routed is not None:
+            return self.hosts[routed]
         if api == CUSTOM:
             assert resource is not None
             claimed = self._claims_custom.get((resource, metric))
@@ -347,38 +363,55 @@ class Router:
     def refresh(self, *, force: bool = False) -> bool:
         """Read every backend's listings; True when one changed (the memo is then cleared).
         Without `force`, a volatile listing (a new object per call) is re-read at most every
-        `VOLATILE_RECHECK` seconds."""
+        `VOLATILE_RECHECK` seconds. O(backends) when nothing changed."""
         now = self._clock()
         changed = False
         for index, host in enumerate(self.hosts):
             listing = self._listings[index]
-            custom = _read(host, "list_metrics")
-            external = _read(host, "list_external_metrics")
+            backend = host.backend
+            try:
+                custom = backend.list_metrics()
+                external = backend.list_external_metrics()
+            except Exception:
+                custom, external = self._failed(index, host)
+            else:
+                self._broken.discard(index)
             if custom is listing.raw_custom and external is listing.raw_external:
                 continue
             if listing.volatile and not force and now - listing.checked < VOLATILE_RECHECK:
                 continue
             listing.checked = now
-            # A listing that is a new object on every call cannot be compared by identity.
-            listing.volatile = (
-                _read(host, "list_metrics") is not custom
-                or _read(host, "list_external_metrics") is not external
-            )
+            try:  # a listing that is a new object on every call cannot be compared by identity
+                listing.volatile = (
+                    backend.list_metrics() is not custom
+                    or backend.list_external_metrics() is not external
+                )
+                if custom is not listing.raw_custom:
+                    infos = {(info.group_resource, info.metric): info for info in custom}
+                if external is not listing.raw_external:
+                    names = frozenset(external)
+            except Exception:
+                custom, external = self._failed(index, host)
+                infos, names = {}, frozenset()
             if custom is not listing.raw_custom:
                 listing.raw_custom = custom
-                infos = {(info.group_resource, info.metric): info for info in custom}
-                if infos.keys() != listing.custom.keys():
-                    changed = True
+                changed = changed or infos.keys() != listing.custom.keys()
                 listing.custom = infos
             if external is not listing.raw_external:
                 listing.raw_external = external
-                names = frozenset(external)
-                if names != listing.external:
-                    changed = True
+                changed = changed or names != listing.external
                 listing.external = names
         if changed:
             self._claim()
         return changed
+
+    def _failed(self, index: int, host: Host) -> tuple[Collection[Any], Collection[Any]]:
+        """A built-in backend whose listing raised (plugins are guarded by their adapter):
+        read as empty, logged once until it lists again."""
+        if index not in self._broken:
+            self._broken.add(index)
+            logger.exception("backend %r: listing its metrics raised; read as empty", host.name)
+        return _NOTHING, _NOTHING
 
     def _claim(self) -> None:
         """Rebuild the listing claims of the backends without routes; record conflicts."""
@@ -404,7 +437,7 @@ class Router:
         self._discovery = None
         found = []
         for (api, resource, metric), indexes in conflicts.items():
-            if self._decided_by_route(api, resource, metric):
+            if self._routed(api, resource, metric) is not None:
                 continue
             found.append(Conflict(api, metric, resource, tuple(self.hosts[i] for i in indexes)))
         self._conflicts = found
@@ -430,15 +463,14 @@ class Router:
         self._quiet_static = False
         return static
 
-    def _decided_by_route(self, api: API, resource: GroupResource | None, metric: str) -> bool:
+    def _routed(self, api: API, resource: GroupResource | None, metric: str) -> int | None:
+        """The index of the backend whose route decides, if one does."""
         candidates = self._candidates_of(api, resource)
-        position = candidates.first(metric)
-        while position is not None:
+        for position in candidates.matching(metric):
             index, route = candidates.routes[position]
             if not route.listed or self._lists(index, api, resource, metric):
-                return True
-            position = candidates.first(metric, position + 1)
-        return False
+                return index
+        return None
 
     def conflicts(self) -> list[Conflict]:
         """The conflicts of the listings last read (see `Conflict.static`)."""
@@ -468,17 +500,6 @@ class Router:
                         external[name] = None
             self._discovery = (list(custom.values()), list(external))
         return self._discovery
-
-
-def _read(host: Host, method: str) -> Collection[Any]:
-    """A listing, or nothing if the backend broke the contract (logged by the caller's
-    adapter for plugins; here only built-ins can raise)."""
-    try:
-        listing: Collection[Any] = getattr(host.backend, method)()
-    except Exception:
-        logger.exception("backend %r: %s() raised; read as empty", host.name, method)
-        return ()
-    return listing
 
 
 def hosts_of(backends: Iterable[MetricsBackend | Host]) -> list[Host]:

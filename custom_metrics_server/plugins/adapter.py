@@ -59,6 +59,7 @@ __all__ = [
     "PluginBackend",
     "PluginError",
     "capabilities",
+    "failure",
 ]
 
 #: Threads of a backend whose fetches are plain functions (the backends file's `threads`).
@@ -73,6 +74,16 @@ T = TypeVar("T", Sample, ExternalSample)
 
 class PluginError(Exception):
     """A plugin cannot be loaded or started; the message names the backend (one line)."""
+
+
+def failure(where: str, what: str, err: BaseException) -> PluginError:
+    """`<where>: <what> failed: <Exception>: <first line>`; the traceback goes to the debug log."""
+    logging.getLogger("custom_metrics_server.plugins").debug(
+        "%s: %s failed", where, what, exc_info=err
+    )
+    lines = str(err).strip().splitlines()
+    detail = f": {lines[0]}" if lines else ""
+    return PluginError(f"{where}: {what} failed: {type(err).__name__}{detail}")
 
 
 class ContractViolation(TypeError):

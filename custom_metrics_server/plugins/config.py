@@ -123,6 +123,9 @@ class BackendEntry(_Model):
     timeout: Seconds | None = None
     threads: int | None = Field(default=None, ge=1, le=256)
     max_series: int | None = Field(default=None, alias="maxSeries", ge=1, le=1_000_000)
+    #: Whether `/readyz` fails while this backend is not ready (default: built-in types do,
+    #: plugins do not: a broken plugin fails its own metrics, never the server's readiness).
+    gates_readiness: bool | None = Field(default=None, alias="gatesReadiness")
 
     @field_validator("name")
     @classmethod

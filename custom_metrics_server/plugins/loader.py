@@ -32,7 +32,12 @@ from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, ResourceUsageSource
 from custom_metrics_server.domain import GroupResource
-from custom_metrics_server.plugins.adapter import PluginBackend, PluginError, failure
+from custom_metrics_server.plugins.adapter import (
+    PluginBackend,
+    PluginError,
+    capabilities,
+    failure,
+)
 from custom_metrics_server.plugins.builtin import Provision
 from custom_metrics_server.plugins.config import (
     BackendEntry,
@@ -164,6 +169,14 @@ def _routes(
         resource = None
         if route.resource is not None:
             mapping = cluster.mapping(route.resource)
+            if mapping is None:
+                logger.warning(
+                    "%s: routes[%d]: resource %r is not known to the cluster view now; it must "
+                    "be written as in request paths (pods, deployments.apps)",
+                    where,
+                    index,
+                    route.resource,
+                )
             resource = (
                 mapping.group_resource
                 if mapping is not None
@@ -240,14 +253,25 @@ def build_entry(
     else:
         backend = PluginBackend(
             made,
+            found=capabilities(made, where=where),
             name=entry.name,
             threads=entry.threads or defaults.threads,
             max_series=entry.max_series or defaults.max_series,
             logger=context.logger,
         )
         logger.info("backend %s: %s, %s", entry.name, kind.origin, backend.capabilities.describe())
-    host = Host(backend=backend, routes=routes, timeout=timeout, dynamic=kind.dynamic)
+    host = Host(
+        backend=backend,
+        routes=routes,
+        timeout=timeout,
+        dynamic=kind.dynamic,
+        gates_readiness=_gates(entry, kind),
+    )
     return Built(entry=entry, kind=kind, host=host, provision=provision)
+
+
+def _gates(entry: BackendEntry, kind: BackendType) -> bool:
+    return entry.gates_readiness if entry.gates_readiness is not None else kind.builtin
 
 
 def load_backends(
@@ -272,8 +296,6 @@ def load_backends(
         except PluginError as err:
             problems.append(str(err))
     provider = _provider_index(config, kinds, problems)
-    if problems:
-        raise PluginError("\n".join(problems))
     built: dict[int, Built] = {}
     order = [provider] if provider is not None else []
     order += [i for i in range(len(config.backends)) if i != provider]
@@ -281,6 +303,8 @@ def load_backends(
     for index in order:
         entry = config.backends[index]
         kept = keep.get(entry.name) if keep else None
+        if index not in kinds:
+            continue  # its type was not found (reported)
         if kept is not None and kept.same_backend(entry):
             routes, route_problems = _routes(
                 entry, view or InMemoryCluster(), entry_label(index, entry)

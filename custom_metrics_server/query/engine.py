@@ -109,10 +109,18 @@ class QueryEngine:
         return self.router.external_metrics()
 
     def readiness(self) -> dict[str, Readiness]:
-        """Readiness of the cluster view and of each backend, by check name."""
+        """Readiness of the cluster view and of each backend, by check name. A backend that
+        does not gate readiness passes its check while not ready, with a note: its own metrics
+        answer 503, the others are served."""
         checks = {"cluster": self.cluster.ready()}
         for host in self.router.hosts:
-            checks[f"backend-{host.name}"] = host.backend.ready()
+            state = host.backend.ready()
+            if not state.ready and not host.gates_readiness:
+                state = Readiness(
+                    ready=True,
+                    reason=f"not ready, its metrics answer 503: {state.reason or 'not synced'}",
+                )
+            checks[f"backend-{host.name}"] = state
         return checks
 
     async def custom(self, request: MetricRequest) -> Sequence[Sample]:

@@ -17,8 +17,10 @@ stops it. It raises `KitFailure` listing every failed check (or returns the repo
    `listing_calls` calls);
 4. **absence is not an error**: every listed metric (at most `max_metrics` of each kind),
    fetched for objects that do not exist, answers no sample and raises nothing; an external
-   metric fetched with a selector no series can match answers no series, and an unlisted
-   external metric none;
+   metric fetched with a selector no series can match answers no series; a metric the backend
+   does not list (a route may send it one) answers nothing, for `objects` too
+   (`absent_as_zero` names metrics configured to answer 0 for an absent object, as a
+   Prometheus rule with `absent: zero` does);
 5. **answers keep the contract**: every listed custom metric fetched for `objects` of its
    resource answers at most one sample per object, each describing a requested object with
    the requested metric and a number; every listed external metric's series match the
@@ -143,6 +145,9 @@ async def _sdk_call(check: Check, what: str, call: Awaitable[Any]) -> Any:
         return await call
     except SDK_ERRORS:
         return None
+    except TimeoutError:
+        check.fail(f"{what} did not answer within the kit's fetch_timeout")
+        return None
     except Exception as err:
         check.fail(f"{what} raised {type(err).__name__} (not an SDK error): {err}")
         return None
@@ -171,6 +176,7 @@ async def check_backend(
     fetch_timeout: float = 10.0,
     cancel_within: float = 1.0,
     outage: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
+    absent_as_zero: Collection[str] = (),
     strict: bool = True,
 ) -> KitReport:
     """Run the checks of the module on `backend` (a plugin object or a built-in backend)."""
@@ -210,6 +216,7 @@ async def check_backend(
         objects=objects or {},
         namespace=namespace,
         fetch_timeout=fetch_timeout,
+        absent_as_zero=frozenset(absent_as_zero),
     )
     try:
         _check_listings(report, subject, listing_budget, listing_calls, max_metrics)
@@ -252,6 +259,7 @@ class _Subject:
     objects: Mapping[GroupResource, Sequence[ObjectKey]]
     namespace: str
     fetch_timeout: float
+    absent_as_zero: frozenset[str] = frozenset()
     custom: list[MetricInfo] = field(default_factory=list)
     external: list[str] = field(default_factory=list)
 
@@ -327,9 +335,20 @@ async def _check_absence(report: KitReport, subject: _Subject) -> None:
     with report.check("absence is not an error") as check:
         for info in subject.custom:
             found = await subject.fetch(check, subject.custom_request(info, present=False))
+            if info.metric in subject.absent_as_zero:
+                found = [sample for sample in found if sample.value != 0]
             if found:
                 check.fail(
                     f"fetch({info.metric}) answered {len(found)} samples for an absent object"
+                )
+        for resource, keys in subject.objects.items():
+            if not subject.hosted.capabilities.custom or not keys:
+                continue
+            info = MetricInfo(resource, bool(keys[0][0]), f"kit_unlisted_{uuid.uuid4().hex[:8]}")
+            found = await subject.fetch(check, subject.custom_request(info))
+            if found:
+                check.fail(
+                    f"fetch({info.metric}) answered {len(found)} samples for an unlisted metric"
                 )
         unmatchable = parse_selector(f"kit-absent={uuid.uuid4().hex[:10]}")
         for name in subject.external:

@@ -18,9 +18,10 @@ authentication, the server's own self-signed certificate, which the client verif
 
 `query_every_form` asks, for each custom query: the named object in v1beta2, v1beta1 and
 `custom-metrics/v1alpha1`, the wildcard with the label selector in each version, the
-cluster-wide wildcard (namespaced resources), the namespace-metrics form (for `namespaces`),
-and the protobuf form of v1beta2; for each external query, the metric with and without its
-label selector; and the discovery documents. Every answer must be 200 and decode to the
+cluster-wide wildcard (namespaced resources), the namespace-metrics form (instead of the
+others, for `namespaces`) and the protobuf form of v1beta2, each with `metric_selector` as its
+`metricLabelSelector`; for each external query, the metric with and without its label
+selector; and the discovery documents. Every answer must be 200 and decode to the
 version's shape with the metric's name, a Kubernetes quantity and an RFC 3339 timestamp; a named
 object must have exactly one item. It raises `AssertionError` listing every failure (or returns
 the answers with `strict=False`).
@@ -34,7 +35,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import yaml
@@ -50,13 +51,15 @@ PROTOBUF = "application/vnd.kubernetes.protobuf"
 @dataclass(frozen=True)
 class CustomQuery:
     """A custom metric to ask for: of `resource` (`pods`, `deployments.apps`), the object
-    `name` (in `namespace`; None for cluster-scoped resources) must have a value."""
+    `name` (in `namespace`; None for cluster-scoped resources) must have a value. A
+    `namespaces` metric is asked in its own form, `/namespaces/{name}/metrics/{metric}`."""
 
     resource: str
     metric: str
     namespace: str | None
     name: str
     label_selector: str = ""
+    metric_selector: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,42 +186,52 @@ def _get(client: httpx.Client, url: str, **headers: str) -> Answer:
     return answer
 
 
+def _query_string(**parameters: str) -> str:
+    given = {name: value for name, value in parameters.items() if value}
+    return "?" + urllib.parse.urlencode(given) if given else ""
+
+
+_PREFIXES: Final = {
+    "v1beta2": "/apis/custom.metrics.k8s.io/v1beta2",
+    "v1beta1": "/apis/custom.metrics.k8s.io/v1beta1",
+    "v1alpha1": "/apis/custom-metrics/v1alpha1",
+}
+
+
 def _custom_answers(client: httpx.Client, query: CustomQuery) -> list[Answer]:
     answers = []
     where = f"namespaces/{query.namespace}/" if query.namespace is not None else ""
-    selector = (
-        "?labelSelector=" + urllib.parse.quote(query.label_selector) if query.label_selector else ""
+    named_query = _query_string(metricLabelSelector=query.metric_selector)
+    wildcard_query = _query_string(
+        labelSelector=query.label_selector, metricLabelSelector=query.metric_selector
     )
-    prefixes = {
-        "v1beta2": "/apis/custom.metrics.k8s.io/v1beta2",
-        "v1beta1": "/apis/custom.metrics.k8s.io/v1beta1",
-        "v1alpha1": "/apis/custom-metrics/v1alpha1",
-    }
-    for version, prefix in prefixes.items():
-        named = _get(client, f"{prefix}/{where}{query.resource}/{query.name}/{query.metric}")
+    if query.resource == "namespaces":
+        named_path = f"namespaces/{query.name}/metrics/{query.metric}"
+    else:
+        named_path = f"{where}{query.resource}/{query.name}/{query.metric}"
+    for version, prefix in _PREFIXES.items():
+        named = _get(client, f"{prefix}/{named_path}{named_query}")
         if named.status == 200:
             _check_custom_list(named, version, query.metric, named=True)
-        wildcard = _get(client, f"{prefix}/{where}{query.resource}/*/{query.metric}{selector}")
+        answers.append(named)
+        if query.resource == "namespaces":
+            continue
+        wildcard = _get(
+            client, f"{prefix}/{where}{query.resource}/*/{query.metric}{wildcard_query}"
+        )
         if wildcard.status == 200:
             _check_custom_list(wildcard, version, query.metric, named=False)
             items = wildcard.body.get("items") or []
             if query.name not in {i.get("describedObject", {}).get("name") for i in items}:
                 wildcard.problems.append(f"{query.name} is not among the items")
-        answers += [named, wildcard]
-    v1beta2 = prefixes["v1beta2"]
-    if query.namespace is not None:
-        spanning = _get(client, f"{v1beta2}/{query.resource}/*/{query.metric}{selector}")
+        answers.append(wildcard)
+    v1beta2 = _PREFIXES["v1beta2"]
+    if query.namespace is not None and query.resource != "namespaces":
+        spanning = _get(client, f"{v1beta2}/{query.resource}/*/{query.metric}{wildcard_query}")
         if spanning.status == 200:
             _check_custom_list(spanning, "v1beta2", query.metric, named=False)
         answers.append(spanning)
-    if query.resource == "namespaces":
-        form = _get(client, f"{v1beta2}/namespaces/{query.name}/metrics/{query.metric}")
-        if form.status == 200:
-            _check_custom_list(form, "v1beta2", query.metric, named=True)
-        answers.append(form)
-    binary = _get(
-        client, f"{v1beta2}/{where}{query.resource}/{query.name}/{query.metric}", accept=PROTOBUF
-    )
+    binary = _get(client, f"{v1beta2}/{named_path}{named_query}", accept=PROTOBUF)
     if binary.status == 200 and not (
         isinstance(binary.body, bytes) and binary.body.startswith(b"k8s\x00")
     ):
@@ -227,9 +240,10 @@ def _custom_answers(client: httpx.Client, query: CustomQuery) -> list[Answer]:
     discovery = _get(client, v1beta2)
     if discovery.status == 200:
         names = {r.get("name") for r in discovery.body.get("resources", ())}
-        wanted = f"{query.resource}/{query.metric}"
-        if wanted not in names:
-            discovery.problems.append(f"{wanted} is not in the discovery document")
+        resource = query.resource.split(".", 1)[0] if query.resource else query.resource
+        wanted = {f"{query.resource}/{query.metric}", f"{resource}/{query.metric}"}
+        if not wanted & names:
+            discovery.problems.append(f"{query.resource}/{query.metric} is not in discovery")
     answers.append(discovery)
     return answers
 

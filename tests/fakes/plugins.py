@@ -19,7 +19,7 @@ PODS = sdk.GroupResource("", "pods")
 
 class Instant:
     """Answers at once: `<prefix>_total` (external, one series per queue) and `<prefix>_pod`
-    (custom, pods: 1 for every pod asked)."""
+    (custom, pods: 1 for every pod named `web-*`)."""
 
     def __init__(self, prefix: str = "instant") -> None:
         self.prefix = prefix
@@ -35,7 +35,9 @@ class Instant:
         return [sdk.MetricInfo(PODS, True, f"{self.prefix}_pod")]
 
     async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
-        return [sdk.sample(request, key, 1) for key in request.objects]
+        if request.metric.metric != f"{self.prefix}_pod":
+            return []
+        return [sdk.sample(request, key, 1) for key in request.objects if key[1].startswith("web-")]
 
 
 def instant(settings: Mapping[str, Any]) -> Instant:
@@ -129,7 +131,7 @@ class Refusing(Instant):
     """Raises the SDK's errors: 400 for queue=bad, 503 otherwise."""
 
     async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
-        if request.metric_selector.matches({"queue": "bad"}):
+        if request.metric_selector.requires_exact("queue") == "bad":
             raise sdk.BadRequest("queue=bad cannot be served")
         raise sdk.BackendUnavailable("the database is down")
 

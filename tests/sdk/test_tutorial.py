@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from custom_metrics_server import sdk
-from tests.sdk.tutorial import import_tutorial, tutorial_source
+from custom_metrics_server.testing.serving import (
+    CustomQuery,
+    ExternalQuery,
+    query_every_form,
+    serve_backends,
+)
+from tests.sdk.tutorial import import_tutorial, tutorial_source, write_tutorial
 
 SETTINGS = {"queues": {"emails": 12, "reports": 3}, "running": {"default/web-0": 2}}
 
@@ -39,3 +47,32 @@ def test_the_tutorial_answers_both_apis(tmp_path: Path) -> None:
         )
     )
     assert [(s.described.name, s.value) for s in custom] == [("web-0", 2)]
+
+
+@pytest.mark.integration
+def test_the_tutorial_is_served_at_every_url_form_by_a_real_server(tmp_path: Path) -> None:
+    write_tutorial(tmp_path / "plugin")
+    objects = [
+        {"resource": "pods", "namespace": "default", "name": name, "labels": {"app": "web"}}
+        for name in ("web-0", "web-1")
+    ]
+    entry = {"name": "jobs", "type": "jobs_backend:make", "settings": SETTINGS}
+    with serve_backends(
+        tmp_path / "server", [entry], objects=objects, pythonpath=[tmp_path / "plugin"]
+    ) as server:
+        answers = query_every_form(
+            server,
+            custom=[CustomQuery("pods", "jobs_running", "default", "web-0", "app=web")],
+            external=[ExternalQuery("jobs_waiting", "default", "queue=emails")],
+        )
+        with server.client() as client:
+            one = client.get(
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/jobs_waiting"
+                "?labelSelector=queue%3Dreports"
+            )
+    assert [(i["metricLabels"], i["value"]) for i in one.json()["items"]] == [
+        ({"queue": "reports"}, "3")
+    ]
+    assert (
+        len(answers) == 12
+    )  # 9 custom (3 versions x 2 forms, all namespaces, protobuf, discovery), 3 external

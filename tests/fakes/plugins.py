@@ -28,6 +28,8 @@ class Instant:
         return [f"{self.prefix}_total"]
 
     async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
+        if request.metric != f"{self.prefix}_total":
+            return []
         series = [sdk.external_sample(request, 7, labels={"queue": queue}) for queue in ("a", "b")]
         return [s for s in series if request.metric_selector.matches(s.labels)]
 

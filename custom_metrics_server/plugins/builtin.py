@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -197,13 +197,16 @@ class _Composite:
     def list_external_metrics(self) -> Collection[str]:
         return self.first.list_external_metrics()
 
-    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
+    # Plain functions handing back the member's coroutine: no extra frame on the request path.
+    def fetch(self, request: BackendRequest) -> Coroutine[Any, Any, Sequence[Sample]]:
         if request.metric in self.second.list_metrics():
-            return await self.second.fetch(request)
-        return await self.first.fetch(request)
+            return self.second.fetch(request)
+        return self.first.fetch(request)
 
-    async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
-        return await self.first.fetch_external(request)
+    def fetch_external(
+        self, request: ExternalBackendRequest
+    ) -> Coroutine[Any, Any, Sequence[ExternalSample]]:
+        return self.first.fetch_external(request)
 
     def ready(self) -> Readiness:
         first = self.first.ready()

@@ -181,6 +181,7 @@ def _number(value: object) -> bool:
 
 
 _UNREAD: Final = object()
+_NONE: Final[frozenset[Any]] = frozenset()
 
 
 class _Listing:
@@ -226,15 +227,16 @@ class PluginBackend:
     # -- listings ----------------------------------------------------------------------------
 
     def list_metrics(self) -> Collection[MetricInfo]:
-        """The plugin's custom metrics, checked (see the module); empty while it fails."""
-        if not self.capabilities.custom:
-            return frozenset()
+        """The plugin's custom metrics, checked (see the module); empty while it fails, and
+        before it is started (a listing may need what the start opens)."""
+        if not self.capabilities.custom or not self._started:
+            return _NONE
         return self._listing(self._custom, "list_metrics", _valid_custom, "MetricInfo")
 
     def list_external_metrics(self) -> Collection[str]:
-        """The plugin's external metric names, checked; empty while it fails."""
-        if not self.capabilities.external:
-            return frozenset()
+        """The plugin's external metric names, checked; empty while it fails or not started."""
+        if not self.capabilities.external or not self._started:
+            return _NONE
         return self._listing(self._external, "list_external_metrics", _valid_external, "str")
 
     def _listing(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -99,8 +99,12 @@ class LiveBackends:
         default_timeout: float = 10.0,
         registry: CollectorRegistry | None = None,
         refresh_interval: float = REFRESH_INTERVAL,
+        added: Callable[[MetricsBackend], None] | None = None,
+        removed: Callable[[MetricsBackend], None] | None = None,
     ) -> None:
         self.engine = engine
+        self._added = added
+        self._removed = removed
         self.loaded = loaded
         self.source = source
         self._digest = digest
@@ -254,6 +258,12 @@ class LiveBackends:
         in_use = {id(b.host.backend) for b in loaded.built}
         retired = [backend for backend in self._running if id(backend) not in in_use]
         self.engine.reconfigure(router)
+        for backend in retired:
+            if self._removed is not None:
+                self._removed(backend)
+        for backend in started:
+            if self._added is not None:
+                self._added(backend)
         self.loaded = loaded
         self._running = [b.host.backend for b in loaded.built]
         self._digest = digest

@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client.registry import Collector
+
 from custom_metrics_server.api.core_api import DemoCoreApi, is_core_api_path
 from custom_metrics_server.compute.metrics_api import (
     GROUP_VERSIONS,
@@ -109,6 +111,7 @@ class Server:
         if gate is None:
             gate = security.gate if security is not None else AllowAllGate()
         self.metrics = ServerMetrics()
+        self._collectors: dict[int, Collector] = {}
         hosts = hosts_of(backends)
         for host in hosts:
             self._register_collector(host.backend)
@@ -126,6 +129,8 @@ class Server:
             reload_interval=source.reload_interval if source is not None else 0.0,
             default_timeout=settings.backend_timeout,
             registry=self.metrics.registry,
+            added=self._register_collector,
+            removed=self._unregister_collector,
         )
         self._startup_failure = ""
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
@@ -169,13 +174,22 @@ class Server:
     def _register_collector(self, backend: MetricsBackend) -> None:
         """Backends with self-metrics of their own (the Prometheus client's) expose them on
         `/metrics`; a second backend of a type whose families are already there cannot."""
-        collector = getattr(backend, "collector", None)
-        if not callable(collector):
+        make = getattr(backend, "collector", None)
+        if not callable(make):
             return
+        collector = make()
         try:
-            self.metrics.registry.register(collector())
+            self.metrics.registry.register(collector)
         except ValueError as err:
             logger.warning("backend %s: its self-metrics are not exported: %s", backend.name, err)
+            return
+        self._collectors[id(backend)] = collector
+
+    def _unregister_collector(self, backend: MetricsBackend) -> None:
+        """A backend a reload dropped takes its self-metrics with it."""
+        collector = self._collectors.pop(id(backend), None)
+        if collector is not None:
+            self.metrics.registry.unregister(collector)
 
     @property
     def inflight(self) -> int:

@@ -26,7 +26,7 @@ backends:
 """
 
 
-def live(path: Path, text: str) -> tuple[LiveBackends, CollectorRegistry]:
+def live(path: Path, text: str, **options: object) -> tuple[LiveBackends, CollectorRegistry]:
     path.write_text(text)
     config, digest = read_backends_file(path)
     loaded = load_backends(config, base_dir=path.parent, default_timeout=5.0)
@@ -40,6 +40,7 @@ def live(path: Path, text: str) -> tuple[LiveBackends, CollectorRegistry]:
         reload_interval=0,  # reloads are driven by the tests
         default_timeout=0.05,
         registry=registry,
+        **options,  # type: ignore[arg-type]
     )
     return backends, registry
 
@@ -200,3 +201,28 @@ async def test_start_up_conflicts_name_both_backends(tmp_path: Path) -> None:
         "backends 'a' and 'b' both list the external metric instant_total: add a route that "
         "decides (docs/backends.md, Routing)",
     ]
+
+
+async def test_a_reload_reports_the_backends_it_adds_and_drops(tmp_path: Path) -> None:
+    events: list[str] = []
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(
+        path,
+        BASE + f"  - {{name: a, type: '{P}:instant', settings: {{prefix: a}}}}\n",
+        added=lambda backend: events.append(f"+{backend.name}"),
+        removed=lambda backend: events.append(f"-{backend.name}"),
+    )
+    async with backends:
+        path.write_text(BASE + f"  - {{name: b, type: '{P}:instant', settings: {{prefix: b}}}}\n")
+        assert await backends.reload() is True
+    assert events == ["-a", "+b"]
+
+
+async def test_a_plugin_lists_nothing_before_it_is_started(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(path, BASE + f"  - {{name: broken, type: '{P}:broken_listing'}}\n")
+    assert "catalog unavailable" not in caplog.text  # its listing is not read before the start
+    async with backends:
+        assert "catalog unavailable" in caplog.text

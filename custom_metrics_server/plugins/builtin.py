@@ -262,15 +262,18 @@ def demo(settings: DemoBackendSettings, *, context: BackendContext) -> Provision
 class FixtureSettings(_Settings):
     """Objects and values from a fixture (docs/demo.md): a `file`, or the document inline."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
-
     file: str | None = None
+    objects: list[dict[str, Any]] | None = None
+    metrics: list[dict[str, Any]] | None = None
+    values: list[dict[str, Any]] | None = None
+    external: list[dict[str, Any]] | None = None
+    timestamp: str | None = None
 
 
 @factory(settings=FixtureSettings)
 def fixture(settings: FixtureSettings, *, context: BackendContext) -> Provision:
     """A `MemoryBackend` serving the fixture, and its objects as a cluster view."""
-    inline = dict(settings.model_extra or {})
+    inline = settings.model_dump(exclude={"file"}, exclude_none=True)
     if settings.file is not None:
         if inline:
             raise ValueError(f"give a file or the fixture inline, not both ({sorted(inline)})")

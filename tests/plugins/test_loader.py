@@ -216,3 +216,8 @@ def test_built_in_names_are_reserved(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [point])
     assert find_type("demo", where="here").builtin
+
+
+def test_a_fixture_setting_with_a_typo_is_refused_not_ignored() -> None:
+    (line,) = failure("backends: [{name: f, type: fixture, settings: {fiel: x.yaml}}]")
+    assert line == "backends[0] 'f' (type fixture): settings.fiel: unknown field"

@@ -191,7 +191,7 @@ class _Listing:
 
     def __init__(self) -> None:
         self.raw: object = _UNREAD
-        self.value: frozenset[Any] = frozenset()
+        self.value: frozenset[Any] = _NONE
         self.error = ""
 
 
@@ -266,7 +266,7 @@ class PluginBackend:
                 self.logger.debug("backend %r: %s", self.name, method, exc_info=True)
             listing.error = reason
             listing.raw = _UNREAD
-            listing.value = frozenset()
+            listing.value = _NONE
             return listing.value
         elapsed = time.perf_counter() - started
         if elapsed > SLOW_LISTING:

@@ -60,6 +60,7 @@ __all__ = [
     "PluginError",
     "capabilities",
     "failure",
+    "one_line",
 ]
 
 #: Threads of a backend whose fetches are plain functions (the backends file's `threads`).
@@ -76,14 +77,18 @@ class PluginError(Exception):
     """A plugin cannot be loaded or started; the message names the backend (one line)."""
 
 
+def one_line(err: BaseException) -> str:
+    """`<Exception>: <first line of its message>`, for an operator's one-line error."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
 def failure(where: str, what: str, err: BaseException) -> PluginError:
     """`<where>: <what> failed: <Exception>: <first line>`; the traceback goes to the debug log."""
     logging.getLogger("custom_metrics_server.plugins").debug(
         "%s: %s failed", where, what, exc_info=err
     )
-    lines = str(err).strip().splitlines()
-    detail = f": {lines[0]}" if lines else ""
-    return PluginError(f"{where}: {what} failed: {type(err).__name__}{detail}")
+    return PluginError(f"{where}: {what} failed: {one_line(err)}")
 
 
 class ContractViolation(TypeError):

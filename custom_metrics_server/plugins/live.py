@@ -39,7 +39,7 @@ from typing import Self
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from custom_metrics_server.plugins.adapter import PluginError
+from custom_metrics_server.plugins.adapter import PluginError, one_line
 from custom_metrics_server.plugins.config import (
     BackendsConfigError,
     BackendsFile,
@@ -73,9 +73,7 @@ def describe_conflicts(conflicts: Sequence[Conflict]) -> str:
 
 def _start_error(name: str, err: BaseException) -> StartupFailure:
     logger.debug("backend %s failed to start", name, exc_info=err)
-    lines = str(err).strip().splitlines()
-    detail = f": {lines[0]}" if lines else ""
-    return StartupFailure(f"backend {name!r} failed to start: {type(err).__name__}{detail}")
+    return StartupFailure(f"backend {name!r} failed to start: {one_line(err)}")
 
 
 async def _stop(backend: MetricsBackend) -> None:

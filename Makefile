@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-protobuf load load-smoke generate-cri clean
+.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-routing bench-protobuf load load-smoke generate-cri clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,7 @@ format: install
 
 typecheck: install
 	$(BIN)/mypy
+	$(BIN)/mypy --strict tests/sdk/typing_plugins.py  # the SDK as a plugin author types it
 
 imports: install
 	$(BIN)/lint-imports
@@ -68,6 +69,10 @@ bench-smoke: install
 	$(BIN)/python benchmarks/request_path.py --smoke
 	$(BIN)/python benchmarks/protobuf.py --smoke
 	$(BIN)/python benchmarks/prometheus_backend.py --smoke --no-direct
+	$(BIN)/python benchmarks/routing.py --smoke
+
+bench-routing: install  ## routing cost per request: 20 backends, 1,000 routes (in process)
+	$(BIN)/python benchmarks/routing.py $(ARGS)
 
 bench-protobuf: install  ## JSON vs protobuf on pods/* over 10,000 pods (needs wrk)
 	$(BIN)/python benchmarks/protobuf.py $(ARGS)

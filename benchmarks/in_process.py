@@ -78,6 +78,19 @@ def _build_app(pods: int) -> Any:
     args = cli.build_parser().parse_args(
         ["serve", "--demo", "--demo-pods", str(pods), "--demo-web-pods", str(pods)]
     )
+    if not hasattr(cli, "_demo"):  # the backends are loaded as a backends file (plugins/)
+        from custom_metrics_server.plugins import flags, loader
+
+        backends, base_dir, _ = flags.backends_from_flags(args)
+        loaded = loader.load_backends(backends, base_dir=base_dir, default_timeout=10.0)
+        return create_app(
+            cluster=loaded.cluster,
+            backends=loaded.hosts,
+            settings=settings(
+                resource_exposition=loaded.exposition,
+                metrics_api=flags.server_features(args, loaded),
+            ),
+        )
     served = cli._demo(args)
     return create_app(
         cluster=served.cluster,

@@ -1,53 +1,38 @@
 """Command line: `custom-metrics-server serve ...` with Kubernetes-style flags.
 
-Parses flags, sets up logging and TLS, builds the app and runs uvicorn (httptools, uvloop,
-no access log, no proxy headers: see docs/performance.md). No request logic lives here.
+Parses flags, sets up logging and TLS, loads the backends (`plugins`: the backends file, or the
+one the backend flags describe), builds the app and runs uvicorn (httptools, uvloop, no access
+log, no proxy headers: see docs/performance.md). No request logic lives here.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import functools
 import ipaddress
 import logging
 import math
-import os
 import sys
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import uvicorn
 import yaml
 
 from custom_metrics_server import __version__
-from custom_metrics_server.api.core_api import DemoCoreApi
-from custom_metrics_server.backends.memory import load_fixture
-from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
-from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
-from custom_metrics_server.compute.metrics import (
-    ResourceMetricsBackend,
-    render_state_exposition,
-)
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
-from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY
-from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.kube.config import KubeConfigError, load_connection
 from custom_metrics_server.node_agent import command as node_agent
-from custom_metrics_server.prometheus.options import (
-    add_prometheus_flags,
+from custom_metrics_server.plugins.adapter import PluginError
+from custom_metrics_server.plugins.config import BackendsConfigError
+from custom_metrics_server.plugins.flags import (
+    add_backend_flags,
+    backends_from_flags,
+    server_features,
 )
-from custom_metrics_server.prometheus.options import (
-    build_backend as build_prometheus_backend,
-)
-from custom_metrics_server.prometheus.options import enabled as prometheus_enabled
+from custom_metrics_server.plugins.loader import load_backends
 from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.runtime.heap import tune_gc
 from custom_metrics_server.runtime.logs import configure_logging
 from custom_metrics_server.runtime.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer
-from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.options import (
     SecurityConfigError,
     add_security_flags,
@@ -55,7 +40,7 @@ from custom_metrics_server.security.options import (
 )
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_header_read_timeout
-from custom_metrics_server.server.app import AppSettings, create_app
+from custom_metrics_server.server.app import AppSettings, BackendsFileSource, create_app
 
 logger = logging.getLogger("custom_metrics_server")
 
@@ -133,140 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="after SIGTERM, keep serving this long with /readyz failing, then drain and exit "
         "(default 0s as upstream; see docs/operations.md)",
     )
-    kube = serve.add_argument_group("Kubernetes backend (without --demo)")
-    kube.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig of the cluster (default: $KUBECONFIG, ~/.kube/config, in-cluster)",
-    )
-    kube.add_argument(
-        "--kubelet-source",
-        choices=["proxy", "direct"],
-        default="proxy",
-        help="scrape kubelets through the API server's node proxy or directly",
-    )
-    kube.add_argument(
-        "--kubelet-port", type=int, default=10250, help="kubelet port for --kubelet-source=direct"
-    )
-    kube.add_argument(
-        "--kubelet-certificate-authority",
-        default=None,
-        help="CA of the kubelets' serving certificates (--kubelet-source=direct)",
-    )
-    kube.add_argument(
-        "--kubelet-insecure-tls",
-        action="store_true",
-        help="do not verify kubelet serving certificates (--kubelet-source=direct; test only)",
-    )
-    kube.add_argument(
-        "--usage-source",
-        choices=["kubelet", "node-agent"],
-        default="kubelet",
-        help="read usage from the kubelets' /metrics/resource or from node agents "
-        "(`node-agent` DaemonSet, see docs/node-agent.md)",
-    )
-    kube.add_argument(
-        "--node-agent-namespace",
-        default=os.environ.get("POD_NAMESPACE", "custom-metrics"),
-        help="namespace of the node agent pods (default $POD_NAMESPACE or custom-metrics)",
-    )
-    kube.add_argument(
-        "--node-agent-selector",
-        default="app.kubernetes.io/name=custom-metrics-node-agent",
-        help="label selector of the node agent pods",
-    )
-    kube.add_argument(
-        "--node-agent-port", type=int, default=10443, help="HTTPS port of the node agents"
-    )
-    kube.add_argument(
-        "--node-agent-certificate-authority",
-        default=None,
-        help="CA of the node agents' serving certificates (default: system CAs)",
-    )
-    kube.add_argument(
-        "--node-agent-insecure-tls",
-        action="store_true",
-        help="do not verify node agent serving certificates (self-signed agents)",
-    )
-    kube.add_argument(
-        "--metric-resolution",
-        type=parse_duration,
-        default=15.0,
-        help="kubelet scrape interval (default 15s)",
-    )
-    kube.add_argument(
-        "--kubelet-request-timeout",
-        type=parse_duration,
-        default=10.0,
-        help="deadline of one kubelet scrape (default 10s)",
-    )
-    kube.add_argument(
-        "--kubelet-scrape-concurrency",
-        type=int,
-        default=DEFAULT_CONCURRENCY,
-        help=f"kubelet scrapes in flight at once, over their own connections (default "
-        f"{DEFAULT_CONCURRENCY}); nodes that keep failing take at most a quarter of them",
-    )
-    kube.add_argument(
-        "--discovery-interval",
-        type=parse_duration,
-        default=600.0,
-        help="API discovery refresh (default 10m; unknown resources refresh it at once)",
-    )
-    kube.add_argument(
-        "--enable-metrics-api",
-        action="store_true",
-        help="also serve metrics.k8s.io v1 and v1beta1 (kubectl top) from the kubelet usage "
-        "this server scrapes anyway; needs the resource-metrics component's APIServices "
-        "(always on with --demo)",
-    )
-    kube.add_argument(
-        "--leader-elect",
-        action="store_true",
-        help="serve /metrics/resources series only while holding a Lease",
-    )
-    kube.add_argument(
-        "--leader-elect-resource-namespace",
-        default=os.environ.get("POD_NAMESPACE", "custom-metrics"),
-        help="namespace of the Lease (default $POD_NAMESPACE or custom-metrics)",
-    )
-    kube.add_argument(
-        "--leader-elect-resource-name", default="custom-metrics-server", help="name of the Lease"
-    )
     add_security_flags(serve)
-    add_prometheus_flags(serve)
-    demo = serve.add_argument_group("demo (embedded simulated cluster)")
-    demo.add_argument(
-        "--demo",
-        action="store_true",
-        help="serve the embedded simulated cluster on loopback, without delegated auth",
-    )
-    demo.add_argument(
-        "--demo-file",
-        type=Path,
-        default=None,
-        help="serve this YAML fixture instead of the simulated cluster (see docs/demo.md)",
-    )
-    demo.add_argument("--demo-pods", type=int, default=60, help="pods in the simulated cluster")
-    demo.add_argument(
-        "--demo-web-pods",
-        type=int,
-        default=None,
-        help="replicas of default/web (default: a fifth of the pods)",
-    )
-    demo.add_argument("--demo-seed", type=int, default=42, help="seed of the generated cluster")
-    demo.add_argument(
-        "--demo-interval",
-        type=parse_duration,
-        default=15.0,
-        help="how often values move (default 15s)",
-    )
-    demo.add_argument(
-        "--write-kubeconfig",
-        type=Path,
-        default=None,
-        help="where to write a kubeconfig for the demo (default <cert-dir>/kubeconfig)",
-    )
+    add_backend_flags(serve)
     serve.add_argument(
         "-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)"
     )
@@ -308,94 +161,6 @@ def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-@dataclass
-class _Served:
-    """What `serve` runs: the cluster view, the backends and how to describe them."""
-
-    cluster: ClusterView
-    backends: list[MetricsBackend]
-    what: str
-    exposition: Callable[[], bytes] | None = None
-    metrics_api: ResourceMetricsApi | None = None
-    demo_core_api: DemoCoreApi | None = None
-
-
-def _with_prometheus(args: argparse.Namespace, served: _Served) -> _Served:
-    """Add the Prometheus backend when its flags are given; it reads the same cluster view.
-    With `--resource-metrics-source=prometheus` it also feeds metrics.k8s.io."""
-    if not prometheus_enabled(args):
-        if args.resource_metrics_source == "prometheus":
-            raise ConfigError("--resource-metrics-source=prometheus needs --prometheus-url")
-        return served
-    backend = build_prometheus_backend(args, served.cluster)
-    served.backends.append(backend)
-    served.what += " with Prometheus metrics"
-    if args.resource_metrics_source == "prometheus":
-        if served.metrics_api is None:
-            raise ConfigError(
-                "--resource-metrics-source=prometheus serves metrics.k8s.io: it needs "
-                "--enable-metrics-api with the Kubernetes backend, or --demo"
-            )
-        served.metrics_api = ResourceMetricsApi(served.metrics_api.cluster, backend.resource_usage)
-    return served
-
-
-def _demo(args: argparse.Namespace) -> _Served:
-    if args.demo_file:
-        document = yaml.safe_load(args.demo_file.read_text())
-        cluster, fixture = load_fixture(document or {}, now=time.time())
-        return _Served(cluster, [fixture], f"the fixture {args.demo_file}")
-    simulated = SimulatedCluster(
-        DemoSettings(
-            seed=args.demo_seed,
-            pods=args.demo_pods,
-            web_pods=args.demo_web_pods,
-            interval=args.demo_interval,
-        )
-    )
-    return _Served(
-        simulated.cluster,
-        [simulated, ResourceMetricsBackend(simulated.cluster, simulated.usage)],
-        f"the simulated cluster ({args.demo_pods} pods)",
-        functools.partial(render_state_exposition, simulated.cluster),
-        ResourceMetricsApi(simulated.cluster, simulated.usage),
-        DemoCoreApi({str(gr): objs for gr, objs in simulated.world.objects.items()}),
-    )
-
-
-def _kubernetes(args: argparse.Namespace) -> _Served:
-    connection = load_connection(args.kubeconfig)
-    backend = KubernetesBackend(
-        KubeClient(connection),
-        KubernetesSettings(
-            kubelet_source=args.kubelet_source,
-            kubelet_port=args.kubelet_port,
-            kubelet_ca_file=args.kubelet_certificate_authority,
-            kubelet_insecure_tls=args.kubelet_insecure_tls,
-            scrape_interval=args.metric_resolution,
-            scrape_timeout=args.kubelet_request_timeout,
-            scrape_concurrency=args.kubelet_scrape_concurrency,
-            discovery_interval=args.discovery_interval,
-            leader_elect=args.leader_elect,
-            lease_namespace=args.leader_elect_resource_namespace,
-            lease_name=args.leader_elect_resource_name,
-            usage_source=args.usage_source,
-            node_agent_namespace=args.node_agent_namespace,
-            node_agent_selector=args.node_agent_selector,
-            node_agent_port=args.node_agent_port,
-            node_agent_ca_file=args.node_agent_certificate_authority,
-            node_agent_insecure_tls=args.node_agent_insecure_tls,
-        ),
-    )
-    return _Served(
-        backend.state,
-        [backend],
-        f"the cluster at {connection.host}",
-        backend.resource_exposition,
-        ResourceMetricsApi(backend.state, backend.usage_store) if args.enable_metrics_api else None,
-    )
-
-
 def serve(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM."""
     configure_logging(args.verbosity)
@@ -410,24 +175,33 @@ def serve(args: argparse.Namespace) -> int:
         logger.error("--demo serves without authentication and binds loopback only, not %s", bind)
         return 2
     try:
-        served = _with_prometheus(args, _demo(args) if args.demo else _kubernetes(args))
-    except ConfigError as err:
-        logger.error("cannot start the Prometheus backend: %s", err)
-        return 2
-    except (OSError, yaml.YAMLError, ValueError, KubeConfigError) as err:
-        source = f"--demo-file {args.demo_file}" if args.demo else "the Kubernetes backend"
-        logger.error("cannot start %s: %s", source, err)
+        backends, base_dir, digest = backends_from_flags(args)
+        loaded = load_backends(backends, base_dir=base_dir, default_timeout=args.backend_timeout)
+        metrics_api = server_features(args, loaded)
+    except (BackendsConfigError, PluginError, ConfigError) as err:
+        for line in str(err).splitlines():
+            logger.error("cannot start: %s", line)
         return 2
     settings = AppSettings(
         backend_timeout=args.backend_timeout,
         max_requests_inflight=args.max_requests_inflight,
         request_timeout=args.request_timeout,
-        resource_exposition=served.exposition,
-        metrics_api=served.metrics_api,
-        demo_core_api=served.demo_core_api,
+        resource_exposition=loaded.exposition,
+        metrics_api=metrics_api,
+        demo_core_api=loaded.demo_core_api if args.demo else None,
+    )
+    source = BackendsFileSource(
+        loaded,
+        path=args.backends_config,
+        digest=digest,
+        reload_interval=args.backends_config_reload_interval,
     )
     app = create_app(
-        cluster=served.cluster, backends=served.backends, settings=settings, security=security
+        cluster=loaded.cluster,
+        backends=loaded.hosts,
+        settings=settings,
+        security=security,
+        source=source,
     )
     if not security.delegated:
         logger.warning(
@@ -440,7 +214,7 @@ def serve(args: argparse.Namespace) -> int:
     def on_bound(port: int) -> None:
         host = f"[{bind}]" if ":" in bind else bind
         url = f"https://{host}:{port}"
-        lines = [f"custom-metrics-server v{__version__} serving {served.what} on {url}"]
+        lines = [f"custom-metrics-server v{__version__} serving {loaded.what()} on {url}"]
         if args.demo:
             write_kubeconfig(kubeconfig, server=url, ca_pem=security.serving.ca_pem)
             pods = (

@@ -69,7 +69,7 @@ async def buggy_client() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def test_backend_bug_is_a_masked_500_with_a_logged_request_id(
+async def test_backend_bug_is_a_masked_500_naming_the_backend_with_a_logged_request_id(
     buggy_client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR)
@@ -82,7 +82,8 @@ async def test_backend_bug_is_a_masked_500_with_a_logged_request_id(
         body = response.json()
         assert (body["reason"], body["message"]) == (
             "InternalError",
-            'an error on the server ("") has prevented the request from succeeding',
+            'an error on the server ("backend buggy failed") has prevented the request from '
+            "succeeding",
         )
         assert "secret" not in response.text
         assert "Traceback" not in response.text

@@ -181,7 +181,7 @@ async def test_pod_request_needs_a_unit_choice(client: httpx.AsyncClient) -> Non
     response = await client.get(P + "/namespaces/ns/pods/a/kube_pod_resource_request")
     assert response.status_code == 400
     assert response.json()["message"] == (
-        "metric kube_pod_resource_request of pod ns/a has series in different units: cpu (cores), "
+        "backend kubernetes: metric kube_pod_resource_request of pod ns/a has series in different units: cpu (cores), "
         "memory (bytes); choose one with metricLabelSelector, for example resource=cpu"
     )
     assert await values(

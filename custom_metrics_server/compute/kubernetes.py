@@ -85,7 +85,13 @@ class KubernetesSettings:
 class KubernetesBackend(ResourceMetricsBackend):
     """Resource-model metrics of the cluster the client talks to."""
 
-    def __init__(self, client: KubeClient, settings: KubernetesSettings | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: KubernetesSettings | None = None,
+        *,
+        name: str = "kubernetes",
+    ) -> None:
         self.settings = settings or KubernetesSettings()
         self.client = client
         self.discovery = DiscoveryRestMapper(
@@ -95,7 +101,7 @@ class KubernetesBackend(ResourceMetricsBackend):
         )
         state = ClusterState(resolver=self.discovery)
         self.usage_store = UsageStore()
-        super().__init__(state, self.usage_store, name="kubernetes")
+        super().__init__(state, self.usage_store, name=name)
         self.reflectors = [
             Reflector(
                 client,

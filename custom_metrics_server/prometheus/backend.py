@@ -221,12 +221,14 @@ class PrometheusBackend:
     # -- the backend contract -----------------------------------------------------------------
 
     def list_metrics(self) -> Collection[MetricInfo]:
-        """See `MetricsBackend.list_metrics`: the registry's keys, from memory."""
-        return self._registry.custom.keys()
+        """See `MetricsBackend.list_metrics`: the registry's metrics, from memory. The same
+        object until the next listing replaces the registry, so the router sees a change by
+        identity at once (a keys view, new on every call, would be re-read on a timer)."""
+        return self._registry.custom
 
     def list_external_metrics(self) -> Collection[str]:
-        """See `MetricsBackend.list_external_metrics`."""
-        return self._registry.external.keys()
+        """See `MetricsBackend.list_external_metrics` (the same object until a relist)."""
+        return self._registry.external
 
     def ready(self) -> Readiness:
         """Ready once the first listing was attempted; later outages only fail its metrics,

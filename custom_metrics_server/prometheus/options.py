@@ -1,21 +1,16 @@
 """Command-line flags of the Prometheus backend, named as prometheus-adapter names them, so a
 prometheus-adapter Deployment's `args:` work with only the image changed (docs/prometheus.md
-lists each flag and what differs).
+lists each flag and what differs). `plugins.flags` turns them into the backend's settings and
+`plugins.builtin.prometheus` makes the backend.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import Final
 
 from custom_metrics_server.machinery.durations import parse_prometheus_duration
-from custom_metrics_server.prometheus.backend import PrometheusBackend, PrometheusSettings
-from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ConfigError, ServerConfig
-from custom_metrics_server.sdk.backend import ClusterView
-
-logger = logging.getLogger(__name__)
 
 IN_CLUSTER_TOKEN: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"  # noqa: S105 - a path
 IN_CLUSTER_CA: Final = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
@@ -123,53 +118,3 @@ def add_prometheus_flags(parser: argparse.ArgumentParser) -> None:
 def enabled(args: argparse.Namespace) -> bool:
     """Whether the flags ask for the Prometheus backend."""
     return bool(args.prometheus_url or args.config)
-
-
-def build_backend(args: argparse.Namespace, cluster: ClusterView) -> PrometheusBackend:
-    """The backend the flags describe, with its configuration loaded (ConfigError if bad)."""
-    if args.prometheus_auth_config:
-        raise ConfigError(
-            "--prometheus-auth-config is not supported; use --prometheus-token-file, "
-            "--prometheus-ca-file and --prometheus-client-tls-cert-file/-key-file"
-        )
-    if args.rate_interval is not None:
-        logger.warning("--rate-interval is ignored (prometheus-adapter dropped it too)")
-    token_file = args.prometheus_token_file
-    ca_file = args.prometheus_ca_file
-    if args.prometheus_auth_incluster:
-        token_file = token_file or IN_CLUSTER_TOKEN
-        ca_file = ca_file or IN_CLUSTER_CA
-    default = None
-    if args.prometheus_url:
-        if not args.prometheus_url.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"--prometheus-url must be http:// or https://, not {args.prometheus_url!r}"
-            )
-        default = ServerConfig(
-            name=DEFAULT_SERVER,
-            url=args.prometheus_url,
-            ca_file=ca_file,
-            token_file=token_file,
-            headers=tuple(args.prometheus_header),
-            client_cert_file=args.prometheus_client_tls_cert_file,
-            client_key_file=args.prometheus_client_tls_key_file,
-        )
-    backend = PrometheusBackend(
-        cluster,
-        PrometheusSettings(
-            config_path=args.config,
-            default_server=default,
-            relist_interval=args.metrics_relist_interval,
-            max_age=args.metrics_max_age,
-            query_timeout=args.prometheus_query_timeout,
-            verb=args.prometheus_verb,
-            reload_interval=args.config_reload_interval,
-            resource_usage_interval=(
-                args.metric_resolution if args.resource_metrics_source == "prometheus" else 0.0
-            ),
-        ),
-    )
-    backend.load_config()
-    if args.resource_metrics_source == "prometheus" and backend.config.resource_rules is None:
-        raise ConfigError("--resource-metrics-source=prometheus needs resourceRules in --config")
-    return backend

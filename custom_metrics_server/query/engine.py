@@ -1,25 +1,34 @@
 """Request semantics: one layer decides what a metric request means and who answers it.
 
 Owns, so that no backend has to: resolving `{resource}` through the cluster's REST mapping,
-choosing the backend that lists the metric, the scope rules (a cluster-scoped resource asked
-through a namespaced URL ignores the namespace, as the HPA sends Object metrics for nodes that
-way), resolving `*` plus `labelSelector` to concrete objects, the not-found policy with the
-three upstream wordings, and the per-call backend deadline.
+choosing the backend that answers the metric (`routing`), the scope rules (a cluster-scoped
+resource asked through a namespaced URL ignores the namespace, as the HPA sends Object metrics
+for nodes that way), resolving `*` plus `labelSelector` to concrete objects, the not-found
+policy with the three upstream wordings, the per-call backend deadline, and what a backend's
+failure becomes.
 
-Not-found policy: an unknown resource or a metric no backend lists is a 404; a named object
+Backend failures: a `StatusError` a backend raises (`BadRequest`, `BackendUnavailable`,
+`BackendTimeout`, ...) keeps its code and gets the backend's name in front of its message; a
+call past its deadline is 504 naming the backend; any other exception (a bug, or an answer that
+breaks the contract) is a masked 500 naming the backend, with an `Audit-Id` header whose value
+the log line carrying the traceback repeats.
+
+Not-found policy: an unknown resource or a metric no backend answers is a 404; a named object
 with no value is a 404 naming the object (and the metric selector, when one was given); a
 wildcard that matches no object, or whose objects have no values, is a 200 with no items, as
 the reference test adapter answers (the HPA treats both as "no metrics").
 
-Cost per request: O(backends) ownership checks on their metric sets, the inventory's selector
+Cost per request: one memoised routing decision (a dictionary lookup), the inventory's selector
 lookup (memoised), and the backend's own fetch, O(objects requested).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from custom_metrics_server.domain import (
@@ -36,13 +45,32 @@ from custom_metrics_server.domain import (
 from custom_metrics_server.errors import (
     BackendTimeout,
     BackendUnavailable,
+    InternalError,
     StatusError,
     metric_not_found,
 )
+from custom_metrics_server.query.routing import Host, Router, hosts_of
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 
-T = TypeVar("T")
 R = TypeVar("R")
+
+logger = logging.getLogger(__name__)
+
+
+def backend_failed(name: str) -> InternalError:
+    """A backend's bug, masked as upstream masks a panic, naming the backend."""
+    return InternalError(
+        f'an error on the server ("backend {name} failed") has prevented the request from '
+        "succeeding",
+        details={},
+    )
+
+
+def _named(error: StatusError, name: str) -> StatusError:
+    """`error` with `backend <name>: ` in front of its message (same class, details, headers)."""
+    named = type(error)(f"backend {name}: {error.message}", details=error.details)
+    named.headers.update(error.headers)
+    return named
 
 
 class QueryEngine:
@@ -52,28 +80,47 @@ class QueryEngine:
         self,
         *,
         cluster: ClusterView,
-        backends: Sequence[MetricsBackend],
+        backends: Sequence[MetricsBackend | Host] = (),
         backend_timeout: float = 10.0,
         observe: Callable[[str, str, float], None] | None = None,
+        router: Router | None = None,
     ) -> None:
         self.cluster = cluster
-        self.backends = tuple(backends)
+        self.router = router if router is not None else Router(hosts_of(backends))
         self.backend_timeout = backend_timeout
         self._observe = observe
 
+    @property
+    def backends(self) -> tuple[MetricsBackend, ...]:
+        """The backends being served, in routing order."""
+        return tuple(host.backend for host in self.router.hosts)
+
+    def reconfigure(self, router: Router) -> None:
+        """Serve from another set of backends and routes; requests already routed finish on
+        the backends they were given."""
+        self.router = router
+
     def custom_metrics(self) -> list[MetricInfo]:
-        """Union of every backend's custom metrics (discovery)."""
-        return [info for backend in self.backends for info in backend.list_metrics()]
+        """Every backend's custom metrics that some backend answers, once each (discovery)."""
+        return self.router.custom_metrics()
 
     def external_metrics(self) -> list[str]:
-        """Union of every backend's external metrics (discovery)."""
-        return [name for backend in self.backends for name in backend.list_external_metrics()]
+        """Every backend's external metrics that some backend answers, once each."""
+        return self.router.external_metrics()
 
     def readiness(self) -> dict[str, Readiness]:
-        """Readiness of the cluster view and of each backend, by check name."""
+        """Readiness of the cluster view and of each backend, by check name. A backend that
+        does not gate readiness passes its check while not ready, with a note: its own metrics
+        answer 503, the others are served."""
         checks = {"cluster": self.cluster.ready()}
-        for backend in self.backends:
-            checks[f"backend-{backend.name}"] = backend.ready()
+        for host in self.router.hosts:
+            state = host.backend.ready()
+            if not state.ready and not host.gates_readiness:
+                state = Readiness(
+                    ready=True,
+                    reason=f"not ready, its metrics answer 503: {state.reason or 'not synced'}",
+                )
+            checks[f"backend-{host.name}"] = state
         return checks
 
     async def custom(self, request: MetricRequest) -> Sequence[Sample]:
@@ -95,10 +142,10 @@ class QueryEngine:
         )
         if mapping is None:
             raise not_found()
-        info = MetricInfo(mapping.group_resource, mapping.namespaced, request.metric)
-        backend = self._owner(info, lambda b: b.list_metrics())
-        if backend is None:
+        host = self.router.custom(mapping.group_resource, request.metric)
+        if host is None:
             raise not_found()
+        info = MetricInfo(mapping.group_resource, mapping.namespaced, request.metric)
         namespace = request.namespace if mapping.namespaced else None
         objects: Sequence[ObjectKey]
         if name is None:
@@ -115,43 +162,38 @@ class QueryEngine:
             objects=tuple(objects),
             metric_selector=request.metric_selector,
         )
-        samples = await self._call(backend, backend.fetch(backend_request))
+        samples = await self._call(host, host.backend.fetch(backend_request))
         if name is not None and not samples:
             raise not_found()
         return samples
 
     async def external(self, request: ExternalMetricRequest) -> Sequence[ExternalSample]:
         """Series answering an external-metrics request; an unknown metric has none."""
-        backend = self._owner(request.metric, lambda b: b.list_external_metrics())
-        if backend is None:
+        host = self.router.external(request.metric)
+        if host is None:
             return ()
         backend_request = ExternalBackendRequest(
             metric=request.metric,
             namespace=request.namespace,
             metric_selector=request.metric_selector,
         )
-        return await self._call(backend, backend.fetch_external(backend_request))
+        return await self._call(host, host.backend.fetch_external(backend_request))
 
-    def _owner(
-        self, wanted: T, listing: Callable[[MetricsBackend], Collection[T]]
-    ) -> MetricsBackend | None:
-        for backend in self.backends:
-            if wanted in listing(backend):
-                return backend
-        return None
-
-    async def _call(self, backend: MetricsBackend, call: Awaitable[R]) -> R:
+    async def _call(self, host: Host, call: Awaitable[R]) -> R:
+        backend = host.backend
+        name = backend.name
         readiness = backend.ready()
         if not readiness.ready:
             if asyncio.iscoroutine(call):
                 call.close()
             raise BackendUnavailable(
-                f"the {backend.name} backend is not ready: {readiness.reason or 'not synced'}"
+                f"the {name} backend is not ready: {readiness.reason or 'not synced'}"
             )
+        timeout = self.backend_timeout if host.timeout is None else host.timeout
         started = time.perf_counter()
         outcome = "error"
         try:
-            async with asyncio.timeout(self.backend_timeout):
+            async with asyncio.timeout(timeout):
                 result = await call
             outcome = "ok"
             return result
@@ -160,9 +202,23 @@ class QueryEngine:
             raise
         except TimeoutError as err:
             outcome = "timeout"
-            raise BackendTimeout(
-                f"the {backend.name} backend did not answer within {self.backend_timeout:g}s"
-            ) from err
+            raise BackendTimeout(f"the {name} backend did not answer within {timeout:g}s") from err
+        except StatusError as err:
+            raise _named(err, name) from err
+        except Exception as err:
+            outcome = "bug"
+            request_id = uuid.uuid4().hex
+            logger.error(
+                "backend %s failed (request id %s): %s: %s",
+                name,
+                request_id,
+                type(err).__name__,
+                err,
+                exc_info=True,
+            )
+            error = backend_failed(name)
+            error.headers["Audit-Id"] = request_id
+            raise error from err
         finally:
             if self._observe is not None:
-                self._observe(backend.name, outcome, time.perf_counter() - started)
+                self._observe(name, outcome, time.perf_counter() - started)

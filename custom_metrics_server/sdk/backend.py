@@ -1,9 +1,12 @@
-"""The backend contract: the whole interface every metric source implements.
+"""The full backend protocol the server works with, and the cluster view backends may read.
 
-A `MetricsBackend` answers for the metrics it lists and nothing else:
+`MetricsBackend` is what the query layer calls: both sources, readiness and a lifecycle. The
+built-in backends implement it directly; a plugin implements only the capabilities it has
+(`sources`) and the server adapts it to this protocol when it loads it (`plugins.adapter`).
+The rules hold for both:
 
-* `list_metrics()` / `list_external_metrics()` come from memory and never raise; discovery
-  and the query layer's ownership lookup call them on every request that needs them.
+* `list_metrics()` / `list_external_metrics()` come from memory and never raise; the server
+  reads them when it refreshes its routing table and its discovery documents, not per request.
 * `fetch()` gets concrete objects (the query layer has already resolved `*` and the label
   selector) and returns samples only for objects it has values for. Absence is not an error;
   the query layer turns it into the upstream not-found wording.
@@ -14,7 +17,8 @@ A `MetricsBackend` answers for the metrics it lists and nothing else:
 
 A `ClusterView` is the server's picture of the cluster's objects: the REST mapping of
 `{resource}` strings and the objects of each resource with their labels. The simulated cluster
-is one; the Kubernetes backend's watch inventory is another.
+is one; the Kubernetes backend's watch inventory is another. Plugins get it in their
+`BackendContext`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@ the metric APIs and discovery (`endpoints.ApiEndpoints`), `metrics.k8s.io`, the 
 or the FastAPI shell (health, version, `/metrics`, OpenAPI). See `chain` for each filter and
 docs/operations.md for the flags. WebSocket scopes are closed unanswered (uvicorn then answers
 403): this API has no streaming endpoints. The lifespan starts and stops the event-loop lag
-watch, the security jobs (the authentication ConfigMap follower) and every backend.
+watch, the security jobs (the authentication ConfigMap follower) and the backends
+(`plugins.live.LiveBackends`: start-up in file order, the routing check, the listing refresh and
+the backends file's reloads). A backend that cannot start, or two that claim one metric, stop
+the start-up with one error line naming them (the traceback is logged at debug level).
 """
 
 from __future__ import annotations
@@ -17,13 +20,19 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.registry import Collector
 
 from custom_metrics_server.api.core_api import DemoCoreApi, is_core_api_path
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, discovery_documents
 from custom_metrics_server.compute.metrics_request import is_metrics_api_path
 from custom_metrics_server.domain import Readiness
+from custom_metrics_server.plugins.live import LiveBackends, StartupFailure
+from custom_metrics_server.plugins.loader import Loaded
 from custom_metrics_server.query.engine import QueryEngine
-from custom_metrics_server.runtime.asgi import Receive, Scope, Send
+from custom_metrics_server.query.routing import Host, hosts_of
+from custom_metrics_server.runtime.asgi import Message, Receive, Scope, Send
 from custom_metrics_server.runtime.tasks import background
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.gate import AllowAllGate, Gate
@@ -45,7 +54,7 @@ from custom_metrics_server.server.endpoints import (
 from custom_metrics_server.server.observability import ServerMetrics
 from custom_metrics_server.server.shell import build_shell
 
-__all__ = ["AppSettings", "Server", "create_app"]
+__all__ = ["AppSettings", "BackendsFileSource", "Server", "create_app"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +79,17 @@ class AppSettings:
     demo_core_api: DemoCoreApi | None = None
 
 
+@dataclass(frozen=True)
+class BackendsFileSource:
+    """Where the backends came from, for reloads: what was loaded, the file (None when the
+    flags described it) and the digest of its bytes."""
+
+    loaded: Loaded
+    path: Path | None = None
+    digest: bytes | None = None
+    reload_interval: float = 5.0
+
+
 class Server:
     """The ASGI application: the handler chain, then one of the handlers."""
 
@@ -77,27 +97,39 @@ class Server:
         self,
         *,
         cluster: ClusterView,
-        backends: Sequence[MetricsBackend],
+        backends: Sequence[MetricsBackend | Host],
         settings: AppSettings | None = None,
         security: SecurityConfig | None = None,
         gate: Gate | None = None,
+        source: BackendsFileSource | None = None,
     ) -> None:
         self.settings = settings = settings or AppSettings()
         self.security = security
         if gate is None:
             gate = security.gate if security is not None else AllowAllGate()
         self.metrics = ServerMetrics()
-        for backend in backends:
-            # Backends with self-metrics of their own (the Prometheus client's) expose them here.
-            collector = getattr(backend, "collector", None)
-            if callable(collector):
-                self.metrics.registry.register(collector())
+        self._collectors: dict[int, Collector] = {}
+        hosts = hosts_of(backends)
+        for host in hosts:
+            self._register_collector(host.backend)
         self.engine = QueryEngine(
             cluster=cluster,
-            backends=backends,
+            backends=hosts,
             backend_timeout=settings.backend_timeout,
             observe=self.metrics.observe_backend,
         )
+        self.backends = LiveBackends(
+            self.engine,
+            loaded=source.loaded if source is not None else None,
+            source=source.path if source is not None else None,
+            digest=source.digest if source is not None else None,
+            reload_interval=source.reload_interval if source is not None else 0.0,
+            default_timeout=settings.backend_timeout,
+            registry=self.metrics.registry,
+            added=self._register_collector,
+            removed=self._unregister_collector,
+        )
+        self._startup_failure = ""
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
         self.extra_checks = {**settings.extra_checks, "shutdown": Readiness(ready=True)}
         self.shell = build_shell(
@@ -136,6 +168,26 @@ class Server:
             inflight=lambda: self._limit.inflight, deadlines=lambda: self._deadline.pending
         )
 
+    def _register_collector(self, backend: MetricsBackend) -> None:
+        """Backends with self-metrics of their own (the Prometheus client's) expose them on
+        `/metrics`; a second backend of a type whose families are already there cannot."""
+        make = getattr(backend, "collector", None)
+        if not callable(make):
+            return
+        collector = make()
+        try:
+            self.metrics.registry.register(collector)
+        except ValueError as err:
+            logger.warning("backend %s: its self-metrics are not exported: %s", backend.name, err)
+            return
+        self._collectors[id(backend)] = collector
+
+    def _unregister_collector(self, backend: MetricsBackend) -> None:
+        """A backend a reload dropped takes its self-metrics with it."""
+        collector = self._collectors.pop(id(backend), None)
+        if collector is not None:
+            self.metrics.registry.unregister(collector)
+
     @property
     def inflight(self) -> int:
         """Requests being served now that count against `max_requests_inflight`."""
@@ -168,9 +220,11 @@ class Server:
             )
             if self.security is not None:
                 await stack.enter_async_context(self.security.lifespan())
-            for backend in self.engine.backends:
-                await stack.enter_async_context(backend)
-                logger.info("backend %s started", backend.name)
+            try:
+                await stack.enter_async_context(self.backends)
+            except StartupFailure as err:
+                self._startup_failure = str(err)
+                raise
             yield
         logger.info("backends stopped")
 
@@ -181,19 +235,38 @@ class Server:
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})
         else:
-            await self.shell(scope, receive, send)
+            await self.shell(scope, receive, self._lifespan_send(send))
+
+    def _lifespan_send(self, send: Send) -> Send:
+        """A start-up that failed for a known reason reports that reason, one line each,
+        instead of the framework's traceback (which goes to the debug log)."""
+
+        async def reporting(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed" and self._startup_failure:
+                logger.debug("start-up failed: %s", message.get("message", ""))
+                message = {**message, "message": self._startup_failure}
+            await send(message)
+
+        return reporting
 
 
 def create_app(
     *,
     cluster: ClusterView,
-    backends: Sequence[MetricsBackend],
+    backends: Sequence[MetricsBackend | Host],
     settings: AppSettings | None = None,
     security: SecurityConfig | None = None,
     gate: Gate | None = None,
+    source: BackendsFileSource | None = None,
 ) -> Server:
     """Build the server's ASGI application. Without `security`, the demo gate (everyone
-    allowed); `gate` overrides the gate (tests drive the chain with their own)."""
+    allowed); `gate` overrides the gate (tests drive the chain with their own); `source`
+    (the backends file) lets the server reload it."""
     return Server(
-        cluster=cluster, backends=backends, settings=settings, security=security, gate=gate
+        cluster=cluster,
+        backends=backends,
+        settings=settings,
+        security=security,
+        gate=gate,
+        source=source,
     )

@@ -1,5 +1,9 @@
-"""What tests need to run the server for real: a `serve` process over TLS on a free port.
+"""What tests need: the real server as a process, and the backend conformance kit.
 
-Shared by this repository's tests and benchmarks, and by anyone testing a backend against the
-real server (docs/backends.md).
+* `server_process`: `custom-metrics-server serve` on a free loopback port over TLS, waited for,
+  reached with a verifying client, stopped as a kubelet would (this repository's tests and
+  benchmarks use it);
+* `kit`: `check_backend()`, the in-process conformance checks a backend author runs;
+* `serving`: `serve_backends()` and `query_every_form()`, a backend served by the real server
+  over TLS and every URL form asked of it (docs/backends.md, "The conformance kit").
 """

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from custom_metrics_server.plugins.config import parse_backends_file
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig
 from custom_metrics_server.prometheus.rules_config import parse_config
 from tests.chart.conftest import (
@@ -43,8 +44,9 @@ TARGET_KUBERNETES = (1, 37)
 
 #: Flags the chart renders for features other engineers are adding to the server in parallel;
 #: they do not parse with today's parser. Remove an entry once `serve --help` lists the flag.
-#: - --backends-config: `backends.config` (the backends file), not in the server yet.
-FUTURE_SERVE_FLAGS = {"--backends-config"}
+#: None now: --backends-config is in the server, and metrics.k8s.io/v1 (`metricsApi.versions`)
+#: renders only an APIService, no flag.
+FUTURE_SERVE_FLAGS: set[str] = set()
 
 #: Kinds from CRDs: kubernetes-validate has no schema for them; checked field by field below.
 CRD_GROUPS = {"cert-manager.io", "monitoring.coreos.com"}
@@ -257,11 +259,23 @@ def test_rendered_flags_parse_with_the_real_parsers(setup: str) -> None:
 
 
 def test_the_future_flag_skip_is_needed_and_narrow() -> None:
-    # If --backends-config lands in the parser, this fails: drop it from FUTURE_SERVE_FLAGS.
+    # A future flag that lands in the parser fails this: drop it from FUTURE_SERVE_FLAGS.
     assert not FUTURE_SERVE_FLAGS & set(subcommand_parser("serve")._option_string_actions)
-    args = server_container(render(example("backends-config")))["args"]
-    assert "--backends-config=/etc/custom-metrics-server/backends/backends.yaml" in args
-    # Everything else the chart can render is parsed: the defaults render no future flag.
+
+
+def test_the_backends_config_example_renders_a_file_the_server_accepts() -> None:
+    objects = render(example("backends-config"))
+    parsed = _check_flags(server_container(objects)["args"], "serve")
+    assert str(parsed.backends_config) == "/etc/custom-metrics-server/backends/backends.yaml"
+    (config_map,) = [
+        o for o in select(objects, "ConfigMap") if o["metadata"]["name"].endswith("-backends")
+    ]
+    config = parse_backends_file(config_map["data"]["backends.yaml"], source="the chart")
+    assert [(entry.name, entry.type) for entry in config.backends] == [
+        ("kubernetes", "kubernetes"),
+        ("prometheus", "prometheus"),
+    ]
+    # The defaults render no backends file.
     assert not [a for a in server_container(render())["args"] if "backends-config" in a]
 
 

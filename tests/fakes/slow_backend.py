@@ -25,6 +25,7 @@ from custom_metrics_server.domain import (
     ExternalSample,
     Sample,
 )
+from custom_metrics_server.plugins import builtin
 
 
 class DelayedMemoryBackend(MemoryBackend):
@@ -75,7 +76,8 @@ def load_slow_fixture(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The real CLI, loading `--demo-file` fixtures through `load_slow_fixture`."""
-    cli.load_fixture = load_slow_fixture  # type: ignore[assignment]  # cli._demo reads this name
+    # The fixture type reads this name when it makes its backend.
+    builtin.load_fixture = load_slow_fixture  # type: ignore[assignment]
     return cli.main(argv)
 
 

@@ -1,0 +1,272 @@
+"""The backends file (`serve --backends-config FILE`): its schema, read and validated at once.
+
+    defaults:                 # optional; each entry may override
+      timeout: 10s            # deadline of one fetch (default: --backend-timeout)
+      threads: 4              # threads for plain-function fetches
+      maxSeries: 10000        # series one external fetch may return
+    cluster: kubernetes       # optional: the backend whose cluster view is served
+    backends:
+      - name: kubernetes      # unique, lower-case DNS label: in /readyz, logs, metrics, errors
+        type: kubernetes      # a built-in type, an entry point's name, or module:factory
+        settings: {}          # the type's own settings, validated by its settings model
+      - name: orders
+        type: postgres
+        settings: {dsn: "postgresql://..."}
+        routes:               # optional; see query.routing for the rules
+          - api: external
+            metricRegex: "orders_(waiting|running)"
+
+Every problem of a file is reported at once, one line each, naming the backend (`backends[1]
+'orders' (type postgres): timeout: invalid duration '2x'`). Settings are checked later, by the
+type's own model (`loader`), with the same prefix.
+
+This module owns the file's shape, not what the settings mean. Cost: O(size of the file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from custom_metrics_server.machinery.durations import go_duration_seconds
+
+__all__ = [
+    "BackendEntry",
+    "BackendsConfigError",
+    "BackendsFile",
+    "Defaults",
+    "RouteEntry",
+    "describe",
+    "entry_label",
+    "parse_backends_file",
+    "parse_seconds",
+    "read_backends_file",
+    "settings_lines",
+    "validate_backends",
+    "validation_lines",
+]
+
+_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+class BackendsConfigError(ValueError):
+    """A backends file that cannot be served; one line per problem."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
+def parse_seconds(value: object) -> object:
+    """A Go duration (`10s`, `1m30s`, `500ms`) or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        seconds = go_duration_seconds(value)
+        if seconds is None:
+            try:
+                seconds = float(value)
+            except ValueError:
+                raise ValueError(f"invalid duration {value!r} (examples: 10s, 500ms)") from None
+        return seconds
+    raise ValueError(f"invalid duration {value!r}")
+
+
+Seconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0, allow_inf_nan=False)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class RouteEntry(_Model):
+    """One route (see `query.routing` for the rules)."""
+
+    api: Literal["custom", "external"] | None = None
+    resource: str | None = None
+    metric: str | None = Field(default=None, min_length=1)
+    metric_regex: str | None = Field(default=None, alias="metricRegex", min_length=1)
+    listed: bool = False
+
+
+class Defaults(_Model):
+    """What every entry gets unless it says otherwise."""
+
+    timeout: Seconds | None = None
+    threads: int = Field(default=4, ge=1, le=256)
+    max_series: int = Field(default=10_000, alias="maxSeries", ge=1, le=1_000_000)
+
+
+class BackendEntry(_Model):
+    """One backend to run."""
+
+    name: str = Field(max_length=63)
+    type: str = Field(min_length=1)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    routes: list[RouteEntry] | None = None
+    timeout: Seconds | None = None
+    threads: int | None = Field(default=None, ge=1, le=256)
+    max_series: int | None = Field(default=None, alias="maxSeries", ge=1, le=1_000_000)
+    #: Whether `/readyz` fails while this backend is not ready (default: built-in types do,
+    #: plugins do not: a broken plugin fails its own metrics, never the server's readiness).
+    gates_readiness: bool | None = Field(default=None, alias="gatesReadiness")
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise ValueError(
+                f"{name!r} is not a lower-case DNS label (a-z, 0-9 and '-', at most 63)"
+            )
+        return name
+
+    @field_validator("settings", mode="before")
+    @classmethod
+    def _settings_mapping(cls, settings: object) -> object:
+        return {} if settings is None else settings
+
+
+class BackendsFile(_Model):
+    """The whole file."""
+
+    defaults: Defaults = Field(default_factory=Defaults)
+    cluster: str | None = None
+    backends: list[BackendEntry] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> BackendsFile:
+        names = [entry.name for entry in self.backends]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"backend names must be unique: {', '.join(duplicates)}")
+        if self.cluster is not None and self.cluster not in names:
+            raise ValueError(f"cluster: no backend is named {self.cluster!r}")
+        return self
+
+    def digest(self) -> str:
+        """A stable fingerprint of one entry set (reloads compare entries by it)."""
+        return hashlib.sha256(self.model_dump_json(by_alias=True).encode()).hexdigest()
+
+
+def entry_label(index: int, entry: Mapping[str, Any] | BackendEntry | None) -> str:
+    """`backends[2] 'orders' (type postgres)`: how messages name an entry."""
+    name: object
+    kind: object
+    if isinstance(entry, BackendEntry):
+        name, kind = entry.name, entry.type
+    elif isinstance(entry, Mapping):
+        name, kind = entry.get("name"), entry.get("type")
+    else:
+        name = kind = None
+    label = f"backends[{index}]"
+    if isinstance(name, str):
+        label += f" {name!r}"
+    if isinstance(kind, str):
+        label += f" (type {kind})"
+    return label
+
+
+def describe(location: Sequence[int | str]) -> str:
+    """A pydantic location as the file spells it: `routes[0].metricRegex`."""
+    text = ""
+    for part in location:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def validation_lines(
+    error: ValidationError, prefix: str = "", *, document: Mapping[str, Any] | None = None
+) -> list[str]:
+    """One line per problem; locations under `backends[i]` name the entry (from `document`)."""
+    entries = document.get("backends") if document is not None else None
+    lines = []
+    for problem in error.errors():
+        location = list(problem["loc"])
+        head = prefix
+        if (
+            len(location) >= 2
+            and location[0] == "backends"
+            and isinstance(location[1], int)
+            and isinstance(entries, list)
+            and location[1] < len(entries)
+        ):
+            head = entry_label(location[1], entries[location[1]])
+            location = location[2:]
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "missing":
+            message = "field required"
+        elif problem["type"] == "extra_forbidden":
+            message = "unknown field"
+        where = describe(location)
+        parts = [part for part in (head, where) if part]
+        lines.append(f"{': '.join(parts)}: {message}" if parts else message)
+    return lines
+
+
+def settings_lines(error: ValidationError, where: str) -> list[str]:
+    """One line per problem of a backend's settings: `<where>: settings.dsn: field required`."""
+    lines = []
+    for problem in error.errors():
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "missing":
+            message = "field required"
+        elif problem["type"] == "extra_forbidden":
+            message = "unknown field"
+        where_in = describe(list(problem["loc"]))
+        lines.append(f"{where}: settings{'.' + where_in if where_in else ''}: {message}")
+    return lines
+
+
+def parse_backends_file(text: str, *, source: str) -> BackendsFile:
+    """Parse and validate a backends file; `BackendsConfigError` lists every problem."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise BackendsConfigError([f"{source}: not YAML: {err}".replace("\n", " ")]) from None
+    return validate_backends(document, source=source)
+
+
+def validate_backends(document: object, *, source: str) -> BackendsFile:
+    """Validate a parsed backends document; `BackendsConfigError` lists every problem."""
+    if not isinstance(document, Mapping):
+        kind = "empty" if document is None else f"a {type(document).__name__}"
+        raise BackendsConfigError(
+            [f"{source}: the file is {kind}, not a mapping with a backends list"]
+        )
+    try:
+        return BackendsFile.model_validate(document)
+    except ValidationError as err:
+        lines = validation_lines(err, document=document)
+        raise BackendsConfigError([f"{source}: {line}" for line in lines]) from None
+
+
+def read_backends_file(path: Path) -> tuple[BackendsFile, bytes]:
+    """The validated file and the digest of its bytes (for reload change detection)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise BackendsConfigError([f"cannot read {path}: {err.strerror or err}"]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BackendsConfigError([f"{path}: not UTF-8: {err}"]) from None
+    return parse_backends_file(text, source=str(path)), hashlib.sha256(raw).digest()

@@ -1,0 +1,182 @@
+"""Test-only plugins for the plugin machinery's tests: each factory makes a backend that
+behaves (or misbehaves) one way. Loaded by their `tests.fakes.plugins:<factory>` type, in
+process or by a real server with this repository on PYTHONPATH."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel
+
+from custom_metrics_server import sdk
+
+PODS = sdk.GroupResource("", "pods")
+
+
+class Instant:
+    """Answers at once: `<prefix>_total` (external, one series per queue) and `<prefix>_pod`
+    (custom, pods: 1 for every pod named `web-*`)."""
+
+    def __init__(self, prefix: str = "instant") -> None:
+        self.prefix = prefix
+
+    def list_external_metrics(self) -> list[str]:
+        return [f"{self.prefix}_total"]
+
+    async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
+        if request.metric != f"{self.prefix}_total":
+            return []
+        series = [sdk.external_sample(request, 7, labels={"queue": queue}) for queue in ("a", "b")]
+        return [s for s in series if request.metric_selector.matches(s.labels)]
+
+    def list_metrics(self) -> list[sdk.MetricInfo]:
+        return [sdk.MetricInfo(PODS, True, f"{self.prefix}_pod")]
+
+    async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
+        if request.metric.metric != f"{self.prefix}_pod":
+            return []
+        return [sdk.sample(request, key, 1) for key in request.objects if key[1].startswith("web-")]
+
+
+def instant(settings: Mapping[str, Any]) -> Instant:
+    """An `Instant` named by `settings.prefix`."""
+    return Instant(str(settings.get("prefix", "instant")))
+
+
+class Hanging:
+    """`hang_sync` (external, a plain function) blocks its thread; `hang_async` (custom, pods)
+    awaits forever. Both are listed."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def list_external_metrics(self) -> list[str]:
+        return ["hang_sync"]
+
+    def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
+        self.release.wait(120)
+        return []
+
+    def list_metrics(self) -> list[sdk.MetricInfo]:
+        return [sdk.MetricInfo(PODS, True, "hang_async")]
+
+    async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
+        await asyncio.Event().wait()
+        return []
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release.set()
+
+
+def hanging(settings: Mapping[str, Any]) -> Hanging:
+    """A `Hanging` backend."""
+    return Hanging()
+
+
+class BrokenListing(Instant):
+    """Its custom listing raises; its external metrics still work."""
+
+    def list_metrics(self) -> list[sdk.MetricInfo]:
+        raise RuntimeError("catalog unavailable")
+
+
+def broken_listing(settings: Mapping[str, Any]) -> BrokenListing:
+    """A `BrokenListing` backend (prefix `broken`)."""
+    return BrokenListing("broken")
+
+
+class WrongTypes(Instant):
+    """Answers dicts instead of samples."""
+
+    async def fetch_external(self, request: sdk.ExternalBackendRequest) -> Any:
+        return [{"metric": request.metric, "value": 1}]
+
+
+def wrong_types(settings: Mapping[str, Any]) -> WrongTypes:
+    """A `WrongTypes` backend (prefix `wrong`)."""
+    return WrongTypes("wrong")
+
+
+class Huge(Instant):
+    """Answers an endless generator of series."""
+
+    def fetch_external(self, request: sdk.ExternalBackendRequest) -> Iterator[sdk.ExternalSample]:  # type: ignore[override]
+        for index in itertools.count():
+            yield sdk.external_sample(request, index, labels={"n": str(index)})
+
+
+def huge(settings: Mapping[str, Any]) -> Huge:
+    """A `Huge` backend (prefix `huge`)."""
+    return Huge("huge")
+
+
+class Buggy(Instant):
+    """Raises a plain exception (a bug) from its external fetch."""
+
+    async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
+        raise KeyError("secret internal detail")
+
+
+def buggy(settings: Mapping[str, Any]) -> Buggy:
+    """A `Buggy` backend (prefix `buggy`)."""
+    return Buggy("buggy")
+
+
+class Refusing(Instant):
+    """Raises the SDK's errors: 400 for queue=bad, 503 otherwise."""
+
+    async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
+        if request.metric_selector.requires_exact("queue") == "bad":
+            raise sdk.BadRequest("queue=bad cannot be served")
+        raise sdk.BackendUnavailable("the database is down")
+
+
+def refusing(settings: Mapping[str, Any]) -> Refusing:
+    """A `Refusing` backend (prefix `refusing`)."""
+    return Refusing("refusing")
+
+
+class FailingStart(Instant):
+    """Its start raises."""
+
+    async def __aenter__(self) -> Self:
+        raise ConnectionRefusedError("db:5432 refused the connection")
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def failing_start(settings: Mapping[str, Any]) -> FailingStart:
+    """A `FailingStart` backend."""
+    return FailingStart("failing")
+
+
+class Settings(BaseModel):
+    """`with_settings`'s settings."""
+
+    dsn: str
+    pool: int = 1
+
+
+@sdk.factory(settings=Settings)
+def with_settings(settings: Settings, *, context: sdk.BackendContext) -> Instant:
+    """An `Instant` whose prefix is its backend's name (checks the context)."""
+    return Instant(context.name.replace("-", "_"))
+
+
+@sdk.factory(requires="1.99")
+def from_the_future(settings: Mapping[str, Any]) -> Instant:
+    """A plugin written for a newer contract."""
+    return Instant()
+
+
+def not_a_backend(settings: Mapping[str, Any]) -> object:
+    """Makes an object with no source."""
+    return object()

@@ -1,0 +1,228 @@
+"""The backends in force: start-up order and failures, conflicts, and reloads of the file that
+keep the last good configuration."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from custom_metrics_server.domain import ExternalMetricRequest
+from custom_metrics_server.machinery.labels import EVERYTHING
+from custom_metrics_server.plugins.config import read_backends_file
+from custom_metrics_server.plugins.live import LiveBackends, StartupFailure
+from custom_metrics_server.plugins.loader import load_backends
+from custom_metrics_server.query.engine import QueryEngine
+from tests.conftest import CONTRACT_FIXTURE
+
+P = "tests.fakes.plugins"
+BASE = f"""
+backends:
+  - name: contract
+    type: fixture
+    settings: {{file: {CONTRACT_FIXTURE}}}
+"""
+
+
+def live(path: Path, text: str, **options: object) -> tuple[LiveBackends, CollectorRegistry]:
+    path.write_text(text)
+    config, digest = read_backends_file(path)
+    loaded = load_backends(config, base_dir=path.parent, default_timeout=5.0)
+    engine = QueryEngine(cluster=loaded.cluster, backends=loaded.hosts)
+    registry = CollectorRegistry()
+    backends = LiveBackends(
+        engine,
+        loaded=loaded,
+        source=path,
+        digest=digest,
+        reload_interval=0,  # reloads are driven by the tests
+        default_timeout=0.05,
+        registry=registry,
+        **options,  # type: ignore[arg-type]
+    )
+    return backends, registry
+
+
+def served(backends: LiveBackends) -> list[str]:
+    return [host.name for host in backends.engine.router.hosts]
+
+
+async def external(backends: LiveBackends, metric: str) -> list[object]:
+    request = ExternalMetricRequest(namespace="default", metric=metric, metric_selector=EVERYTHING)
+    return [s.value for s in await backends.engine.external(request)]
+
+
+def reloads(registry: CollectorRegistry, result: str) -> float:
+    value = registry.get_sample_value(
+        "custom_metrics_server_backends_config_reloads_total", {"result": result}
+    )
+    return value or 0.0
+
+
+async def test_a_reload_adds_removes_restarts_and_keeps_backends(tmp_path: Path) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, registry = live(
+        path,
+        BASE
+        + f"""
+  - {{name: keep, type: '{P}:instant', settings: {{prefix: keep}}}}
+  - {{name: change, type: '{P}:instant', settings: {{prefix: before}}}}
+  - {{name: drop, type: '{P}:instant', settings: {{prefix: drop}}}}
+""",
+    )
+    async with backends:
+        kept = backends.engine.router.hosts[1].backend
+        assert await external(backends, "drop_total") == [7, 7]
+        path.write_text(
+            BASE
+            + f"""
+  - {{name: keep, type: '{P}:instant', settings: {{prefix: keep}}, timeout: 2s}}
+  - {{name: change, type: '{P}:instant', settings: {{prefix: after}}}}
+  - {{name: new, type: '{P}:instant', settings: {{prefix: new}}}}
+"""
+        )
+        assert await backends.reload() is True
+        assert served(backends) == ["contract", "keep", "change", "new"]
+        router = backends.engine.router
+        assert router.hosts[1].backend is kept  # unchanged settings: the same running backend
+        assert router.hosts[1].timeout == 2.0  # with its new deadline
+        assert await external(backends, "after_total") == [7, 7]
+        assert await external(backends, "new_total") == [7, 7]
+        assert await external(backends, "drop_total") == []
+        assert await external(backends, "before_total") == []
+        assert reloads(registry, "success") == 1
+        assert await backends.reload() is False  # unchanged file
+
+
+async def test_a_bad_file_keeps_the_last_good_one_and_is_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, registry = live(path, BASE + f"  - {{name: a, type: '{P}:instant'}}\n")
+    async with backends:
+        for broken in (
+            "backends: [\n",
+            BASE + "  - {name: b, type: nosuch}\n",
+            BASE + f"  - {{name: c, type: '{P}:with_settings'}}\n",
+        ):
+            path.write_text(broken)
+            caplog.clear()
+            assert await backends.reload() is False
+            assert await backends.reload() is False
+            errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+            assert len(errors) == 1, [r.getMessage() for r in errors]
+            assert "not reloaded, keeping the last good one" in errors[0].getMessage()
+            assert served(backends) == ["contract", "a"]
+            assert await external(backends, "instant_total") == [7, 7]
+        assert reloads(registry, "failure") == 3
+        assert (
+            registry.get_sample_value(
+                "custom_metrics_server_backends_config_last_reload_successful"
+            )
+            == 0
+        )
+        assert "settings.dsn: field required" in errors[0].getMessage()
+
+
+async def test_a_backend_that_fails_to_start_on_reload_is_not_swapped_in(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(path, BASE + f"  - {{name: a, type: '{P}:instant'}}\n")
+    async with backends:
+        path.write_text(
+            BASE
+            + f"  - {{name: a, type: '{P}:instant'}}\n  - {{name: db, type: '{P}:failing_start'}}\n"
+        )
+        assert await backends.reload() is False
+        assert served(backends) == ["contract", "a"]
+        assert (
+            "backend 'db' failed to start: ConnectionRefusedError: db:5432 refused the connection"
+            in caplog.text
+        )
+
+
+async def test_a_reload_that_makes_a_conflict_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(path, BASE + f"  - {{name: a, type: '{P}:instant'}}\n")
+    async with backends:
+        path.write_text(
+            BASE + f"  - {{name: a, type: '{P}:instant'}}\n  - {{name: b, type: '{P}:instant'}}\n"
+        )
+        assert await backends.reload() is False
+        assert "backends 'a' and 'b' both list the external metric instant_total" in caplog.text
+        assert served(backends) == ["contract", "a"]
+
+
+async def test_the_cluster_backend_cannot_change_without_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(path, BASE)
+    async with backends:
+        path.write_text(BASE.replace("type: fixture", "type: memory"))
+        assert await backends.reload() is False
+        assert (
+            "backend 'contract' provides the cluster view: changing or removing it needs a restart"
+            in caplog.text
+        )
+
+
+async def test_start_up_stops_at_the_first_backend_that_fails_and_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(
+        path,
+        BASE
+        + f"  - {{name: db, type: '{P}:failing_start'}}\n  - {{name: later, type: '{P}:instant'}}\n",
+    )
+    with pytest.raises(StartupFailure) as caught:
+        await backends.__aenter__()
+    assert str(caught.value) == (
+        "backend 'db' failed to start: ConnectionRefusedError: db:5432 refused the connection"
+    )
+    later = backends.engine.router.hosts[2].backend
+    assert later.ready().reason == "starting"  # never started after the failure
+
+
+async def test_start_up_conflicts_name_both_backends(tmp_path: Path) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(
+        path, BASE + f"  - {{name: a, type: '{P}:instant'}}\n  - {{name: b, type: '{P}:instant'}}\n"
+    )
+    with pytest.raises(StartupFailure) as caught:
+        await backends.__aenter__()
+    assert str(caught.value).splitlines() == [
+        "backends 'a' and 'b' both list the custom metric pods/instant_pod: add a route that "
+        "decides (docs/backends.md, Routing)",
+        "backends 'a' and 'b' both list the external metric instant_total: add a route that "
+        "decides (docs/backends.md, Routing)",
+    ]
+
+
+async def test_a_reload_reports_the_backends_it_adds_and_drops(tmp_path: Path) -> None:
+    events: list[str] = []
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(
+        path,
+        BASE + f"  - {{name: a, type: '{P}:instant', settings: {{prefix: a}}}}\n",
+        added=lambda backend: events.append(f"+{backend.name}"),
+        removed=lambda backend: events.append(f"-{backend.name}"),
+    )
+    async with backends:
+        path.write_text(BASE + f"  - {{name: b, type: '{P}:instant', settings: {{prefix: b}}}}\n")
+        assert await backends.reload() is True
+    assert events == ["-a", "+b"]
+
+
+async def test_a_plugin_lists_nothing_before_it_is_started(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(path, BASE + f"  - {{name: broken, type: '{P}:broken_listing'}}\n")
+    assert "catalog unavailable" not in caplog.text  # its listing is not read before the start
+    async with backends:
+        assert "catalog unavailable" in caplog.text

@@ -117,6 +117,7 @@ class PrometheusBackend:
             changed=self._wake.set,
         )
         self._registry = Registry()
+        self._listing: tuple[Collection[MetricInfo], Collection[str]] = ((), ())
         self._listings: dict[tuple[str, str], Sequence[SeriesShape]] = {}
         self._listed_at: dict[str, float] = {}
         self._readiness = Readiness(
@@ -187,6 +188,8 @@ class PrometheusBackend:
                 self._listed_at[server] = now
         self._listings = listings
         self._registry = await registry_module.build(config, listings, self._resolve)
+        # One view of each per registry: the router sees a relist by identity, at once.
+        self._listing = (self._registry.custom.keys(), self._registry.external.keys())
         self._queries = {}
         notes = "; ".join(
             f"listing of {server!r} failing, serving the last good one: {error}"
@@ -223,12 +226,12 @@ class PrometheusBackend:
     def list_metrics(self) -> Collection[MetricInfo]:
         """See `MetricsBackend.list_metrics`: the registry's metrics, from memory. The same
         object until the next listing replaces the registry, so the router sees a change by
-        identity at once (a keys view, new on every call, would be re-read on a timer)."""
-        return self._registry.custom
+        identity at once (a keys view made on every call would be re-read on a timer)."""
+        return self._listing[0]
 
     def list_external_metrics(self) -> Collection[str]:
         """See `MetricsBackend.list_external_metrics` (the same object until a relist)."""
-        return self._registry.external
+        return self._listing[1]
 
     def ready(self) -> Readiness:
         """Ready once the first listing was attempted; later outages only fail its metrics,

@@ -431,7 +431,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, int]:
             return status, size
 
 
-async def fixed_rate(
+async def fixed_rate(  # noqa: PLR0915
     host: str,
     port: int,
     context: ssl.SSLContext,
@@ -440,6 +440,7 @@ async def fixed_rate(
     rate: float,
     duration: float,
     connections: int = 32,
+    drain: float = 20.0,
 ) -> dict[str, Any]:
     """Open-loop load: request i is due at start + i/rate whatever came before; latency is
     measured from that due time (so queueing behind a slow answer counts), beside the
@@ -466,6 +467,9 @@ async def fixed_rate(
                 "Accept: application/json\r\n\r\n".encode()
             )
             status, _ = await _read_response(reader)
+        except asyncio.CancelledError:
+            writer.close()
+            raise
         except Exception as err:
             errors[type(err).__name__] += 1
             writer.close()
@@ -482,7 +486,17 @@ async def fixed_rate(
         if delay > 0:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(i, paths[i % len(paths)])))
-    await asyncio.gather(*tasks)
+    # A server that cannot keep up gets `drain` seconds more; what is still waiting then is
+    # counted as unfinished, its latency as the wait so far (a lower bound).
+    _, pending = await asyncio.wait(tasks, timeout=drain)
+    unfinished = len(pending)
+    if pending:
+        cancelled_at = loop.time()
+        for index, task in enumerate(tasks):
+            if task in pending:
+                task.cancel()
+                latencies.append(cancelled_at - (start + index / rate))
+        await asyncio.gather(*pending, return_exceptions=True)
     elapsed = loop.time() - start
     while not pool.empty():
         _, writer = pool.get_nowait()
@@ -496,7 +510,9 @@ async def fixed_rate(
 
     return {
         "requests": total,
-        "achieved_rps": round(len(latencies) / elapsed, 1),
+        "elapsed_s": round(elapsed, 1),
+        "achieved_rps": round(len(service) / elapsed, 1),
+        "unfinished": unfinished,
         "p50_ms": pct(latencies, 50),
         "p90_ms": pct(latencies, 90),
         "p99_ms": pct(latencies, 99),
@@ -672,7 +688,8 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             time.sleep(5)
             if args.profile:
                 profiler.start(server.pid, f"{pods}-events")
-            sent0 = world.stats()["events_sent"]
+            stats0 = world.stats()
+            sent0 = stats0["events_sent"]
             events = window(server, rounds_window)
             sent1 = world.stats()
             profiles["events"] = profiler.stop()
@@ -685,14 +702,17 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
                 * (events["cpu_s"] - quiet["cpu_s"] * events["wall_s"] / quiet["wall_s"])
                 / max(1, events["events"])
             )
-            events["world_cpu_share"] = None
+            events["world_cpu_share"] = (sent1["cpu_seconds"] - stats0["cpu_seconds"]) / events[
+                "wall_s"
+            ]
             result["events"] = events
             log(
                 f"events: {events['event_rate']:.0f}/s, total {events['cpu_share']:.1%} of a core, events alone {events['events_cpu_share']:.1%}"
             )
             # (f) serving while events and scrapes run
             paths = hpa_paths(plan)
-            cpu0 = server.cpu()
+            stats0 = world.stats()
+            cpu0, world_cpu0 = server.cpu(), stats0["cpu_seconds"]
             if args.profile:
                 profiler.start(server.pid, f"{pods}-serving")
             serving = asyncio.run(
@@ -706,8 +726,32 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
                 )
             )
             profiles["serving"] = profiler.stop()
-            serving["server_cpu_share"] = round((server.cpu() - cpu0) / args.window, 3)
+            serving["server_cpu_s"] = round(server.cpu() - cpu0, 2)
+            serving["server_cpu_share"] = round(serving["server_cpu_s"] / serving["elapsed_s"], 3)
+            # CPU per request above the scrape + event baseline of the events window
+            serving["cpu_per_request_ms"] = round(
+                1000
+                * (serving["server_cpu_s"] - events["cpu_share"] * serving["elapsed_s"])
+                / max(1, sum(serving["statuses"].values())),
+                2,
+            )
             serving["load"] = load()
+            stats1 = world.stats()
+            if stats0.get("auth") and stats1.get("auth"):
+                serving["access_reviews"] = (
+                    stats1["auth"]["access_reviews"] - stats0["auth"]["access_reviews"]
+                )
+                serving["token_reviews"] = (
+                    stats1["auth"]["token_reviews"] - stats0["auth"]["token_reviews"]
+                )
+                serving["auth_cpu_share"] = round(
+                    (stats1["auth"]["cpu_seconds"] - stats0["auth"]["cpu_seconds"])
+                    / serving["elapsed_s"],
+                    3,
+                )
+            serving["world_cpu_share"] = round(
+                (stats1["cpu_seconds"] - world_cpu0) / serving["elapsed_s"], 3
+            )
             result["hpa"] = serving
             log(
                 f"HPA load: {serving['achieved_rps']} req/s, p50 {serving['p50_ms']} ms, p99 {serving['p99_ms']} ms, {serving['statuses']}"
@@ -737,6 +781,9 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             if server is not None:
                 server.close()
             world.close()
+            for name in ("server.log", "world.log"):
+                with contextlib.suppress(OSError):
+                    shutil.copy(workdir / name, outdir / f"{pods}-{name}")
     return result
 
 
@@ -1199,6 +1246,7 @@ def main() -> int:  # noqa: PLR0915
         "load_start": load(),
         "args": {k: str(v) for k, v in vars(args).items()},
     }
+    path = args.out / f"envelope-{'smoke-' if args.smoke else ''}{stamp}.json"
     if args.replicas:
         results = [run_replicas(args, pods, args.replicas) for pods in pod_counts]
         document["replicas"] = results
@@ -1211,10 +1259,11 @@ def main() -> int:  # noqa: PLR0915
                 log("in-process breakdown")
                 result["breakdown"] = breakdown_subprocess(args, pods)
             results.append(result)
+            document["results"] = results  # written after every scale: a late failure keeps them
+            path.write_text(json.dumps(document, indent=1, default=str))
         document["results"] = results
         text = table(results)
     document["load_end"] = load()
-    path = args.out / f"envelope-{'smoke-' if args.smoke else ''}{stamp}.json"
     path.write_text(json.dumps(document, indent=1, default=str))
     print(
         f"\nMachine: {document['machine']}; load {document['load_start']} -> {document['load_end']}\n"
@@ -1234,6 +1283,11 @@ def main() -> int:  # noqa: PLR0915
     return 0
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # run the finally blocks: no server or world left behind
+
+
 if __name__ == "__main__":
     random.seed(17)
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())

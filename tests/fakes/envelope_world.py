@@ -35,8 +35,9 @@ It prints `ready <url>` once the world is loaded and the kubeconfigs (and `--pla
 the benchmarks read: HPA targets, the big namespace) are written.
 
 Runs on uvloop when it is installed (the fake's own loop; `--loop asyncio` to compare). The
-world process is one GIL: the API server, the kubelet answers, the auth fake and the event
-stream share one core at most; `stats` reports its CPU so a benchmark can tell when the fake,
+world process is one GIL: the API server, the kubelet answers and the event stream share one
+core at most (the auth fake runs in a child process of its own, `--auth-only`, so reviews do
+not queue behind list pages); `stats` reports its CPU so a benchmark can tell when the fake,
 not the server, is the bottleneck.
 """
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -855,6 +857,72 @@ def _cpu_seconds() -> float:
     return times.user + times.system
 
 
+def serve_auth(kubeconfig: Path) -> int:
+    """`--auth-only`: the TokenReview/SubjectAccessReview fake alone (everything allowed,
+    `TOKEN` authenticates as `tester`), answering `stats` on stdin with its review counts."""
+    auth = FakeAuthApiServer()
+    auth.tokens[TOKEN] = {"username": "tester", "groups": ["system:authenticated"]}
+    auth.allow_all = True
+    auth.up()
+    auth.write_kubeconfig(kubeconfig)
+    print("ready", flush=True)
+    counts = {"token_reviews": 0, "access_reviews": 0}
+    for line in sys.stdin:
+        if line.strip() == "stats":
+            with auth.lock:  # count and forget: the fake keeps every body it received
+                counts["token_reviews"] += len(auth.token_reviews)
+                counts["access_reviews"] += len(auth.access_reviews)
+                auth.token_reviews.clear()
+                auth.access_reviews.clear()
+                auth.authorizations.clear()
+            print(json.dumps({**counts, "cpu_seconds": _cpu_seconds()}), flush=True)
+        elif line.strip() == "quit":
+            break
+    auth.down()
+    return 0
+
+
+class AuthProcess:
+    """The auth fake in its own process: its reviews do not wait on the world's GIL (a real
+    kube-apiserver answers them from other cores)."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        import subprocess  # noqa: PLC0415
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.envelope_world", "--auth-only",
+             f"--auth-kubeconfig={kubeconfig}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"the auth fake did not start: {line!r}")
+        self._lock = threading.Lock()
+
+    def stats(self) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        with self._lock:
+            self.process.stdin.write("stats\n")
+            self.process.stdin.flush()
+            answer: dict[str, Any] = json.loads(self.process.stdout.readline())
+        return answer
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        with contextlib.suppress(OSError):
+            self.process.stdin.write("quit\n")
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except Exception:
+            self.process.kill()
+            self.process.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=10_000)
@@ -864,7 +932,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-namespace-pods", type=int)
     parser.add_argument("--daemonsets", type=int, default=2)
     parser.add_argument("--stats-period", type=float, default=10.0)
-    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--auth-kubeconfig", type=Path)
     parser.add_argument(
         "--replicas", type=int, default=1, help="kubeconfig-<i> files, one token each"
@@ -875,7 +943,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check-template", action="store_true", help="template == writer, then exit"
     )
+    parser.add_argument("--auth-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.auth_only:
+        return serve_auth(args.auth_kubeconfig)
     default = scale_shape(args.pods)
     shape = WorldShape(
         pods=args.pods,
@@ -905,6 +976,8 @@ def main(argv: list[str] | None = None) -> int:
             assert farm.body(name, now) == farm.exact_body(name, now), name
         print("template ok", flush=True)
         return 0
+    if args.kubeconfig is None:
+        parser.error("--kubeconfig is required")
     api = EnvelopeApiServer(farm)
     keys = load_world(api, plan)
     api.start()
@@ -918,13 +991,9 @@ def main(argv: list[str] | None = None) -> int:
         config = yaml.safe_load(text)
         config["users"][0]["user"]["token"] = f"replica-{replica}"
         path.write_text(yaml.safe_dump(config))
-    auth: FakeAuthApiServer | None = None
+    auth: AuthProcess | None = None
     if args.auth_kubeconfig is not None:
-        auth = FakeAuthApiServer()
-        auth.tokens[TOKEN] = {"username": "tester", "groups": ["system:authenticated"]}
-        auth.allow_all = True
-        auth.up()
-        auth.write_kubeconfig(args.auth_kubeconfig)
+        auth = AuthProcess(args.auth_kubeconfig)
     if args.plan is not None:
         pods_in = defaultdict(int)
         for wi, _, _ in plan.pods:
@@ -966,6 +1035,7 @@ def main(argv: list[str] | None = None) -> int:
                     "resource_version": api.resource_version,
                     "watches": api.active_watches(),
                     "kubelet_bodies": farm.rendered,
+                    "auth": auth.stats() if auth is not None else None,
                     "clients": api.traffic_report(),
                 }
                 print("stats " + json.dumps(report), flush=True)
@@ -985,7 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
     done.wait()
     stream.set_rate(0)
     if auth is not None:
-        auth.down()
+        auth.close()
     api.close()
     return 0
 

@@ -577,19 +577,33 @@ def wait_rounds(server: Server, rounds: float, timeout: float) -> dict[str, floa
         time.sleep(0.5)
 
 
-def window(server: Server, seconds: float) -> dict[str, float]:
-    """Server CPU and wall over `seconds`, with the scrape self-metrics' deltas."""
+def window_rounds(server: Server, rounds: int, timeout: float) -> dict[str, float]:
+    """Like `window`, but from the end of one scrape round to the end of the `rounds`-th
+    after it: the window holds whole rounds only, so two windows differ by what else ran in
+    them, even when rounds overrun the interval."""
+
+    def count() -> float:
+        return scrape_figures(server.metrics())["rounds"]
+
+    deadline = time.monotonic() + timeout
+    first = count()
+    while (now := count()) == first:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no scrape round ended")
+        time.sleep(0.2)
     before_m = scrape_figures(server.metrics())
     cpu0, t0 = server.cpu(), time.monotonic()
-    time.sleep(seconds)
+    while count() < now + rounds:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{rounds} scrape rounds did not end in {timeout:g}s")
+        time.sleep(0.2)
     cpu1, t1 = server.cpu(), time.monotonic()
     after_m = scrape_figures(server.metrics())
     out = {"cpu_s": cpu1 - cpu0, "wall_s": t1 - t0, "load": load()}
     for key, value in after_m.items():
-        if key in ("last_round_s",):
-            out[key] = value
-        else:
-            out[f"d_{key}"] = value - before_m.get(key, 0.0)
+        out[key if key == "last_round_s" else f"d_{key}"] = value - (
+            0.0 if key == "last_round_s" else before_m.get(key, 0.0)
+        )
     return out
 
 
@@ -643,7 +657,7 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             if args.profile:
                 profiler.start(server.pid, f"{pods}-scrapes")
             world_cpu0 = world.stats()["cpu_seconds"]
-            quiet = window(server, rounds_window)
+            quiet = window_rounds(server, args.rounds, timeout=4 * rounds_window + 120)
             quiet["world_cpu_s"] = world.stats()["cpu_seconds"] - world_cpu0
             profiles["scrapes"] = profiler.stop()
             rounds = max(1.0, quiet["d_rounds"])
@@ -690,7 +704,7 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
                 profiler.start(server.pid, f"{pods}-events")
             stats0 = world.stats()
             sent0 = stats0["events_sent"]
-            events = window(server, rounds_window)
+            events = window_rounds(server, args.rounds, timeout=4 * rounds_window + 120)
             sent1 = world.stats()
             profiles["events"] = profiler.stop()
             events["events"] = sent1["events_sent"] - sent0
@@ -1167,6 +1181,34 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def profiles_text(results: list[dict[str, Any]], top: int = 8) -> str:
+    """The py-spy summaries: where each phase's samples were (self time by module, and the
+    heaviest inclusive frames below the event loop)."""
+    out: list[str] = []
+    skip = (
+        "asyncio/runners.py",
+        "runpy",
+        "__main__.py",
+        "cli.py",
+        "uvicorn/server.py",
+        "_compat.py",
+    )
+    for r in results:
+        for phase, summary in (r.get("profiles") or {}).items():
+            if not summary or not summary.get("samples"):
+                continue
+            out.append(f"\n{r['shape']['pods']:,} pods, {phase}: {summary['samples']} samples")
+            out.append(
+                "  self by module: "
+                + ", ".join(f"{m} {v}%" for m, v in summary["self_by_module"][:top])
+            )
+            heavy = [
+                (f, v) for f, v in summary["inclusive_by_function"] if not any(x in f for x in skip)
+            ]
+            out.append("  inclusive: " + ", ".join(f"{f} {v}%" for f, v in heavy[:top]))
+    return "\n".join(out)
+
+
 def replicas_table(result: dict[str, Any]) -> str:
     lines = [
         f"Scale-out: {result['replicas']} replicas, {result['shape']['pods']:,} pods on {result['shape']['nodes']:,} nodes, "
@@ -1217,11 +1259,28 @@ def main() -> int:  # noqa: PLR0915
     parser.add_argument("--smoke", action="store_true", help="~30 s at small scale (CI)")
     parser.add_argument("--server-arg", action="append", default=[], help="extra serve flag")
     parser.add_argument("--breakdown-only", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--report", nargs="+", type=Path, help="print the tables of earlier JSON results, merged"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     if args.breakdown_only:
         shape = json.loads(args.breakdown_only)
         print(json.dumps(breakdown(shape["pods"], shape)))
+        return 0
+    if args.report:
+        merged: list[dict[str, Any]] = []
+        replicas: list[dict[str, Any]] = []
+        for path in args.report:
+            loaded = json.loads(path.read_text())
+            merged += loaded.get("results", [])
+            replicas += loaded.get("replicas", [])
+        merged.sort(key=lambda r: r["shape"]["pods"])
+        if merged:
+            print(table(merged))
+            print(profiles_text(merged))
+        for r in replicas:
+            print("\n" + replicas_table(r))
         return 0
     if args.smoke:
         args.pods = args.pods or 1200
@@ -1262,7 +1321,7 @@ def main() -> int:  # noqa: PLR0915
             document["results"] = results  # written after every scale: a late failure keeps them
             path.write_text(json.dumps(document, indent=1, default=str))
         document["results"] = results
-        text = table(results)
+        text = table(results) + "\n" + profiles_text(results)
     document["load_end"] = load()
     path.write_text(json.dumps(document, indent=1, default=str))
     print(

@@ -123,7 +123,9 @@ def machine() -> dict[str, Any]:
 class World:
     """`tests.fakes.envelope_world` in a child process, driven over its stdin."""
 
-    def __init__(self, workdir: Path, shape: dict[str, int], replicas: int = 1) -> None:
+    def __init__(
+        self, workdir: Path, shape: dict[str, int], replicas: int = 1, extra: tuple[str, ...] = ()
+    ) -> None:
         self.workdir = workdir
         self.kubeconfig = workdir / "kubeconfig"
         self.auth = workdir / "auth-kubeconfig"
@@ -137,6 +139,7 @@ class World:
             f"--auth-kubeconfig={self.auth}",
             f"--plan={plan}",
             f"--replicas={replicas}",
+            *extra,
         ]
         started = time.monotonic()
         self.process = subprocess.Popen(
@@ -566,6 +569,10 @@ def shape_for(args: argparse.Namespace, pods: int) -> dict[str, int]:
     return shape
 
 
+def world_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    return ("--gzip",) if args.gzip else ()
+
+
 def wait_rounds(server: Server, rounds: float, timeout: float) -> dict[str, float]:
     deadline = time.monotonic() + timeout
     while True:
@@ -616,7 +623,7 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="envelope-") as tmp:
         workdir = Path(tmp)
         log(f"{pods:,} pods: generating the world {shape}")
-        world = World(workdir, shape)
+        world = World(workdir, shape, extra=world_flags(args))
         server: Server | None = None
         try:
             plan = world.plan
@@ -725,6 +732,17 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             )
             # (f) serving while events and scrapes run
             paths = hpa_paths(plan)
+            if args.hpa_warmup:  # one unmeasured pass: warm authorization and answer caches
+                asyncio.run(
+                    fixed_rate(
+                        server.host,
+                        server.port,
+                        server.ssl,
+                        paths,
+                        rate=args.hpa_rate,
+                        duration=args.hpa_warmup,
+                    )
+                )
             stats0 = world.stats()
             cpu0, world_cpu0 = server.cpu(), stats0["cpu_seconds"]
             if args.profile:
@@ -811,7 +829,7 @@ def run_replicas(args: argparse.Namespace, pods: int, replicas: int) -> dict[str
     out: dict[str, Any] = {"shape": shape, "replicas": replicas, "interval_s": interval}
     with tempfile.TemporaryDirectory(prefix="envelope-replicas-") as tmp:
         workdir = Path(tmp)
-        world = World(workdir, shape, replicas=replicas)
+        world = World(workdir, shape, replicas=replicas, extra=world_flags(args))
         servers: list[Server] = []
         try:
             for i in range(replicas):
@@ -1251,11 +1269,22 @@ def main() -> int:  # noqa: PLR0915
     parser.add_argument("--wrk-seconds", type=float, default=20.0)
     parser.add_argument("--event-rate", type=float, default=1000.0)
     parser.add_argument("--hpa-rate", type=float, default=333.0)
+    parser.add_argument(
+        "--hpa-warmup",
+        type=float,
+        default=0.0,
+        help="seconds of unmeasured HPA load first (with a long authorization cache TTL, "
+        "--server-arg=--authorization-webhook-cache-authorized-ttl=10m, the measured run "
+        "then sees warm caches)",
+    )
     parser.add_argument("--replicas", type=int, default=0, help="scale-out run with N replicas")
     parser.add_argument(
         "--breakdown", action="store_true", help="in-process memory/parse breakdown"
     )
     parser.add_argument("--profile", action="store_true", help="py-spy each phase")
+    parser.add_argument(
+        "--gzip", action="store_true", help="the fake gzips list pages and kubelet answers"
+    )
     parser.add_argument("--smoke", action="store_true", help="~30 s at small scale (CI)")
     parser.add_argument("--server-arg", action="append", default=[], help="extra serve flag")
     parser.add_argument("--breakdown-only", help=argparse.SUPPRESS)

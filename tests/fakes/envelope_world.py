@@ -47,6 +47,7 @@ import argparse
 import asyncio
 import contextlib
 import contextvars
+import gzip
 import hashlib
 import json
 import os
@@ -665,9 +666,13 @@ class KubeletFarm:
 # ---------------------------------------------------------------------- the API server
 
 
-_CURRENT: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar(
-    "envelope_client", default=("-", "other")
+_CURRENT: contextvars.ContextVar[tuple[str, str, bool]] = contextvars.ContextVar(
+    "envelope_client", default=("-", "other", False)
 )
+#: kube-apiserver gzips (level 1) non-watch responses over 128 KiB for clients that accept it
+#: (APIResponseCompression); the kubelet's promhttp handler gzips /metrics/resource (default
+#: level) and the node proxy passes it through.
+GZIP_MIN_BYTES = 128 * 1024
 
 
 @dataclass
@@ -680,9 +685,12 @@ class EnvelopeApiServer(FakeKubeApiServer):
     """The fake kube-apiserver with fake kubelets behind its node proxy and traffic counted
     per client (bearer token) and kind. Everything else is `FakeKubeApiServer` unchanged."""
 
-    def __init__(self, farm: KubeletFarm | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, farm: KubeletFarm | None = None, *, gzip: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.farm = farm
+        self.gzip = gzip
         self.traffic: dict[str, dict[str, _Traffic]] = defaultdict(lambda: defaultdict(_Traffic))
         self.first_request: dict[str, float] = {}
         self.proxy_by_node: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -696,7 +704,8 @@ class EnvelopeApiServer(FakeKubeApiServer):
     async def _dispatch(self, request: Any, reader: Any, writer: Any) -> bool:
         client = self._client(request.headers)
         kind = self._route(request)[0]
-        _CURRENT.set((client, kind))
+        accepts = "gzip" in request.headers.get("accept-encoding", "")
+        _CURRENT.set((client, kind, self.gzip and accepts))
         self.first_request.setdefault(client, time.time())
         self.traffic[client][kind].requests += 1
         if kind == "proxy":
@@ -705,12 +714,27 @@ class EnvelopeApiServer(FakeKubeApiServer):
         return await super()._dispatch(request, reader, writer)
 
     def _account(self, size: int) -> None:
-        client, kind = _CURRENT.get()
+        client, kind, _ = _CURRENT.get()
         self.traffic[client][kind].bytes += size
 
     async def _respond(
         self, writer: Any, code: int, body: bytes, content_type: str = "application/json"
     ) -> bool:
+        _, kind, gzip_ok = _CURRENT.get()
+        if gzip_ok and (kind == "proxy" or len(body) >= GZIP_MIN_BYTES):
+            body = gzip.compress(body, compresslevel=6 if kind == "proxy" else 1, mtime=0)
+            head = self._head(
+                code,
+                [
+                    ("Content-Type", content_type),
+                    ("Content-Encoding", "gzip"),
+                    ("Content-Length", str(len(body))),
+                ],
+            )
+            self._account(len(head) + len(body))
+            writer.write(head + body)
+            await writer.drain()
+            return True
         self._account(len(body) + 120)  # + the head, about 120 bytes
         return await super()._respond(writer, code, body, content_type)
 
@@ -941,6 +965,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hpas", type=int, default=5000)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument(
+        "--gzip",
+        action="store_true",
+        help="gzip list pages over 128 KiB and kubelet answers for clients that accept it, "
+        "as kube-apiserver and the kubelet do (off: every byte counted uncompressed)",
+    )
+    parser.add_argument(
         "--check-template", action="store_true", help="template == writer, then exit"
     )
     parser.add_argument("--auth-only", action="store_true", help=argparse.SUPPRESS)
@@ -978,7 +1008,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.kubeconfig is None:
         parser.error("--kubeconfig is required")
-    api = EnvelopeApiServer(farm)
+    api = EnvelopeApiServer(farm, gzip=args.gzip)
     keys = load_world(api, plan)
     api.start()
     write_kubeconfig(args.kubeconfig, api.url)

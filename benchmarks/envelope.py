@@ -344,6 +344,34 @@ class Profiler:
         return summarise_stacks(self.output)
 
 
+#: Stages of the server's work, by a frame that appears in the stack (first match wins).
+STAGES = (
+    ("scrape: parse (parse_resource_metrics)", "parse_resource_metrics"),
+    ("scrape: usage store (UsageStore.apply)", "UsageStore.apply"),
+    ("scrape: HTTP fetch (httpx/httpcore)", "KubeletScraper._fetch"),
+    ("scrape: other", "KubeletScraper"),
+    ("list: records (ClusterState.apply)", "_Sink.listed"),
+    ("list: relist bookkeeping (list_finished)", "_Sink.list_finished"),
+    ("list: page fetch + JSON decode", "KubeClient.get_json"),
+    ("watch: records (_Sink.event)", "_Sink.event"),
+    ("watch: stream read + decode", "Reflector._watch"),
+    ("serve: authorization (SubjectAccessReview)", "Authorizer._review"),
+    ("serve: authentication (TokenReview)", "Authenticator"),
+    ("serve: /metrics/resources", "render_state_exposition"),
+    ("serve: metric computation", "ResourceMetricsBackend"),
+    ("serve: rest of the request path", "RequestResponseCycle"),
+    ("serve: HTTP/TLS (uvicorn)", "httptools_impl"),
+    ("logging", "logging/__init__"),
+)
+
+
+def stage_of(stack: str) -> str:
+    for name, key in STAGES:
+        if key in stack:
+            return name
+    return "event loop, I/O and the rest"
+
+
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^:)]*)(?::\d+)?\)$")
 
 
@@ -360,6 +388,7 @@ def summarise_stacks(path: Path, top: int = 25) -> dict[str, Any]:
     self_f: Counter[str] = Counter()
     incl_f: Counter[str] = Counter()
     self_m: Counter[str] = Counter()
+    stages: Counter[str] = Counter()
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
@@ -367,6 +396,7 @@ def summarise_stacks(path: Path, top: int = 25) -> dict[str, Any]:
             continue
         count = int(count_text)
         total += count
+        stages[stage_of(stack)] += count
         frames = stack.split(";")
         names = []
         for frame in frames:
@@ -388,6 +418,7 @@ def summarise_stacks(path: Path, top: int = 25) -> dict[str, Any]:
 
     return {
         "samples": total,
+        "by_stage": share(stages),
         "self_by_function": share(self_f),
         "inclusive_by_function": share(incl_f),
         "self_by_module": share(self_m),
@@ -1216,6 +1247,10 @@ def profiles_text(results: list[dict[str, Any]], top: int = 8) -> str:
             if not summary or not summary.get("samples"):
                 continue
             out.append(f"\n{r['shape']['pods']:,} pods, {phase}: {summary['samples']} samples")
+            if summary.get("by_stage"):
+                out.append(
+                    "  by stage: " + ", ".join(f"{m} {v}%" for m, v in summary["by_stage"][:10])
+                )
             out.append(
                 "  self by module: "
                 + ", ".join(f"{m} {v}%" for m, v in summary["self_by_module"][:top])
@@ -1305,6 +1340,10 @@ def main() -> int:  # noqa: PLR0915
             merged += loaded.get("results", [])
             replicas += loaded.get("replicas", [])
         merged.sort(key=lambda r: r["shape"]["pods"])
+        for r in merged:  # summaries of older runs: recomputed from the raw stacks if kept
+            for phase, summary in (r.get("profiles") or {}).items():
+                if summary and "by_stage" not in summary and Path(summary["file"]).exists():
+                    r["profiles"][phase] = summarise_stacks(Path(summary["file"]))
         if merged:
             print(table(merged))
             print(profiles_text(merged))

@@ -966,6 +966,7 @@ def run_replicas(args: argparse.Namespace, pods: int, replicas: int) -> dict[str
             world.stream(args.event_rate)
             time.sleep(3)
             world.ask("reset")
+            world_cpu0 = world.stats()["cpu_seconds"]
             t0 = time.monotonic()
             cpus0 = [s.cpu() for s in servers]
             time.sleep(args.rounds * interval)
@@ -983,6 +984,8 @@ def run_replicas(args: argparse.Namespace, pods: int, replicas: int) -> dict[str
                 "load": load(),
             }
             out["rss_end_mib"] = [round(s.rss(), 1) for s in servers]
+            out["scrapes_end"] = [scrape_figures(s.metrics()) for s in servers]
+            out["world_cpu_share_steady"] = round((steady["cpu_seconds"] - world_cpu0) / elapsed, 3)
         finally:
             for s in servers:
                 s.close()

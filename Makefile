@@ -68,6 +68,7 @@ bench-smoke: install
 	$(BIN)/python benchmarks/request_path.py --smoke
 	$(BIN)/python benchmarks/protobuf.py --smoke
 	$(BIN)/python benchmarks/envelope.py --smoke  # issue 17's envelope at 1,200 pods (~30 s)
+	$(BIN)/python benchmarks/scrape_client.py --smoke  # one kubelet scrape's HTTP cost (~7 s)
 
 bench-protobuf: install  ## JSON vs protobuf on pods/* over 10,000 pods (needs wrk)
 	$(BIN)/python benchmarks/protobuf.py $(ARGS)

@@ -846,7 +846,10 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             wrk_url = f"{server.url}{API}/namespaces/{big}/pods/*/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dcpu"
             check = server.http.get(wrk_url.removeprefix(server.url))
             cpu0 = server.cpu()
+            if args.profile:
+                profiler.start(server.pid, f"{pods}-wrk")
             wrk = run_wrk(wrk_url, args.wrk_seconds)
+            profiles["wrk"] = profiler.stop()
             wrk["server_cpu_s"] = round(server.cpu() - cpu0, 2)
             wrk["items"] = (
                 len(check.json().get("items", []))

@@ -1007,7 +1007,7 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
 
     import orjson
 
-    from custom_metrics_server.compute.exposition import parse_resource_metrics
+    from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
     from custom_metrics_server.compute.metrics import render_state_exposition
     from custom_metrics_server.compute.records import (
         NAMESPACES,

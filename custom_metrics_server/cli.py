@@ -2,6 +2,10 @@
 
 Parses flags, sets up logging and TLS, builds the app and runs uvicorn (httptools, uvloop,
 no access log, no proxy headers: see docs/performance.md). No request logic lives here.
+
+Start-up failures end the process with one line (`runtime.startup`): `serve` turns what its
+own steps raise into a `StartupError` (`_startup_error`) and reports it last, exit status 2
+for flags and files that cannot work, 3 for a dependency that refused at start-up.
 """
 
 from __future__ import annotations
@@ -47,9 +51,13 @@ from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.runtime.heap import tune_gc
 from custom_metrics_server.runtime.logs import configure_logging
 from custom_metrics_server.runtime.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer
+from custom_metrics_server.runtime.startup import (
+    CONFIGURATION,
+    StartupError,
+    report_startup_failure,
+)
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.options import (
-    SecurityConfigError,
     add_security_flags,
     build_security,
 )
@@ -396,28 +404,60 @@ def _kubernetes(args: argparse.Namespace) -> _Served:
     )
 
 
+def _startup_error(err: Exception, args: argparse.Namespace) -> StartupError:
+    """What a failure of building the backends means, as one start-up line (exit 2)."""
+    if isinstance(err, StartupError):
+        return err
+    if isinstance(err, ConfigError):
+        return StartupError(
+            "invalid Prometheus backend configuration",
+            status=str(err),
+            fix="correct --config (prometheus-adapter's format, docs/prometheus.md) or the "
+            "--prometheus-* and --resource-metrics-source flags",
+            exit_code=CONFIGURATION,
+        )
+    if isinstance(err, KubeConfigError):
+        given = args.kubeconfig or os.environ.get("KUBECONFIG")
+        return StartupError(
+            f"cannot load {'--kubeconfig ' + given if given else 'the Kubernetes connection'}",
+            status=err.reason,
+            fix="give --kubeconfig (or $KUBECONFIG) a valid kubeconfig file"
+            if given
+            else "run in a pod with a service account token, or give --kubeconfig",
+            exit_code=CONFIGURATION,
+        )
+    what = f"cannot load --demo-file {args.demo_file}" if args.demo else "cannot start"
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    return StartupError(
+        what, status=reason, fix="correct the file (docs/demo.md)", exit_code=CONFIGURATION
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
-    """Run the server until SIGINT/SIGTERM."""
+    """Run the server until SIGINT/SIGTERM; a start-up failure is one line (exit 2 or 3)."""
     configure_logging(args.verbosity)
     tune_gc()
     try:
-        security = build_security(args, demo=args.demo)
-    except SecurityConfigError as err:
-        logger.error("%s", err)
-        return 2
+        _serve(args)
+    except StartupError as err:
+        return report_startup_failure(err, logger)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> None:
+    security = build_security(args, demo=args.demo)
     bind = args.bind_address or ("127.0.0.1" if args.demo else "0.0.0.0")  # noqa: S104
     if not security.delegated and not _loopback(bind):
-        logger.error("--demo serves without authentication and binds loopback only, not %s", bind)
-        return 2
+        raise StartupError(
+            f"--demo serves without authentication and binds loopback only, not {bind}",
+            fix="drop --bind-address, or configure delegated authentication "
+            "(--authentication-kubeconfig, docs/security.md)",
+            exit_code=CONFIGURATION,
+        )
     try:
         served = _with_prometheus(args, _demo(args) if args.demo else _kubernetes(args))
-    except ConfigError as err:
-        logger.error("cannot start the Prometheus backend: %s", err)
-        return 2
-    except (OSError, yaml.YAMLError, ValueError, KubeConfigError) as err:
-        source = f"--demo-file {args.demo_file}" if args.demo else "the Kubernetes backend"
-        logger.error("cannot start %s: %s", source, err)
-        return 2
+    except (ConfigError, OSError, yaml.YAMLError, ValueError, KubeConfigError) as err:
+        raise _startup_error(err, args) from err
     settings = AppSettings(
         backend_timeout=args.backend_timeout,
         max_requests_inflight=args.max_requests_inflight,
@@ -479,8 +519,8 @@ def serve(args: argparse.Namespace) -> int:
         on_shutdown=app.begin_shutdown,
         shutdown_delay=args.shutdown_delay_duration,
         tls_handshake_timeout=args.tls_handshake_timeout,
+        startup_error=lambda: app.startup_error,
     ).run()
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

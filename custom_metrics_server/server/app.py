@@ -7,8 +7,10 @@ during shutdown, self-metrics), `InflightLimit` (429), `Deadline` (504), `UriBou
 the metric APIs and discovery (`endpoints.ApiEndpoints`), `metrics.k8s.io`, the demo's `/api`,
 or the FastAPI shell (health, version, `/metrics`, OpenAPI). See `chain` for each filter and
 docs/operations.md for the flags. WebSocket scopes are closed unanswered (uvicorn then answers
-403): this API has no streaming endpoints. The lifespan starts and stops the event-loop lag
-watch, the security jobs (the authentication ConfigMap follower) and every backend.
+403): this API has no streaming endpoints. The lifespan (`runtime.asgi.serve_lifespan`) starts
+and stops the event-loop lag watch, the readiness log (`state_log`), the security jobs (access
+checks, the authentication ConfigMap follower) and every backend; a start-up failure is kept
+in `startup_error` for the CLI's one-line report, never logged here with a traceback.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from custom_metrics_server.compute.metrics_api import (
 )
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.query.engine import QueryEngine
-from custom_metrics_server.runtime.asgi import Receive, Scope, Send
+from custom_metrics_server.runtime.asgi import Receive, Scope, Send, serve_lifespan
 from custom_metrics_server.runtime.tasks import background
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.gate import AllowAllGate, Gate
@@ -47,6 +49,7 @@ from custom_metrics_server.server.endpoints import (
 )
 from custom_metrics_server.server.observability import ServerMetrics
 from custom_metrics_server.server.shell import build_shell
+from custom_metrics_server.server.state_log import ReadinessLog
 
 __all__ = ["AppSettings", "Server", "create_app"]
 
@@ -103,11 +106,12 @@ class Server:
         )
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
         self.extra_checks = {**settings.extra_checks, "shutdown": Readiness(ready=True)}
+        #: why the lifespan did not start (the CLI reports it in one line), None if it did
+        self.startup_error: BaseException | None = None
         self.shell = build_shell(
             title=settings.title,
             metrics=self.metrics,
             checks=self._checks,
-            lifespan=self._lifespan,
             resource_exposition=settings.resource_exposition,
             with_metrics_api=settings.metrics_api is not None,
         )
@@ -174,8 +178,17 @@ class Server:
             for backend in self.engine.backends:
                 await stack.enter_async_context(backend)
                 logger.info("backend %s started", backend.name)
+            readiness = ReadinessLog(lambda: self._checks("readyz"))
+            await stack.enter_async_context(background(readiness.run(), name="readiness-log"))
             yield
         logger.info("backends stopped")
+
+    def _lifespan_failed(self, error: BaseException, during_startup: bool) -> None:
+        if during_startup:
+            self.startup_error = error
+            return
+        debug = logger.isEnabledFor(logging.DEBUG)
+        logger.error("shutdown failed: %s: %s", type(error).__name__, error, exc_info=debug)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -183,6 +196,8 @@ class Server:
             await self._chain(scope, receive, send)
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})
+        elif kind == "lifespan":
+            await serve_lifespan(self._lifespan, receive, send, failed=self._lifespan_failed)
         else:
             await self.shell(scope, receive, send)
 

@@ -23,9 +23,11 @@ Scheduling, built so that no number of failing or hanging kubelets can starve th
   (``notice_nodes``), not at the next tick: usage after a start or a scale-up does not wait a
   whole interval. That catch-up takes the same slots and deadlines as a round.
 * **Starts are spread** over the first half of the interval (node *i* of *n* at
-  ``i * interval / 2n``), least recently attempted first, woken at most every 10 ms; each
-  scrape's deadline is the smaller of ``timeout`` and what is left of 90 % of the interval
-  (never under 40 % of it), so a round normally ends before the next tick.
+  ``i * interval / 2n``), least recently attempted first, woken at most every 10 ms; except
+  in the first round with nodes, whose scrapes all start at once (as metrics-server's every
+  round does) so that usage comes first thing, within the slots. Each scrape's deadline is
+  the smaller of ``timeout`` and what is left of 90 % of the interval (never under 40 % of
+  it), so a round normally ends before the next tick.
 * **Bounded requests in flight**: at most ``concurrency`` scrapes at once, over the scraper's
   own connection pool of that size (never the pool of the watches and reviews). Nodes whose
   last scrape failed take at most a quarter of the slots, so kubelets that hang until the
@@ -286,8 +288,11 @@ class KubeletScraper:
         due, listed = prepared
         self._counters.rounds_started += 1
         self.nodes.start_round()
+        # The first round with nodes is not spread: usage is wanted as soon as the node list
+        # is in (metrics-server never spreads); the slots still bound what is in flight.
+        spread = _SPREAD * self.interval if self._first_round is not None else 0.0
         results = await self._dispatch(
-            due, number, started=started, next_tick=next_tick, spread=_SPREAD * self.interval
+            due, number, started=started, next_tick=next_tick, spread=spread
         )
         self._counters.rounds_completed += 1
         self._counters.last_round_seconds = asyncio.get_running_loop().time() - started

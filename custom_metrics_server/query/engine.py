@@ -9,7 +9,10 @@ three upstream wordings, and the per-call backend deadline.
 Not-found policy: an unknown resource or a metric no backend lists is a 404; a named object
 with no value is a 404 naming the object (and the metric selector, when one was given); a
 wildcard that matches no object, or whose objects have no values, is a 200 with no items, as
-the reference test adapter answers (the HPA treats both as "no metrics").
+the reference test adapter answers (the HPA treats both as "no metrics"). An external metric
+no backend lists is a 200 with no items too (the reference adapter's answer; the HPA then
+reports "no metrics returned"), kept for compatibility; it is logged at debug (`-v=3`), once
+per metric name every `UNKNOWN_EXTERNAL_LOG_INTERVAL` seconds, never once per request.
 
 Cost per request: O(backends) ownership checks on their metric sets, the inventory's selector
 lookup (memoised), and the backend's own fetch, O(objects requested).
@@ -18,9 +21,10 @@ lookup (memoised), and the backend's own fetch, O(objects requested).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -39,10 +43,16 @@ from custom_metrics_server.errors import (
     StatusError,
     metric_not_found,
 )
+from custom_metrics_server.runtime.logs import Throttle
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+logger = logging.getLogger(__name__)
+
+#: An unknown external metric name is logged at most once per this many seconds.
+UNKNOWN_EXTERNAL_LOG_INTERVAL: Final = 600.0
 
 
 class QueryEngine:
@@ -60,6 +70,7 @@ class QueryEngine:
         self.backends = tuple(backends)
         self.backend_timeout = backend_timeout
         self._observe = observe
+        self._unknown_external = Throttle(UNKNOWN_EXTERNAL_LOG_INTERVAL)
 
     def custom_metrics(self) -> list[MetricInfo]:
         """Union of every backend's custom metrics (discovery)."""
@@ -124,6 +135,15 @@ class QueryEngine:
         """Series answering an external-metrics request; an unknown metric has none."""
         backend = self._owner(request.metric, lambda b: b.list_external_metrics())
         if backend is None:
+            if logger.isEnabledFor(logging.DEBUG) and self._unknown_external.allow(request.metric):
+                logger.debug(
+                    "external metric %r (asked in namespace %s) is served by no backend: "
+                    "answered 200 with no items, as the reference adapter does (the HPA "
+                    "reports no metrics returned); logged once per metric every %gs",
+                    request.metric,
+                    request.namespace,
+                    UNKNOWN_EXTERNAL_LOG_INTERVAL,
+                )
             return ()
         backend_request = ExternalBackendRequest(
             metric=request.metric,

@@ -98,6 +98,7 @@ class ExtensionConfigFollower:
         self._resync = resync_seconds
         self.applied = 0  # successful applications of content (tests, observability)
         self._logged: dict[str, str] | None = None  # the content last logged as in effect
+        self._content_errors: dict[str, str] = {}  # unusable content, logged once each
 
     def _log_change(self, data: dict[str, str]) -> None:
         """One INFO line when the content in effect changes (the re-lists every minute and
@@ -133,6 +134,15 @@ class ExtensionConfigFollower:
             "; ".join(parts),
         )
 
+    def _content_error(self, what: str, error: str) -> None:
+        """Unusable content keeps the last good value: an error line once per distinct
+        problem, not at every re-list (once a minute) or watch reconnect."""
+        if self._content_errors.get(what) == error:
+            logger.debug("configmap %s/%s: still keeping the last good %s", NAMESPACE, NAME, what)
+            return
+        self._content_errors[what] = error
+        logger.error("configmap %s/%s: keeping the last good %s: %s", NAMESPACE, NAME, what, error)
+
     def apply(self, data: dict[str, str] | None) -> None:
         """Apply one version of the ConfigMap's data (None: it does not exist)."""
         if data is None:
@@ -153,20 +163,16 @@ class ExtensionConfigFollower:
             try:
                 self._trust.set_client_ca(load_bundle(pem.encode(), what="client-ca-file"))
             except CertificateError as err:
-                logger.error(
-                    "configmap %s/%s: keeping the last good client CA: %s", NAMESPACE, NAME, err
-                )
+                self._content_error("client CA", str(err))
+            else:
+                self._content_errors.pop("client CA", None)
         if self._requestheader:
             try:
                 settings = parse_requestheader(data)
             except (CertificateError, TrustConfigError, orjson.JSONDecodeError) as err:
-                logger.error(
-                    "configmap %s/%s: keeping the last good request-header settings: %s",
-                    NAMESPACE,
-                    NAME,
-                    err,
-                )
+                self._content_error("request-header settings", str(err))
             else:
+                self._content_errors.pop("request-header settings", None)
                 self._trust.set_requestheader(settings)
         self.applied += 1
         self._log_change(data)

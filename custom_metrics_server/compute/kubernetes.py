@@ -249,16 +249,16 @@ class KubernetesBackend(ResourceMetricsBackend):
     async def __aenter__(self) -> Self:
         try:
             await self.check_access()
-        except StartupError:
-            await self.client.aclose()
+            if self.elector is not None:  # its first round may fail start-up: before the rest
+                await self._stack.enter_async_context(self.elector)
+            for runner, name in [(self.discovery.run, "discovery")] + [
+                (reflector.run, f"watch-{reflector.name}") for reflector in self.watches
+            ]:
+                self._tasks.start(runner(), name=name)
+            await self._stack.enter_async_context(self.scraper)
+        except BaseException:
+            await self.__aexit__(None, None, None)
             raise
-        for runner, name in [(self.discovery.run, "discovery")] + [
-            (reflector.run, f"watch-{reflector.name}") for reflector in self.watches
-        ]:
-            self._tasks.start(runner(), name=name)
-        await self._stack.enter_async_context(self.scraper)
-        if self.elector is not None:
-            await self._stack.enter_async_context(self.elector)
         return self
 
     async def __aexit__(

@@ -228,10 +228,13 @@ class KubeletScraper:
         logger.debug("scraping %d new node(s) before the next round", len(new))
         started = asyncio.get_running_loop().time()
         self._listed = len(names)
+        self.nodes.start_round()
         results = await self._dispatch(
             new, number, started=started, next_tick=next_tick, spread=0.0
         )
-        self._round_done(started, answered=sum(results), listed=len(names))
+        answered = sum(results)
+        self.nodes.summarise_round(number, len(names), answered=answered, scraped=len(results))
+        self._round_done(started, answered=answered, listed=len(names))
 
     def _overrun(self, took: float, missed: int) -> None:
         self._counters.rounds_overrun += 1

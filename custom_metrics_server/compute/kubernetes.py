@@ -52,7 +52,6 @@ from custom_metrics_server.kube.discovery import DiscoveryRestMapper
 from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.kube.startup import startup_call
 from custom_metrics_server.kube.watcher import Reflector, WatchSink
-from custom_metrics_server.runtime.startup import StartupError
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 
 logger = logging.getLogger(__name__)

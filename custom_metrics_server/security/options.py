@@ -313,6 +313,16 @@ class SecurityConfig:
                 await client.aclose()
 
 
+def _must_read(flag: str, path: Path | str, *, fix: str) -> None:
+    """A file a flag names must be readable now: one start-up line (exit 2) if not."""
+    try:
+        Path(path).read_bytes()
+    except OSError as err:
+        raise SecurityConfigError(
+            f"cannot read {flag} {path}", status=_os_reason(err), fix=fix
+        ) from err
+
+
 _CERT_FIX = (
     "mount the serving certificate Secret at that path (the Deployment's serving-cert volume) "
     "or correct the flag"
@@ -328,13 +338,8 @@ def _serving(args: argparse.Namespace, *, demo: bool) -> ServingCertificate:
             fix="give both, or neither (a self-signed certificate in --cert-dir)",
         )
     if cert_file and key_file:
-        for flag, path in (("--tls-cert-file", cert_file), ("--tls-private-key-file", key_file)):
-            try:
-                Path(path).read_bytes()
-            except OSError as err:
-                raise SecurityConfigError(
-                    f"cannot read {flag} {path}", status=_os_reason(err), fix=_CERT_FIX
-                ) from err
+        _must_read("--tls-cert-file", cert_file, fix=_CERT_FIX)
+        _must_read("--tls-private-key-file", key_file, fix=_CERT_FIX)
         try:
             anchor = trust_anchor(Path(cert_file))
         except ValueError as err:
@@ -472,16 +477,8 @@ def build_security(
         ("--client-ca-file", args.client_ca_file),
         ("--requestheader-client-ca-file", args.requestheader_client_ca_file),
     ):
-        if not path:
-            continue
-        try:
-            Path(path).read_bytes()
-        except OSError as err:
-            raise SecurityConfigError(
-                f"cannot read {flag} {path}",
-                status=_os_reason(err),
-                fix="mount the CA bundle at that path or correct the flag",
-            ) from err
+        if path:
+            _must_read(flag, path, fix="mount the CA bundle at that path or correct the flag")
     try:
         if args.client_ca_file:
             trust.watch_client_ca_file(Path(args.client_ca_file))
@@ -539,7 +536,7 @@ def build_security(
         raise SecurityConfigError(
             "invalid --authorization-always-allow-paths",
             status=str(err),
-            fix="paths start with / and may end with /* only",
+            fix="a path may hold * only as its last character (/healthz, /metrics*)",
         ) from err
     tokens = TokenAuthenticator(
         authn_client, ttl=args.authentication_token_webhook_cache_ttl, backoff=backoff

@@ -426,10 +426,19 @@ def _startup_error(err: Exception, args: argparse.Namespace) -> StartupError:
             else "run in a pod with a service account token, or give --kubeconfig",
             exit_code=CONFIGURATION,
         )
-    what = f"cannot load --demo-file {args.demo_file}" if args.demo else "cannot start"
     reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    if args.demo:
+        return StartupError(
+            f"cannot load --demo-file {args.demo_file}" if args.demo_file else "cannot start",
+            status=reason,
+            fix="correct the file (docs/demo.md)",
+            exit_code=CONFIGURATION,
+        )
     return StartupError(
-        what, status=reason, fix="correct the file (docs/demo.md)", exit_code=CONFIGURATION
+        "cannot start the Kubernetes backend",
+        status=reason,
+        fix="correct its flags (docs/operations.md, Flags)",
+        exit_code=CONFIGURATION,
     )
 
 

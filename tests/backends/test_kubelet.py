@@ -209,7 +209,9 @@ async def test_node_starts_are_spread_over_the_interval_after_the_first_round(
     names = [f"n{i}" for i in range(4)]
     for name in names:
         server.add(name)
-    async with scraper(client, UsageStore(), names, interval=1.6):
+    # A deadline well above a loaded machine's connection set-up: a scrape that timed out
+    # would first reach the server a round later.
+    async with scraper(client, UsageStore(), names, interval=1.6, timeout=1.0):
         await wait_for(lambda: all(len(server.nodes[n].requests) >= 2 for n in names))
     # The first round starts every scrape at once: usage is wanted first thing.
     firsts = [server.nodes[n].requests[0] for n in names]

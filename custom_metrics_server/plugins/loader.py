@@ -286,6 +286,7 @@ def load_backends(
     same backend as a kept one reuses it (with the new routes and deadline) instead of making
     a new one; `cluster` is then the view in force."""
     problems: list[str] = []
+    causes: list[BaseException] = []  # what a problem came from (the CLI names a single one)
     kinds: dict[int, BackendType] = {}
     for index, entry in enumerate(config.backends):
         if keep and entry.name in keep and keep[entry.name].same_backend(entry):
@@ -328,12 +329,17 @@ def load_backends(
                 )
             except PluginError as err:
                 problems.append(str(err))
+                if err.__cause__ is not None:
+                    causes.append(err.__cause__)
                 continue
         if index == provider and view is None:
             provision = built[index].provision
             view = provision.cluster if provision is not None else None
     if problems:
-        raise PluginError("\n".join(problems))
+        error = PluginError("\n".join(problems))
+        if len(problems) == 1 and len(causes) == 1:
+            raise error from causes[0]
+        raise error
     if view is None:
         logger.info(
             "no backend provides a cluster view: serving the built-in resources' REST mappings "

@@ -16,7 +16,10 @@ the log line carrying the traceback repeats.
 Not-found policy: an unknown resource or a metric no backend answers is a 404; a named object
 with no value is a 404 naming the object (and the metric selector, when one was given); a
 wildcard that matches no object, or whose objects have no values, is a 200 with no items, as
-the reference test adapter answers (the HPA treats both as "no metrics").
+the reference test adapter answers (the HPA treats both as "no metrics"). An external metric
+no backend lists is a 200 with no items too (the reference adapter's answer; the HPA then
+reports "no metrics returned"), kept for compatibility; it is logged at debug (`-v=3`), once
+per metric name every `UNKNOWN_EXTERNAL_LOG_INTERVAL` seconds, never once per request.
 
 Cost per request: one memoised routing decision (a dictionary lookup), the inventory's selector
 lookup (memoised), and the backend's own fetch, O(objects requested).
@@ -29,7 +32,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -50,11 +53,15 @@ from custom_metrics_server.errors import (
     metric_not_found,
 )
 from custom_metrics_server.query.routing import Host, Router, hosts_of
+from custom_metrics_server.runtime.logs import Throttle
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
+
+#: An unknown external metric name is logged at most once per this many seconds.
+UNKNOWN_EXTERNAL_LOG_INTERVAL: Final = 600.0
 
 
 def backend_failed(name: str) -> InternalError:
@@ -89,6 +96,7 @@ class QueryEngine:
         self.router = router if router is not None else Router(hosts_of(backends))
         self.backend_timeout = backend_timeout
         self._observe = observe
+        self._unknown_external = Throttle(UNKNOWN_EXTERNAL_LOG_INTERVAL)
 
     @property
     def backends(self) -> tuple[MetricsBackend, ...]:
@@ -171,6 +179,15 @@ class QueryEngine:
         """Series answering an external-metrics request; an unknown metric has none."""
         host = self.router.external(request.metric)
         if host is None:
+            if logger.isEnabledFor(logging.DEBUG) and self._unknown_external.allow(request.metric):
+                logger.debug(
+                    "external metric %r (asked in namespace %s) is served by no backend: "
+                    "answered 200 with no items, as the reference adapter does (the HPA "
+                    "reports no metrics returned); logged once per metric every %gs",
+                    request.metric,
+                    request.namespace,
+                    UNKNOWN_EXTERNAL_LOG_INTERVAL,
+                )
             return ()
         backend_request = ExternalBackendRequest(
             metric=request.metric,

@@ -82,7 +82,7 @@ ROUTE_NOT_FOUND: Final = "the server could not find the requested resource"
 CUSTOM_VERSIONS: Final = ("v1beta2", "v1beta1")
 EXTERNAL_VERSIONS: Final = ("v1beta1",)
 _NAMESPACES: Final = GroupResource("", "namespaces")
-_PLAIN: Final = re.compile(r"[A-Za-z0-9._~:@-]+")
+_PLAIN: Final = re.compile(r"[A-Za-z0-9._~:@-]+|\*")
 
 #: The cost model of `prefers_wildcard`: an extra item of a `*` answer costs this fraction of
 #: one more call (benchmarks/passthrough.py, "fan-out against `*`").
@@ -112,7 +112,7 @@ class PassthroughSettings:
 
 
 def _segment(text: str) -> str:
-    """A path segment, percent-encoded when it needs it."""
+    """A path segment, percent-encoded when it needs it (`*`, the wildcard, as it is)."""
     return text if _PLAIN.fullmatch(text) else quote(text, safe="")
 
 
@@ -228,9 +228,11 @@ class PassthroughBackend:
         if self._wake is not None and self.clock() - self.last_attempt >= MIN_REFRESH:
             self._wake.set()
 
-    async def refresh(self, *, min_age: float = MIN_REFRESH) -> None:
+    async def refresh(self, *, min_age: float | None = None) -> None:
         """Discover now (one at a time; a caller that waited for another's discovery, or
-        comes within `min_age` of the last attempt, takes its result)."""
+        comes within `min_age` (default `MIN_REFRESH`) of the last attempt, takes its
+        result)."""
+        min_age = MIN_REFRESH if min_age is None else min_age
         seen = self.attempts
         async with self._lock:
             if self.attempts != seen or self.clock() - self.last_attempt < min_age:

@@ -73,6 +73,8 @@ __all__ = ["PassthroughBackend", "PassthroughSettings", "prefers_wildcard"]
 
 #: The soonest a miss may refresh discovery again (seconds).
 MIN_REFRESH: Final = 5.0
+#: The longest the start waits for the first discovery (seconds).
+START_WAIT: Final = 3.0
 #: The longest wait between retries of a failing discovery (seconds).
 MAX_RETRY: Final = 10.0
 #: "Skipped items" warnings at most this often (seconds).
@@ -187,10 +189,17 @@ class PassthroughBackend:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        """Start discovering; wait for the first attempt at most `START_WAIT` seconds, so a
+        reachable upstream is known before the server says it is ready (an unreachable one
+        does not hold the start: the backend stays not ready and retries)."""
         self._wake = asyncio.Event()
+        first = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(
-            self._discovery_loop(), name=f"passthrough-{self.name}-discovery"
+            self._discovery_loop(first), name=f"passthrough-{self.name}-discovery"
         )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(START_WAIT):
+                await first.wait()
         return self
 
     async def __aexit__(
@@ -208,11 +217,12 @@ class PassthroughBackend:
 
     # -- discovery ----------------------------------------------------------------------------
 
-    async def _discovery_loop(self) -> None:
+    async def _discovery_loop(self, first: asyncio.Event) -> None:
         assert self._wake is not None
         retry = 0.5
         while True:
             await self.refresh(min_age=0.0)
+            first.set()
             if self.failure:
                 wait = min(retry, MAX_RETRY, self.settings.discovery_interval)
                 retry = min(retry * 2, MAX_RETRY)

@@ -13,6 +13,7 @@ import pytest
 from custom_metrics_server.api.wire import external_metric_value_list, metric_value_list
 from custom_metrics_server.backends.passthrough import prefers_wildcard
 from custom_metrics_server.backends.passthrough.decode import (
+    _quantity,
     custom_listing,
     external_listing,
     external_samples,
@@ -21,6 +22,7 @@ from custom_metrics_server.backends.passthrough.decode import (
 )
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, ItemShape, MetricInfo
+from custom_metrics_server.machinery.quantity import Quantity
 from tests.passthrough.conftest import custom_request, external_request
 
 # Section 2.2, verbatim.
@@ -235,3 +237,35 @@ def test_the_wildcard_is_chosen_by_cost() -> None:
     assert prefers_wildcard(2, 2)
     assert prefers_wildcard(30, 1000)
     assert not prefers_wildcard(10, 1000)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0",
+        "-0",
+        "1",
+        "-1",
+        "007",
+        "+1",
+        "1500m",
+        "0m",
+        "-0m",
+        "-5m",
+        "010m",
+        "999999999999999",
+        "999999999999999m",
+        "9999999999999999",
+        "1Ki",
+        "2k",
+        "1.5",
+        "100n",
+        "1e3",
+        "0.0000000001",
+    ],
+)
+def test_the_quantity_fast_path_is_the_parser_exactly(text: str) -> None:
+    fast, parsed = _quantity(text), Quantity.parse(text).value
+    assert fast == parsed
+    assert str(Decimal(fast)) == str(parsed)  # the same digits and exponent, not just equal
+    assert _quantity(text) is fast  # memoised

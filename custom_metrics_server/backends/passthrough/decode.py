@@ -24,11 +24,12 @@ PURE: no I/O. Cost: O(items); a timestamp string is parsed once per distinct val
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any, Final
 
 from custom_metrics_server.domain import (
@@ -128,17 +129,45 @@ def external_listing(document: Any) -> frozenset[str]:
     )
 
 
-@functools.lru_cache(maxsize=1024)
-def _timestamp(text: str) -> float:
-    return dt.datetime.fromisoformat(text).timestamp()
+#: Timestamps already read (the items of one answer mostly share theirs).
+_TIMES: dict[str, float] = {}
+_TIME_CACHE: Final = 4096
+_NO_LABELS: Final[Mapping[str, str]] = MappingProxyType({})
+
+
+#: Quantity strings already read (an upstream repeats values: 0, 1, its canonical forms).
+_QUANTITIES: dict[str, Decimal | int] = {}
+_QUANTITY_CACHE: Final = 65_536
+#: The canonical forms Go writes most: an integer, or an integer of milli-units.
+_PLAIN_QUANTITY: Final = re.compile(r"(-?[0-9]{1,15})(m?)")
+
+
+def _quantity(text: str) -> Decimal | int | None:
+    """`Quantity.parse(text).value`, memoised; integers and milli-units without the parser
+    (the same values: exact, no rounding applies to them)."""
+    found = _QUANTITIES.get(text)
+    if found is not None:
+        return found
+    plain = _PLAIN_QUANTITY.fullmatch(text)
+    value: Decimal | int
+    if plain is not None:
+        digits, milli = plain.groups()
+        number = int(digits)
+        value = Decimal(number).scaleb(-3) if milli and number else number
+    else:
+        try:
+            value = Quantity.parse(text).value
+        except (ValueError, ArithmeticError):
+            return None
+    if len(_QUANTITIES) >= _QUANTITY_CACHE:
+        _QUANTITIES.clear()
+    _QUANTITIES[text] = value
+    return value
 
 
 def _value(raw: Any) -> Decimal | int | float | None:
     if isinstance(raw, str):
-        try:
-            return Quantity.parse(raw).value
-        except (ValueError, ArithmeticError):
-            return None
+        return _quantity(raw)
     if isinstance(raw, bool):
         return None
     if isinstance(raw, int):
@@ -149,14 +178,21 @@ def _value(raw: Any) -> Decimal | int | float | None:
 
 
 def _time_of(raw: Any) -> float | None:
+    """RFC 3339 to Unix seconds, memoised; null (Go's zero time) is 0 (written null again)."""
     if raw is None:
-        return 0.0  # Go's zero time, written as null again
+        return 0.0
     if not isinstance(raw, str):
         return None
-    try:
-        return _timestamp(raw)
-    except ValueError:
-        return None
+    found = _TIMES.get(raw)
+    if found is None:
+        try:
+            found = dt.datetime.fromisoformat(raw).timestamp()
+        except ValueError:
+            return None
+        if len(_TIMES) >= _TIME_CACHE:
+            _TIMES.clear()
+        _TIMES[raw] = found
+    return found
 
 
 def _window(raw: Any) -> int | None:
@@ -202,6 +238,7 @@ def samples_for(
     decoded = Decoded()
     mapping = request.mapping
     kind, api_version, metric = mapping.kind, mapping.api_version, request.metric.metric
+    quantities, times = _QUANTITIES, _TIMES
     for item in _items(document, "MetricValueList"):
         if not isinstance(item, dict):
             decoded.skip("an item is not an object")
@@ -211,12 +248,16 @@ def samples_for(
         key = wanted.get(name) if isinstance(name, str) else None
         if key is None or key in found:
             continue
-        value = _value(item.get("value"))
-        timestamp = _time_of(item.get("timestamp"))
+        raw_value, raw_time = item.get("value"), item.get("timestamp")
+        # The common case inline (a value and a timestamp read before); else the readers.
+        value = quantities.get(raw_value) if isinstance(raw_value, str) else None
+        if value is None:
+            value = _value(raw_value)
+        timestamp = times.get(raw_time) if isinstance(raw_time, str) else None
+        if timestamp is None:
+            timestamp = _time_of(raw_time)
         if value is None or timestamp is None:
-            decoded.skip(
-                f"item of {name}: value {item.get('value')!r}, timestamp {item.get('timestamp')!r}"
-            )
+            decoded.skip(f"item of {name}: value {raw_value!r}, timestamp {raw_time!r}")
             continue
         window = item.get("windowSeconds", item.get("window"))
         found[key] = Sample(
@@ -224,7 +265,8 @@ def samples_for(
             metric=metric,
             value=value,
             timestamp=timestamp,
-            window=_window(window),
+            window=window if type(window) is int else None,
+            labels=_NO_LABELS,
             reused=False,
         )
     return decoded

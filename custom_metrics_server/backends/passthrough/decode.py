@@ -250,7 +250,9 @@ def samples_for(
             continue
         raw_value, raw_time = item.get("value"), item.get("timestamp")
         # The common case inline (a value and a timestamp read before); else the readers.
-        value = quantities.get(raw_value) if isinstance(raw_value, str) else None
+        value: Decimal | int | float | None = (
+            quantities.get(raw_value) if isinstance(raw_value, str) else None
+        )
         if value is None:
             value = _value(raw_value)
         timestamp = times.get(raw_time) if isinstance(raw_time, str) else None

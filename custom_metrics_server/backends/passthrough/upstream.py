@@ -141,7 +141,7 @@ class Upstream:
         self._tls_files = _Files(tls_files, clock)
         self._context = self._load_context()  # raises at start-up: a broken file is named
         self._pool = self._new_pool(self._context)
-        self._retired: set[Http11Pool] = set()
+        self._retired: dict[Http11Pool, asyncio.Task[None]] = {}
         self._tls_failed: tuple[Any, ...] | None = None
         self._token_files = _Files([config.token_file] if config.token_file else [], clock)
         self._auth = b""
@@ -225,22 +225,23 @@ class Upstream:
 
     def _retire(self, pool: Http11Pool) -> None:
         """Close `pool` once the calls it carries have had their time."""
-        self._retired.add(pool)
 
         async def close_later() -> None:
             try:
                 await asyncio.sleep(self.config.request_timeout + 1)
             finally:
-                self._retired.discard(pool)
+                self._retired.pop(pool, None)
                 await pool.aclose()
 
-        asyncio.get_running_loop().create_task(close_later())
+        self._retired[pool] = asyncio.get_running_loop().create_task(close_later())
 
     async def aclose(self) -> None:
-        """Close every connection."""
+        """Close every connection (the retired pools' at once)."""
         await self._pool.aclose()
-        for pool in list(self._retired):
+        for pool, task in list(self._retired.items()):
+            task.cancel()
             await pool.aclose()
+        self._retired.clear()
 
     # -- calls --------------------------------------------------------------------------------
 

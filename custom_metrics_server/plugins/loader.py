@@ -271,7 +271,7 @@ def build_entry(
 
 
 def _gates(entry: BackendEntry, kind: BackendType) -> bool:
-    return entry.gates_readiness if entry.gates_readiness is not None else kind.builtin
+    return entry.gates_readiness if entry.gates_readiness is not None else kind.gates
 
 
 def load_backends(

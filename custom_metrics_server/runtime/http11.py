@@ -1,5 +1,7 @@
-"""A lean HTTP/1.1 keep-alive client for one Prometheus-compatible server: a small pool of
-connections, each an `asyncio.Protocol` whose responses `httptools` parses.
+"""A lean HTTP/1.1 keep-alive client for one origin: a small pool of connections, each an
+`asyncio.Protocol` whose responses `httptools` parses. Used by the Prometheus client
+(`prometheus/client.py`) and the pass-through backend (`backends/passthrough/`); it knows no
+API above HTTP.
 
 Why not httpx here: per call httpx builds `Request`/`Response`/`URL`/`Headers` objects, walks
 its connection pool under anyio locks and events, and logs the call at INFO. That was about
@@ -19,8 +21,9 @@ closed it while idle) is sent once more on a new connection. A caller cancelled 
 closes its connection (its answer would be out of step with the next request).
 
 Answers are framed by Content-Length, chunked transfer coding or the end of the connection,
-and `Content-Encoding: gzip` is decoded. It must not know the Prometheus API (:mod:`.client`
-builds requests and reads answers).
+and `Content-Encoding: gzip` is decoded. It must not know the APIs it carries (callers build
+requests and read answers). `connect_timeout` (default: `timeout`) bounds each connect and
+TLS handshake on its own.
 
 Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
 timer and one future; a new connection adds a TCP connect (and a TLS handshake).
@@ -257,12 +260,14 @@ class Http11Pool:
         timeout: float = 10.0,
         max_connections: int = 64,
         max_idle: int = 16,
+        connect_timeout: float | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname
         self.timeout = timeout
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         self.max_connections = max_connections
         self.max_idle = max_idle
         self._idle: list[_Connection] = []
@@ -360,7 +365,7 @@ class Http11Pool:
     async def _connect(self) -> _Connection:
         self._connecting += 1
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.connect_timeout):
                 _, connection = await self.loop.create_connection(
                     lambda: _Connection(self),
                     self.host,
@@ -369,7 +374,7 @@ class Http11Pool:
                     server_hostname=self.server_hostname if self.ssl_context else None,
                 )
         except TimeoutError:
-            raise TransportTimeout(f"could not connect within {self.timeout:g}s") from None
+            raise TransportTimeout(f"could not connect within {self.connect_timeout:g}s") from None
         except (OSError, ssl.SSLError) as err:
             raise TransportError(f"cannot connect: {err}") from err
         finally:

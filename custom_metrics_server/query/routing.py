@@ -97,7 +97,7 @@ class Route:
     #: own, else today's behaviour)
     policy: FailurePolicy | None = None
     #: where the route is written (`backends[1].routes[0]`), for explanations
-    where: str = ""
+    where: str = field(default="", compare=False)
     _match: Callable[[str], Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -183,8 +183,7 @@ class QueryEngine:
                 metric if decision.listed else OTHER,
                 decision.host.name,
             )
-            if decision.policy is not None:
-                stats.policy = decision.policy.describe()
+            stats.policy = decision.policy
             decision.stats = stats
         return stats
 

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from custom_metrics_server.domain import FailurePolicy
+
 __all__ = [
     "OTHER",
     "OUTCOMES",
@@ -83,8 +85,8 @@ class MetricStats:
         #: the age (s) of the newest sample of the last answer with values (-1: none yet)
         self.newest_age = -1.0
         self.last_outcome = ""
-        #: the failure policy in force, as `FailurePolicy.describe()` ("" when none)
-        self.policy = ""
+        #: the failure policy in force (None: errors and absences answered as such)
+        self.policy: FailurePolicy | None = None
 
     @property
     def key(self) -> tuple[str, str, str, str]:

@@ -32,7 +32,7 @@ def _item(stats: MetricStats, now: float) -> dict[str, Any]:
         "resource": stats.resource,
         "metric": stats.metric,
         "backend": stats.backend,
-        "policy": stats.policy,
+        "policy": stats.policy.describe() if stats.policy is not None else "",
         "requests": stats.counts(),
         "lastOutcome": stats.last_outcome,
         "lastSuccess": wire.format_time(stats.last_success),

@@ -66,6 +66,7 @@ def status_document(engine: QueryEngine, *, now: float | None = None) -> dict[st
         items.append(_item(stats, now))
     # `other`, and metrics no longer listed
     items.extend(_item(stats, now) for stats in engine.status.entries() if stats.key not in seen)
+    items.sort(key=lambda item: (item["api"], item["resource"], item["metric"], item["backend"]))
     backends = []
     for host in router.hosts:
         readiness = host.backend.ready()

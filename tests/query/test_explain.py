@@ -183,6 +183,7 @@ def test_causes_are_carried_in_protobuf_too(app: Any) -> None:
     assert reply.status == 404
     api_version, kind, decoded, raw = kubeproto.decode(reply.body)
     assert (api_version, kind) == ("v1", "Status")
+    assert kubeproto.canonical(decoded, raw)
     status = kubeproto.to_json_shape(decoded)
     assert status["message"] == "the server could not find the metric some-metrc for pods pod-1"
     assert status["details"]["causes"][0]["reason"] == "MetricNotServed"

@@ -259,7 +259,7 @@ def explain_command(
 
 
 def test_the_explain_command_exit_codes(served: tuple[ServerProcess, Path]) -> None:
-    server, state = served
+    server, _ = served
     found = explain_command(server, f"{CUSTOM}/namespaces/shop/pods/web-0/switch_pod")
     assert found.returncode == 0, found.stderr
     assert "Outcome:" in found.stdout

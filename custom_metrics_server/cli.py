@@ -24,7 +24,7 @@ from pathlib import Path
 import uvicorn
 import yaml
 
-from custom_metrics_server import __version__
+from custom_metrics_server import __version__, explain_command
 from custom_metrics_server.kube.config import KubeConfigError
 from custom_metrics_server.node_agent import command as node_agent
 from custom_metrics_server.plugins.adapter import PluginError
@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)"
     )
     node_agent.add_parser(commands)
+    explain_command.add_parser(commands)
     return parser
 
 
@@ -316,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "node-agent":
         return node_agent.run(args)
+    if args.command == "explain":
+        return explain_command.run(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, ResourceUsageSource
-from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.domain import FailurePolicy, GroupResource
 from custom_metrics_server.plugins.adapter import (
     PluginBackend,
     PluginError,
@@ -183,6 +183,16 @@ def _routes(
                 else GroupResource.parse(route.resource)
             )
         try:
+            policy = (
+                FailurePolicy(
+                    absent=route.absent or "error",
+                    failure=route.failure or "error",
+                    max_age=route.max_age,
+                    source=f"{where}: routes[{index}]",
+                )
+                if route.has_policy
+                else None
+            )
             routes.append(
                 Route(
                     api=route.api,
@@ -190,6 +200,8 @@ def _routes(
                     metric=route.metric,
                     metric_regex=route.metric_regex,
                     listed=route.listed,
+                    policy=policy,
+                    where=f"{where}: routes[{index}]",
                 )
             )
         except ValueError as err:

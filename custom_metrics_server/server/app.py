@@ -121,6 +121,7 @@ class Server:
             backend_timeout=settings.backend_timeout,
             observe=self.metrics.observe_backend,
         )
+        self.metrics.track_metric_status(self.engine.status)
         self.backends = LiveBackends(
             self.engine,
             loaded=source.loaded if source is not None else None,

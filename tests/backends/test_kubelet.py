@@ -290,7 +290,9 @@ async def test_a_failing_node_is_logged_once_and_again_when_it_recovers(
     node = server.add("flaky", status=500)
     store = UsageStore()
     caplog.set_level(logging.DEBUG, logger="custom_metrics_server.compute.scraper")
-    async with scraper(client, store, ["flaky"], interval=0.1, timeout=0.5) as running:
+    # A round of 0.3 s: the 500 answers well within it even on a loaded machine (a deadline
+    # of the round's length would make the first failure a timeout instead).
+    async with scraper(client, store, ["flaky"], interval=0.3, timeout=0.5) as running:
         await wait_for(lambda: running.stats().failures >= 3)
         node.status = 200
         await wait_for(lambda: store.pod_usage("default", "flaky-pod") is not None)

@@ -126,7 +126,9 @@ async def scrape_nodes(scraper: KubeletScraper, names: list[str], concurrency: i
             answered += ok
 
     await asyncio.gather(*(one(n) for n in names))
-    assert answered == len(names), f"{len(names) - answered} scrapes failed: {scraper.nodes.failures}"
+    assert answered == len(names), (
+        f"{len(names) - answered} scrapes failed: {scraper.nodes.failures}"
+    )
     return answered
 
 

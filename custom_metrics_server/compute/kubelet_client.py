@@ -9,17 +9,18 @@ serving CA and the cluster credentials, as metrics-server's ``--kubelet-*`` flag
 short reason (``timeout``, ``too_large``, ``http_<code>``, ``unreachable``, ``no_address``).
 It must not schedule, retry, log or parse: that is :mod:`.scraper` and :mod:`.kubelet_reader`.
 
-**The lean client.** Requests go through :class:`~custom_metrics_server.runtime.http11.Http11Pool`
-(keep-alive HTTP/1.1 over asyncio protocols, answers parsed by httptools): one pre-built request
-head, one transport write and one future per scrape: 60 µs of CPU for a 41 KB body where
-httpx took 1.3-1.9 ms (``benchmarks/scrape_client.py``, 32 in flight). Through the node proxy that is one
-pool of at most ``concurrency`` connections to the API server, with its CA, client certificate
-and bearer token (re-read from a token file as :class:`~..kube.config.Connection` does). Direct,
-one small pool per kubelet address, at most ``concurrency`` of them kept (least recently used
-first out, as httpx's keep-alive limit did). httpx (the repo's :class:`~..kube.client.KubeClient`
-for the proxy, an httpx client for direct scrapes) stays only where the lean client cannot go:
-an environment proxy (``HTTPS_PROXY``, ...) that names the target, or an httpx client given by
-the caller (the node-agent source).
+**The lean client.** Requests go through
+:class:`~custom_metrics_server.runtime.http11.Http11Pool` (keep-alive HTTP/1.1 over asyncio
+protocols, answers parsed by httptools): one pre-built request head, one transport write and one
+future per scrape: 60 µs of CPU for a 41 KB body where httpx took 1.3-1.9 ms
+(``benchmarks/scrape_client.py``, 32 in flight). Through the node proxy that is one pool of at
+most ``concurrency`` connections to the API server, with its CA, client certificate and bearer
+token (re-read from a token file as :class:`~..kube.config.Connection` does). Direct, one small
+pool per kubelet address, at most ``concurrency`` of them kept (least recently used first out,
+as httpx's keep-alive limit did). httpx (the repo's :class:`~..kube.client.KubeClient` for the
+proxy, an httpx client for direct scrapes) stays only where the lean client cannot go: an
+environment proxy (``HTTPS_PROXY``, ...) that names the target, or an httpx client given by the
+caller (the node-agent source).
 
 Cost: one HTTP request per fetch, at most ``concurrency`` connections per pool; the body is
 read in pieces and never beyond the cap. Per scrape on a kept-alive connection: the request

@@ -44,6 +44,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import isnan
+from sys import intern
 from typing import Final
 
 from custom_metrics_server.compute.samples import (
@@ -234,8 +235,10 @@ class UsageStore:
                 found.append(row)
         order: list[int] = []
         changed = False
-        for key, row_list in by_pod.items():
-            names = tuple([containers[row] for row in row_list])
+        for parsed, row_list in by_pod.items():
+            # One string per container name and namespace, whatever the number of pods.
+            names = tuple([intern(containers[row]) for row in row_list])
+            key = (intern(parsed[0]), parsed[1])
             old = old_pods.get(key)
             entry = _pod_entry(names, row_list, columns, old, resolution)
             order.extend(row_list)

@@ -60,7 +60,7 @@ from typing import Final, Self
 import httpx
 
 from custom_metrics_server.compute.kubelet_client import MAX_BODY_BYTES, KubeletFetcher, Source
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_rows import read_usage_rows
 from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.compute.scrape_nodes import NodeBook, sample_names
 from custom_metrics_server.compute.scraper_metrics import ScraperStats
@@ -416,14 +416,15 @@ class KubeletScraper:
                 raise ScrapeFailure("timeout", f"no answer within {seconds:g}s") from None
             now = self._clock()
             try:
-                scrape = parse_resource_metrics(body, default_time=now)
+                # No await from here to the store: `known` must still be the store's.
+                rows = read_usage_rows(body, default_time=now, known=self._store.known(name))
             except ValueError as err:
                 raise ScrapeFailure("parse", f"unreadable metrics: {err}") from err
-            if scrape.scrape_error:
+            if rows.scrape_error:
                 raise ScrapeFailure(
                     "kubelet_error", "the kubelet reports scrape_error (its stats provider failed)"
                 )
-            self._store.apply(name, scrape, now)
+            self._store.apply_rows(name, rows, now)
         except ScrapeFailure as failure:
             self.nodes.failed(name, failure)
             return False

@@ -1,7 +1,6 @@
-"""A lean HTTP/1.1 keep-alive client for one origin: a small pool of connections, each an
-`asyncio.Protocol` whose responses `httptools` parses. Used by the Prometheus client
-(`prometheus/client.py`) and the pass-through backend (`backends/passthrough/`); it knows no
-API above HTTP.
+"""A lean HTTP/1.1 keep-alive client for one origin (a Prometheus-compatible server, another
+metrics server, the API server's node proxy): a small pool of connections, each an
+`asyncio.Protocol` whose responses `httptools` parses.
 
 Why not httpx here: per call httpx builds `Request`/`Response`/`URL`/`Headers` objects, walks
 its connection pool under anyio locks and events, and logs the call at INFO. That was about
@@ -21,9 +20,11 @@ closed it while idle) is sent once more on a new connection. A caller cancelled 
 closes its connection (its answer would be out of step with the next request).
 
 Answers are framed by Content-Length, chunked transfer coding or the end of the connection,
-and `Content-Encoding: gzip` is decoded. It must not know the APIs it carries (callers build
-requests and read answers). `connect_timeout` (default: `timeout`) bounds each connect and
-TLS handshake on its own.
+and `Content-Encoding: gzip` is decoded. A call may cap the (decoded) body: past `limit` bytes
+it fails with :class:`BodyTooLarge` and the connection is closed, read no further.
+`connect_timeout` (default: `timeout`) bounds each connect and TLS handshake on its own. It
+must not know any API: its callers (`prometheus.client`, `backends.passthrough`,
+`compute.kubelet_client`) build requests and read answers.
 
 Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
 timer and one future; a new connection adds a TCP connect (and a TLS handshake).
@@ -41,7 +42,7 @@ from typing import Final
 
 import httptools
 
-__all__ = ["Answer", "Http11Pool", "TransportError", "TransportTimeout"]
+__all__ = ["Answer", "BodyTooLarge", "Http11Pool", "TransportError", "TransportTimeout"]
 
 #: Statuses whose answers have no body even without a Content-Length.
 _NO_BODY_STATUS: Final = frozenset({204, 304})
@@ -53,6 +54,10 @@ class TransportError(Exception):
 
 class TransportTimeout(TransportError):
     """The server stayed silent for the whole timeout."""
+
+
+class BodyTooLarge(TransportError):
+    """The answer's body is over the call's `limit` (it was not read further)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,7 @@ class _Connection(asyncio.Protocol):
         self.uses = 0
         self.waiter: asyncio.Future[Answer] | None = None
         self.sink: Callable[[bytes], None] | None = None
+        self.limit: int | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.last_activity = 0.0
         self._reset()
@@ -90,6 +96,7 @@ class _Connection(asyncio.Protocol):
         self.headers_done = False
         self.reason = b""
         self.chunks: list[bytes] = []
+        self.size = 0  # decoded body bytes so far (checked against `limit`)
         self.content_length: bytes | None = None
         self.chunked = False
         self.decoder: zlib._Decompress | None = None
@@ -153,8 +160,12 @@ class _Connection(asyncio.Protocol):
         self.streaming = self.sink is not None and self.parser.get_status_code() == 200
 
     def on_body(self, body: bytes) -> None:
+        limit = self.limit
         if self.decoder is not None:
-            body = self.decoder.decompress(body)
+            # Never inflate past the limit (a small gzip body can decode to gigabytes).
+            body = self.decoder.decompress(body, 0 if limit is None else limit - self.size + 1)
+        if limit is not None:
+            self._count(len(body), limit)
         if self.streaming:
             if body:
                 assert self.sink is not None
@@ -177,6 +188,9 @@ class _Connection(asyncio.Protocol):
             if not self.decoder.eof:
                 self._fail(TransportError("truncated gzip body"))
                 return
+            if self.limit is not None and self.size + len(tail) > self.limit:
+                self._fail(BodyTooLarge(f"the body is over {self.limit} bytes"))
+                return
         if self.streaming:
             if tail:
                 assert self.sink is not None
@@ -191,11 +205,17 @@ class _Connection(asyncio.Protocol):
         self._reset()
         self.waiter = None
         self.sink = None
+        self.limit = None
         if not keep:
             self.close()
         waiter.set_result(answer)
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _count(self, size: int, limit: int) -> None:
+        self.size += size
+        if self.size > limit:
+            raise BodyTooLarge(f"the body is over {limit} bytes")
 
     def _ended(self, exc: Exception | None = None) -> None:
         """The server closed its side: completes an answer framed by the connection's end."""
@@ -221,6 +241,7 @@ class _Connection(asyncio.Protocol):
         waiter = self.waiter
         self.waiter = None
         self.sink = None
+        self.limit = None
         self.close()
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
@@ -285,19 +306,25 @@ class Http11Pool:
         return self._loop
 
     async def request(
-        self, head: bytes, body: bytes = b"", *, sink: Callable[[bytes], None] | None = None
+        self,
+        head: bytes,
+        body: bytes = b"",
+        *,
+        sink: Callable[[bytes], None] | None = None,
+        limit: int | None = None,
     ) -> Answer:
-        """Send a complete request (`head` ends with the blank line) and read the answer.
+        """Send a complete request (`head` ends with the blank line) and read the answer;
+        :class:`BodyTooLarge` past `limit` bytes of (decoded) body.
 
         Cost: one transport write, one future and one timer on a kept-alive connection."""
         if self._closed:
             raise TransportError("client closed")
         connection = await self._acquire()
         try:
-            return await self._exchange(connection, head, body, sink)
+            return await self._exchange(connection, head, body, sink, limit)
         except _Stale:
             connection = await self._acquire(fresh=True)
-            return await self._exchange(connection, head, body, sink)
+            return await self._exchange(connection, head, body, sink, limit)
 
     async def _exchange(
         self,
@@ -305,11 +332,13 @@ class Http11Pool:
         head: bytes,
         body: bytes,
         sink: Callable[[bytes], None] | None,
+        limit: int | None,
     ) -> Answer:
         loop = self.loop
         waiter: asyncio.Future[Answer] = loop.create_future()
         connection.waiter = waiter
         connection.sink = sink
+        connection.limit = limit
         connection.uses += 1
         connection.last_activity = loop.time()
         connection.timer = loop.call_later(self.timeout, connection.expire)
@@ -412,10 +441,14 @@ class Http11Pool:
             self._open.discard(connection)
             self._wake_one(None)
 
-    async def aclose(self) -> None:
-        """Close every connection; later calls fail."""
+    def close(self) -> None:
+        """Close every connection now; later calls fail (calls in flight fail at once)."""
         self._closed = True
         for connection in list(self._open):
             connection.close()
         self._idle.clear()
+
+    async def aclose(self) -> None:
+        """Close every connection; later calls fail."""
+        self.close()
         await asyncio.sleep(0)

@@ -388,3 +388,21 @@ def test_the_password_file_must_exist(jobs: JobsDatabase, tmp_path: Path) -> Non
     settings = jobs.settings(tmp_path, passwordFile=str(tmp_path / "absent"))
     with pytest.raises(ValueError, match=r"settings.passwordFile: no such file: .*absent"):
         backend_for(settings)
+
+
+async def test_a_busy_pool_is_unavailable_but_not_an_outage(
+    jobs: JobsDatabase, tmp_path: Path
+) -> None:
+    settings = jobs.settings(tmp_path, poolSize=1, connectTimeout="1s", statementTimeout="4s")
+    settings["external"].append({"metric": "slow", "queryAll": "SELECT 1 FROM pg_sleep(2.5)"})
+    async with running(backend_for(settings)) as backend:
+        slow = asyncio.create_task(backend.fetch_external(external_request("slow")))
+        await asyncio.sleep(0.3)  # the slow query holds the only connection
+        with pytest.raises(
+            sdk.BackendUnavailable, match=r"all 1 pooled connections stayed busy for 1s"
+        ):
+            await backend.fetch_external(external_request("jobs_pending", "queue=emails"))
+        assert backend.ready().ready  # the database answers: still ready
+        assert series(await slow) == {"": 1}
+        answer = await backend.fetch_external(external_request("jobs_pending", "queue=emails"))
+        assert series(answer) == {"emails": 4}

@@ -105,6 +105,8 @@ class PostgresBackend:
         self.statement_timeout_ms = max(1, round(statement_timeout * 1000))
         #: How long a fetch waits for a pooled connection (a 503 after it, before the deadline).
         self.acquire_timeout = min(settings.connect_timeout, timeout / 2)
+        #: How long a fetch that got no connection tries one directly, to say why.
+        self.probe_timeout = min(settings.connect_timeout, (timeout - self.acquire_timeout) / 2)
         base = base_dir or Path.cwd()
         self.password_file = (
             base / settings.password_file if settings.password_file is not None else None
@@ -228,24 +230,31 @@ class PostgresBackend:
             async with pool.connection(timeout=self.acquire_timeout) as connection:
                 await connection.execute("SELECT 1")
         except PoolTimeout:
-            self._mark_down(await self._why_unreachable())
+            why = await self._why_unreachable(self.settings.connect_timeout + 1)
+            if why is None:  # the database answers: every pooled connection is busy
+                self._mark_up(f"all {self.settings.pool_size} pooled connections are busy")
+            else:
+                self._mark_down(why)
         except psycopg.Error as err:
             self._mark_down(_one_line(err))
         else:
             self._mark_up()
         return self._readiness
 
-    async def _why_unreachable(self) -> str:
-        """The pool only says it had no connection in time; one direct attempt says why."""
+    async def _why_unreachable(self, within: float) -> str | None:
+        """The pool only says it had no connection in time; one direct attempt says why (None:
+        the database answers, so the pool is busy)."""
         try:
-            async with asyncio.timeout(self.settings.connect_timeout + 1):
+            async with asyncio.timeout(within):
                 direct = await AsyncConnection.connect(
                     self.conninfo, **await self._connect_kwargs()
                 )
+        except TimeoutError:
+            return f"database unreachable: no connection within {within:g}s"
         except Exception as err:
             return f"database unreachable: {_one_line(err)}"
         await direct.close()
-        return f"no pooled connection within {self.acquire_timeout:g}s (the database answers)"
+        return None
 
     def _mark_down(self, reason: str) -> None:
         if self._readiness.ready or self._down_since is None:
@@ -253,16 +262,16 @@ class PostgresBackend:
             self._down_since = time.monotonic()
         self._readiness = sdk.Readiness(False, reason)
 
-    def _mark_up(self) -> None:
-        if not self._readiness.ready:
-            if self._down_since is not None:
-                self.logger.info(
-                    "backend %s: the database answers again (after %.1fs)",
-                    self.name,
-                    time.monotonic() - self._down_since,
-                )
-            self._readiness = sdk.Readiness(True)
-            self._down_since = None
+    def _mark_up(self, degraded: str = "") -> None:
+        if not self._readiness.ready and self._down_since is not None:
+            self.logger.info(
+                "backend %s: the database answers again (after %.1fs)",
+                self.name,
+                time.monotonic() - self._down_since,
+            )
+        if self._readiness != (state := sdk.Readiness(True, degraded)):
+            self._readiness = state
+        self._down_since = None
 
     # -- fetches ------------------------------------------------------------------------------
 
@@ -390,9 +399,14 @@ class PostgresBackend:
                 f"({self.statement_timeout_ms} ms)"
             ) from err
         except PoolTimeout as err:
-            reason = f"no database connection within {self.acquire_timeout:g}s"
-            self._mark_down(reason)
-            raise sdk.BackendUnavailable(reason) from err
+            why = await self._why_unreachable(self.probe_timeout)
+            if why is None:
+                raise sdk.BackendUnavailable(
+                    f"all {self.settings.pool_size} pooled connections stayed busy for "
+                    f"{self.acquire_timeout:g}s (poolSize)"
+                ) from err
+            self._mark_down(why)
+            raise sdk.BackendUnavailable(why) from err
         except (psycopg.OperationalError, psycopg.InterfaceError) as err:
             # Connection refused or lost, the server shutting down, too many connections.
             self._mark_down(f"database unavailable: {_one_line(err)}")

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from decimal import Decimal
 from itertools import product
 from pathlib import Path
@@ -51,6 +51,10 @@ MAX_PINNED: Final = 100
 #: The pool gives up reconnecting after this many seconds of failures (and tries again at the
 #: next fetch or readiness check), which bounds its backoff, and so the time to recover.
 RECONNECT_TIMEOUT: Final = 10.0
+#: Why a fetch or check got no pooled connection although the database answers a direct one.
+_RECONNECTING: Final = (
+    "database unavailable: it answers again, but the pool has not reconnected yet"
+)
 _POSITIVE: Final = frozenset({sdk.Operator.EQUALS, sdk.Operator.DOUBLE_EQUALS, sdk.Operator.IN})
 
 Row = tuple[Any, ...]
@@ -133,6 +137,9 @@ class PostgresBackend:
         self._external_listing: tuple[str, ...] = tuple(self._external)
         self._pool: AsyncConnectionPool[AsyncConnection[Row]] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
+        #: Pooled connections the fetches hold now: all of them busy is not an outage.
+        self._in_use = 0
         self._readiness = sdk.Readiness(False, "not started")
         self._down_since: float | None = None
 
@@ -183,6 +190,7 @@ class PostgresBackend:
             name=f"cms-{self.name}",
         )
         await self._pool.open(wait=False)
+        self._stopping = False
         self._readiness = sdk.Readiness(False, "connecting to the database")
         self._watcher = asyncio.create_task(self._watch(), name=f"backend-{self.name}-readiness")
         return self
@@ -194,14 +202,24 @@ class PostgresBackend:
         tb: TracebackType | None,
     ) -> None:
         if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+            await self._stop_watcher(self._watcher)
             self._watcher = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
         self._readiness = sdk.Readiness(False, "stopped")
+
+    async def _stop_watcher(self, watcher: asyncio.Task[None]) -> None:
+        # One cancel is not enough: on Python 3.11, `asyncio.wait_for` (which psycopg_pool uses
+        # while a client waits for a connection) swallows a cancellation that arrives as the
+        # connection is handed over, and the loop would go on forever (and this wait with it).
+        # So the loop also stops on the flag, and the cancellation is repeated until it is done.
+        self._stopping = True
+        while not watcher.done():
+            watcher.cancel()
+            await asyncio.wait({watcher}, timeout=0.1)
+        if not watcher.cancelled() and (err := watcher.exception()) is not None:
+            self.logger.warning("backend %s: the readiness loop failed: %r", self.name, err)
 
     async def _connect_kwargs(self) -> dict[str, Any]:
         # Read at each new connection: a rotated Secret is used from the next connection on.
@@ -217,8 +235,16 @@ class PostgresBackend:
     # -- readiness ----------------------------------------------------------------------------
 
     async def _watch(self) -> None:
-        while True:
-            await self.check()
+        while not self._stopping:
+            try:
+                await self.check()
+            except Exception as err:  # the loop must outlive any failure, or readiness sticks
+                self.logger.warning(
+                    "backend %s: the readiness check failed", self.name, exc_info=True
+                )
+                self._mark_down(f"readiness check failed: {_one_line(err)}")
+            if self._stopping:
+                break
             await asyncio.sleep(self.settings.health_interval)
 
     async def check(self) -> sdk.Readiness:
@@ -231,10 +257,10 @@ class PostgresBackend:
                 await connection.execute("SELECT 1")
         except PoolTimeout:
             why = await self._why_unreachable(self.settings.connect_timeout + 1)
-            if why is None:  # the database answers: every pooled connection is busy
+            if why is None and self._all_busy():
                 self._mark_up(f"all {self.settings.pool_size} pooled connections are busy")
             else:
-                self._mark_down(why)
+                self._mark_down(why or _RECONNECTING)
         except psycopg.Error as err:
             self._mark_down(_one_line(err))
         else:
@@ -255,6 +281,12 @@ class PostgresBackend:
             return f"database unreachable: {_one_line(err)}"
         await direct.close()
         return None
+
+    def _all_busy(self) -> bool:
+        """The fetches hold every pooled connection (else a pool without a connection for us
+        is one still reconnecting after an outage: its attempts back off, up to
+        RECONNECT_TIMEOUT)."""
+        return self._in_use >= self.settings.pool_size
 
     def _mark_down(self, reason: str) -> None:
         if self._readiness.ready or self._down_since is None:
@@ -383,6 +415,7 @@ class PostgresBackend:
         try:
             async with (
                 pool.connection(timeout=self.acquire_timeout) as connection,
+                self._holding(),
                 connection.cursor() as cursor,
             ):
                 await cursor.execute(
@@ -400,13 +433,13 @@ class PostgresBackend:
             ) from err
         except PoolTimeout as err:
             why = await self._why_unreachable(self.probe_timeout)
-            if why is None:
+            if why is None and self._all_busy():
                 raise sdk.BackendUnavailable(
                     f"all {self.settings.pool_size} pooled connections stayed busy for "
                     f"{self.acquire_timeout:g}s (poolSize)"
                 ) from err
-            self._mark_down(why)
-            raise sdk.BackendUnavailable(why) from err
+            self._mark_down(why or _RECONNECTING)
+            raise sdk.BackendUnavailable(why or _RECONNECTING) from err
         except (psycopg.OperationalError, psycopg.InterfaceError) as err:
             # Connection refused or lost, the server shutting down, too many connections.
             self._mark_down(f"database unavailable: {_one_line(err)}")
@@ -423,6 +456,14 @@ class PostgresBackend:
             raise sdk.BackendUnavailable(str(err)) from err
         self._mark_up()
         return answers
+
+    @contextlib.asynccontextmanager
+    async def _holding(self) -> AsyncIterator[None]:
+        self._in_use += 1
+        try:
+            yield
+        finally:
+            self._in_use -= 1
 
     async def _rows(
         self, cursor: AsyncCursor[Row], metric: str, sql: str, parameters: Mapping[str, Any]

@@ -62,6 +62,28 @@ def _frame(request_id: int, kind: int, payload: bytes) -> bytes:
     return _HEAD.pack(len(payload) + 5, request_id, kind) + payload
 
 
+class _Batch:
+    """Frames written in one turn of the event loop go out in one `write` (one syscall and
+    one wake-up of the other process for many requests under load). O(bytes)."""
+
+    __slots__ = ("_chunks", "transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self._chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        chunks = self._chunks
+        if not chunks:
+            asyncio.get_running_loop().call_soon(self._flush)
+        chunks.append(data)
+
+    def _flush(self) -> None:
+        chunks, self._chunks = self._chunks, []
+        if not self.transport.is_closing():
+            self.transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+
+
 class _Frames:
     """Splits a byte stream into frames; `feed` returns complete ones. O(bytes)."""
 
@@ -116,7 +138,7 @@ class ForwardClient(asyncio.Protocol):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._transport: asyncio.Transport | None = None
+        self._transport: _Batch | None = None
         self._frames = _Frames()
         self._pending: dict[int, _Pending] = {}
         self._next_id = 0
@@ -138,7 +160,7 @@ class ForwardClient(asyncio.Protocol):
             self._transport.write(_frame(0, HELLO, text.encode()))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self._transport = _Batch(cast(asyncio.Transport, transport))  # uvloop's: no subclass
         self.lost.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -155,7 +177,7 @@ class ForwardClient(asyncio.Protocol):
         except ValueError:
             logger.exception("bad frame from the main process")
             if self._transport is not None:
-                self._transport.abort()
+                self._transport.transport.abort()
             return
         for request_id, flags, payload in frames:
             entry = self._pending.get(request_id)
@@ -223,13 +245,13 @@ class _ServerConnection(asyncio.Protocol):
 
     def __init__(self, owner: ForwardServer) -> None:
         self.owner = owner
-        self.transport: asyncio.Transport | None = None
+        self.transport: _Batch | None = None
         self.frames = _Frames()
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.worker = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
+        self.transport = _Batch(cast(asyncio.Transport, transport))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -243,7 +265,7 @@ class _ServerConnection(asyncio.Protocol):
         except ValueError:
             logger.exception("bad frame from worker %s", self.worker or "?")
             if self.transport is not None:
-                self.transport.abort()
+                self.transport.transport.abort()
             return
         for request_id, kind, payload in frames:
             if kind == REQUEST:

@@ -174,6 +174,83 @@ def main() -> int:
                         server.stop()
                     rows.append({"round": round_, "mode": mode, "workers": workers, **result})
                     print(json.dumps(rows[-1]), file=sys.stderr)
+    report(rows, args)
+    overhead = forward_overhead(2000 if args.smoke else 20000)
+    print(
+        f"\nin process (load {os.getloadavg()[0]:.2f}): the app called directly "
+        f"{overhead['direct']} µs/request, forwarded over the Unix socket (both ends) "
+        f"{overhead['forwarded']} µs/request"
+    )
+    if not args.smoke:
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / f"workers-{time.strftime('%Y%m%dT%H%M%S')}.json"
+        out.write_text(
+            json.dumps(
+                {"machine": machine(), "args": vars(args), "rows": rows, "in_process": overhead},
+                indent=1,
+            )
+        )
+        print(f"\nwritten to {out}")
+    failed = [row for row in rows if row["non_2xx"] or row["requests"] == 0]
+    return 1 if failed else 0
+
+
+def forward_overhead(count: int) -> dict[str, float]:
+    """CPU µs per single-object request in this process: the demo app called directly, and
+    the same requests forwarded over a Unix socket (`runtime.forward`, both ends here, 16 in
+    flight): the difference is what the cut costs, without TLS, HTTP or scheduling."""
+    import asyncio
+    import os as _os
+
+    import uvloop
+
+    from benchmarks.in_process import SINGLE, _build_app, _pods, _scope, _selector
+    from custom_metrics_server.runtime.forward import ForwardClient, ForwardServer
+
+    async def run() -> dict[str, float]:
+        app = _build_app(1000)
+        pod = app.engine.cluster.list_objects(_pods(), "default", _selector("app=web"))[0][1]
+        scope = _scope(SINGLE.replace(b"{pod}", pod.encode()))
+        statuses: list[int] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        async def direct(n: int) -> None:
+            for _ in range(n):
+                await app(dict(scope, headers=list(scope["headers"])), receive, send)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = _os.path.join(tmp, "s")
+            await ForwardServer(app, lambda _: None).start(path)
+            client = ForwardClient(path)
+            await client.connect()
+
+            async def forwarded(n: int) -> None:
+                async def one_connection() -> None:
+                    for _ in range(n // 16):
+                        await client.forward(dict(scope, headers=list(scope["headers"])), send)
+
+                await asyncio.gather(*(one_connection() for _ in range(16)))
+
+            results = {}
+            for name, call in (("direct", direct), ("forwarded", forwarded)):
+                await call(count // 10)
+                started = time.process_time()
+                await call(count)
+                results[name] = round((time.process_time() - started) / count * 1e6, 1)
+        assert set(statuses) == {200}, set(statuses)
+        return results
+
+    return uvloop.run(run())
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """The runs as Markdown tables on stdout."""
     print(f"machine: {json.dumps(machine())}")
     print(
         "| round | mode | workers | load | req/s | p50 ms | p99 ms | server µs/req (per process) | server cores | wrk cores | RSS MiB (per process) | reviews | non-2xx |"
@@ -194,15 +271,6 @@ def main() -> int:
                 [r["rps"] for r in rows if r["mode"] == mode and r["workers"] == workers]
             )
             print(f"| {mode} | {workers} | {value:,.0f} | {value / base:.2f}x |")
-    if not args.smoke:
-        RESULTS.mkdir(exist_ok=True)
-        out = RESULTS / f"workers-{time.strftime('%Y%m%dT%H%M%S')}.json"
-        out.write_text(
-            json.dumps({"machine": machine(), "args": vars(args), "rows": rows}, indent=1)
-        )
-        print(f"\nwritten to {out}")
-    failed = [row for row in rows if row["non_2xx"] or row["requests"] == 0]
-    return 1 if failed else 0
 
 
 def _pod(server: ServerProcess) -> str:

@@ -18,8 +18,7 @@ import logging
 import math
 import os
 import sys
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import uvicorn
@@ -38,20 +37,13 @@ from custom_metrics_server.plugins.flags import (
 from custom_metrics_server.plugins.loader import load_backends
 from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.runtime.asgi import ASGIApp
-from custom_metrics_server.runtime.forward import ForwardClient
 from custom_metrics_server.runtime.heap import tune_gc
 from custom_metrics_server.runtime.logs import configure_logging
-from custom_metrics_server.runtime.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer, listen_error
+from custom_metrics_server.runtime.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer
 from custom_metrics_server.runtime.startup import (
     CONFIGURATION,
     StartupError,
     report_startup_failure,
-)
-from custom_metrics_server.runtime.workers import (
-    SupervisingServer,
-    Workers,
-    die_with_parent,
-    reserve_port,
 )
 from custom_metrics_server.security.options import (
     SecurityConfig,
@@ -60,8 +52,8 @@ from custom_metrics_server.security.options import (
 )
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_header_read_timeout
-from custom_metrics_server.server.app import AppSettings, BackendsFileSource, Server, create_app
-from custom_metrics_server.server.workers import ForwardedGate, WorkerApp
+from custom_metrics_server.server.app import AppSettings, BackendsFileSource, create_app
+from custom_metrics_server.server.workers import ForwardedGate, serve_worker, supervise
 
 logger = logging.getLogger("custom_metrics_server")
 
@@ -249,7 +241,7 @@ def _serve(args: argparse.Namespace) -> None:
             exit_code=CONFIGURATION,
         )
     if args.worker_of:
-        _serve_worker(args, security, bind)
+        serve_worker(args, security, _uvicorn_config, bind)
         return
     try:
         backends, base_dir, digest = backends_from_flags(args)
@@ -310,7 +302,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     config = _uvicorn_config(app, args, security, bind)
     if args.workers > 1:
-        _supervise(args, config, app, bind, on_bound)
+        supervise(args, config, app, bind, on_bound)
         return
     TlsServer(
         config,
@@ -341,65 +333,6 @@ def _uvicorn_config(
         # In-flight requests drain for at most the request deadline (upstream's bound too).
         timeout_graceful_shutdown=math.ceil(args.request_timeout) or None,
     )
-
-
-def _supervise(
-    args: argparse.Namespace,
-    config: uvicorn.Config,
-    app: Server,
-    bind: str,
-    on_bound: Callable[[int], None],
-) -> None:
-    """The main process of `--workers N`: the backends, the forwarded requests, the workers
-    (runtime.workers). The port is reserved here and served by the workers."""
-    try:
-        reserved = reserve_port(bind, args.secure_port)
-    except OSError as err:
-        raise listen_error(bind, args.secure_port, err) from err
-    port = reserved.getsockname()[1]
-    with reserved, tempfile.TemporaryDirectory(prefix="custom-metrics-server-") as private:
-        path = str(Path(private) / "main.sock")  # the directory is 0700: this user only
-        command = [*_this_program(), *args.argv, "--secure-port", str(port), "--worker-of", path]
-        SupervisingServer(
-            config,
-            on_bound,
-            on_shutdown=app.begin_shutdown,
-            startup_error=lambda: app.startup_error,
-            workers=Workers(lambda: command, args.workers),
-            forward_path=path,
-            port=port,
-        ).run()
-
-
-def _this_program() -> list[str]:
-    """How to run this program again: `python -m <module>` as it was started (a wrapper
-    module of the CLI included), else the script."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is not None and spec.name:
-        return [sys.executable, "-m", spec.name.removesuffix(".__main__")]
-    return [sys.executable, sys.argv[0]]
-
-
-def _serve_worker(args: argparse.Namespace, security: SecurityConfig, bind: str) -> None:
-    """A worker of `--workers N` (runtime.workers, server.workers): serves the port with
-    the main process's answers."""
-    die_with_parent(os.getppid())
-    app = WorkerApp(
-        security=security,
-        client=ForwardClient(args.worker_of),
-        max_requests_inflight=args.max_requests_inflight,
-        request_timeout=args.request_timeout,
-    )
-    server = TlsServer(
-        _uvicorn_config(app, args, security, bind),
-        lambda _port: app.greet(),
-        on_shutdown=app.begin_shutdown,
-        shutdown_delay=args.shutdown_delay_duration,
-        tls_handshake_timeout=args.tls_handshake_timeout,
-        startup_error=lambda: app.startup_error,
-    )
-    server.reuse_port = True
-    server.run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -160,7 +160,7 @@ class ForwardClient(asyncio.Protocol):
             self._transport.write(_frame(0, HELLO, text.encode()))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = _Batch(cast(asyncio.Transport, transport))  # uvloop's: no subclass
+        self._transport = _Batch(cast("asyncio.Transport", transport))  # uvloop's: no subclass
         self.lost.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -251,7 +251,7 @@ class _ServerConnection(asyncio.Protocol):
         self.worker = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = _Batch(cast(asyncio.Transport, transport))
+        self.transport = _Batch(cast("asyncio.Transport", transport))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None

@@ -12,26 +12,45 @@ limits hold for the whole server. A worker whose main process does not answer in
 the client its 504 (`Deadline`) and tells the main process to cancel; one whose connection to
 the main process is down answers 503.
 
+`supervise` runs the main process (`runtime.workers.SupervisingServer`: the port reserved,
+the workers started with the command line's flags, replaced when they die, stopped in order)
+and `serve_worker` a worker; the command line calls them for `--workers N` and the hidden
+`--worker-of` flag.
+
 Per request in a worker: the chain's filters (O(1) with warm caches), one forwarded frame
 each way (O(headers + body)).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Final
+
+import uvicorn
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.errors import BackendUnavailable, StatusError
-from custom_metrics_server.runtime.asgi import Receive, Scope, Send, serve_lifespan
+from custom_metrics_server.runtime.asgi import ASGIApp, Receive, Scope, Send, serve_lifespan
 from custom_metrics_server.runtime.forward import ForwardClient, MainUnavailable
+from custom_metrics_server.runtime.serving import TlsServer, listen_error
 from custom_metrics_server.runtime.tasks import background
+from custom_metrics_server.runtime.workers import (
+    SupervisingServer,
+    Workers,
+    die_with_parent,
+    reserve_port,
+)
 from custom_metrics_server.security.options import SecurityConfig
+from custom_metrics_server.server.app import Server
 from custom_metrics_server.server.chain import (
     Deadline,
     GateFilter,
@@ -45,9 +64,19 @@ from custom_metrics_server.server.chain import (
 from custom_metrics_server.server.observability import ServerMetrics
 from custom_metrics_server.server.shell import build_shell
 
-__all__ = ["ForwardedGate", "WorkerApp"]
+__all__ = [
+    "ForwardedGate",
+    "MakeConfig",
+    "WorkerApp",
+    "serve_worker",
+    "supervise",
+    "this_program",
+]
 
 logger = logging.getLogger(__name__)
+
+#: Builds the uvicorn settings of the command line for an application (cli._uvicorn_config).
+MakeConfig = Callable[[ASGIApp, argparse.Namespace, SecurityConfig, str], uvicorn.Config]
 
 #: Answered by the worker itself; `/readyz` goes to the main process.
 _LOCAL: Final = frozenset({"/healthz", "/livez"})
@@ -122,9 +151,7 @@ class WorkerApp:
         connected = self.client.connected
         return {
             "ping": Readiness(ready=True),
-            "main-process": Readiness(
-                ready=connected, reason="" if connected else "not connected"
-            ),
+            "main-process": Readiness(ready=connected, reason="" if connected else "not connected"),
         }
 
     def begin_shutdown(self) -> None:
@@ -163,3 +190,64 @@ class WorkerApp:
             await serve_lifespan(self._lifespan, receive, send, failed=self._lifespan_failed)
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})
+
+
+def supervise(
+    args: argparse.Namespace,
+    config: uvicorn.Config,
+    app: Server,
+    bind: str,
+    on_bound: Callable[[int], None],
+) -> None:
+    """The main process of `--workers N`: the backends, the forwarded requests, the workers
+    (runtime.workers). The port is reserved here and served by the workers."""
+    try:
+        reserved = reserve_port(bind, args.secure_port)
+    except OSError as err:
+        raise listen_error(bind, args.secure_port, err) from err
+    port = reserved.getsockname()[1]
+    with reserved, tempfile.TemporaryDirectory(prefix="custom-metrics-server-") as private:
+        path = str(Path(private) / "main.sock")  # the directory is 0700: this user only
+        command = [*this_program(), *args.argv, "--secure-port", str(port), "--worker-of", path]
+        SupervisingServer(
+            config,
+            on_bound,
+            on_shutdown=app.begin_shutdown,
+            startup_error=lambda: app.startup_error,
+            workers=Workers(lambda: command, args.workers),
+            forward_path=path,
+            port=port,
+        ).run()
+
+
+def this_program() -> list[str]:
+    """How to run this program again: `python -m <module>` as it was started (a wrapper
+    module of the CLI included), else the script."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        return [sys.executable, "-m", spec.name.removesuffix(".__main__")]
+    return [sys.executable, sys.argv[0]]
+
+
+def serve_worker(
+    args: argparse.Namespace, security: SecurityConfig, make_config: MakeConfig, bind: str
+) -> None:
+    """A worker of `--workers N` (runtime.workers, server.workers): serves the port with
+    the main process's answers."""
+    die_with_parent(os.getppid())
+    app = WorkerApp(
+        security=security,
+        client=ForwardClient(args.worker_of),
+        max_requests_inflight=args.max_requests_inflight,
+        request_timeout=args.request_timeout,
+    )
+    server = TlsServer(
+        make_config(app, args, security, bind),
+        lambda _port: app.greet(),
+        on_shutdown=app.begin_shutdown,
+        shutdown_delay=args.shutdown_delay_duration,
+        tls_handshake_timeout=args.tls_handshake_timeout,
+        startup_error=lambda: app.startup_error,
+    )
+    server.reuse_port = True
+    server.run()

@@ -49,9 +49,10 @@ from custom_metrics_server.domain import (
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.quantity import format_quantity
 from custom_metrics_server.query import causes
+from custom_metrics_server.query.decision import Decision
 from custom_metrics_server.query.engine import QueryEngine, selector_text
 from custom_metrics_server.query.hints import age
-from custom_metrics_server.query.routing import CUSTOM, EXTERNAL, Decision
+from custom_metrics_server.query.routes import CUSTOM, EXTERNAL
 from custom_metrics_server.query.status import MetricStats
 
 __all__ = ["explain", "explain_parsed"]

@@ -54,7 +54,8 @@ from custom_metrics_server.domain import (
 )
 from custom_metrics_server.prometheus import registry as registry_module
 from custom_metrics_server.prometheus import results
-from custom_metrics_server.prometheus.client import PrometheusClient, PrometheusError
+from custom_metrics_server.prometheus.answers import PrometheusError
+from custom_metrics_server.prometheus.client import PrometheusClient
 from custom_metrics_server.prometheus.custom_plan import PlanKey, Planned, plan_custom
 from custom_metrics_server.prometheus.fetch import (
     custom_samples,

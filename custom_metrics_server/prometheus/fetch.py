@@ -25,7 +25,7 @@ from custom_metrics_server.domain import (
 )
 from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, InternalError
 from custom_metrics_server.prometheus import results
-from custom_metrics_server.prometheus.client import PrometheusError
+from custom_metrics_server.prometheus.answers import PrometheusError
 from custom_metrics_server.prometheus.custom_plan import Planned
 from custom_metrics_server.prometheus.live_config import LiveConfig
 from custom_metrics_server.prometheus.rules import Rule

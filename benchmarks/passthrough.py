@@ -19,7 +19,7 @@ percentiles and each process's CPU time (utime + stime) per request are compared
 
 The `fan-out against *` line calibrates `prefers_wildcard`: the total CPU (both processes) of
 one single-object request through us against the list of PODS items, giving the cost of one
-more item as a fraction of one more call (`ITEM_COST` in backends/passthrough/backend.py).
+more item as a fraction of one more call (`ITEM_COST` in backends/passthrough/calls.py).
 
     python benchmarks/passthrough.py             # 10 s per case, 1,000 pods
     python benchmarks/passthrough.py --smoke     # 1 s per case, 200 pods (make bench-smoke)

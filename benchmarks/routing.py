@@ -49,7 +49,8 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.query.engine import QueryEngine
-from custom_metrics_server.query.routing import Host, Route, Router
+from custom_metrics_server.query.routes import Host, Route
+from custom_metrics_server.query.routing import Router
 
 TARGET_US = 2.0
 PODS = GroupResource("", "pods")

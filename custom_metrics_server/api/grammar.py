@@ -7,6 +7,10 @@ by segment count, the namespace-metrics form is rewritten to resource `namespace
 trailing slash is ignored. Percent-decoding happens before this module (the ASGI server gives
 the decoded path), so `%2A` is `*` and `%2F` makes an extra segment.
 
+It stays one piece (over ~400 lines): the path routes, the query parameters and the name and
+selector checks are one grammar, which the server and the other parsers of served URLs
+(`core_api`, `compute.metrics_request`) import from this one place.
+
 Cost: O(len(path) + len(query)) per request; selectors are parsed through a cache.
 """
 

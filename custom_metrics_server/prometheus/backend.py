@@ -20,7 +20,9 @@ selector of the query; NaN and infinities are dropped. Failures: unreachable or 
 slow -> 504 (`errors.BackendUnavailable` / `BackendTimeout`), a query the engine rejects
 (a configuration error) -> 500 with the rule named.
 
-Per request: O(len(query)) to build it, plus O(series returned) to match names.
+Per request: O(len(query)) to build it, plus O(series returned) to match names. This module owns
+the series listing, the registry and the contract; planning a query is `custom_plan`'s, running
+it and reading its answer `fetch`'s.
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ import math
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Literal, Self
 
 from prometheus_client.registry import Collector
 
@@ -51,25 +52,28 @@ from custom_metrics_server.domain import (
     ResourceMapping,
     Sample,
 )
-from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, InternalError
-from custom_metrics_server.machinery.labels import Selector
 from custom_metrics_server.prometheus import registry as registry_module
 from custom_metrics_server.prometheus import results
-from custom_metrics_server.prometheus.client import PrometheusClient, PrometheusError
+from custom_metrics_server.prometheus.answers import PrometheusError
+from custom_metrics_server.prometheus.client import PrometheusClient
+from custom_metrics_server.prometheus.custom_plan import PlanKey, Planned, plan_custom
+from custom_metrics_server.prometheus.fetch import (
+    custom_samples,
+    external_samples,
+    run_query,
+    vector,
+)
 from custom_metrics_server.prometheus.live_config import LiveConfig
 from custom_metrics_server.prometheus.promql import range_window
-from custom_metrics_server.prometheus.queries import CustomQuery, custom_query, external_query
+from custom_metrics_server.prometheus.queries import external_query
 from custom_metrics_server.prometheus.registry import Registry, SeriesShape
-from custom_metrics_server.prometheus.rules import AdapterConfig, Rule, ServerConfig
+from custom_metrics_server.prometheus.rules import AdapterConfig, ServerConfig
 from custom_metrics_server.prometheus.self_metrics import BackendMetrics, ForwardingCollector
 from custom_metrics_server.prometheus.usage import PrometheusResourceUsage
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk.backend import ClusterView
 
 logger = logging.getLogger(__name__)
-
-#: Request shapes whose rendered query `PrometheusBackend` keeps (about 1 KiB each).
-_QUERY_CACHE: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +132,8 @@ class PrometheusBackend:
         # describedObject values are reused across requests (their rendered JSON is not, as
         # every answer carries a new evaluation time); bounded by the objects asked about.
         self._refs: dict[tuple[str, str, str, str], ObjectRef] = {}
-        # The rendered query of each request shape (see `_custom_query`).
-        self._queries: dict[
-            tuple[MetricInfo, str, str, str | None, Selector],
-            tuple[Rule, str, CustomQuery, int | None] | None,
-        ] = {}
+        # The rendered query of each request shape (see `custom_plan`).
+        self._queries: dict[PlanKey, Planned | None] = {}
         self.resource_usage = PrometheusResourceUsage(
             self._live, interval=settings.resource_usage_interval or 30.0
         )
@@ -255,122 +256,27 @@ class PrometheusBackend:
             age = self.listing_age(server)
             self.metrics.listing_age.labels(server).set(math.inf if age is None else age)
 
-    def _custom_query(
-        self, request: BackendRequest, namespace: str, names: list[str]
-    ) -> tuple[Rule, str, CustomQuery, int | None] | None:
-        """(rule, object label, query, windowSeconds) of a request, None when the registry
-        or the rule cannot answer it.
-
-        Memoised per shape, (metric, resource's singular name, namespace, the object's name
-        when there is one, metric selector): rendering the template, quoting the matchers
-        and finding the range window cost ~20 µs, the lookup ~1 µs. Emptied with each new
-        registry (a relist, which a reload triggers, so the rules and series names in force
-        are always the ones used) and when it holds `_QUERY_CACHE` shapes."""
-        mapping = request.mapping
-        singular = mapping.singular or mapping.kind.lower()
-        key = (
-            request.metric,
-            singular,
-            namespace,
-            names[0] if len(names) == 1 else None,
-            request.metric_selector,
-        )
-        cache = self._queries
-        if key in cache:
-            return cache[key]
-        entry = self._registry.custom.get(request.metric)
-        if entry is None or not names:
-            return None  # not memoised: the next registry may list the metric
-        rule = entry.rule
-        label = rule.label_for(mapping.group_resource, singular)
-        planned: tuple[Rule, str, CustomQuery, int | None] | None = None
-        if label is not None:
-            query = custom_query(
-                rule,
-                series=entry.series,
-                metric=request.metric.metric,
-                object_label=label,
-                namespace=namespace,
-                names=names,
-                metric_selector=request.metric_selector,
-            )
-            if query is not None:
-                window = rule.window if rule.window is not None else range_window(query.promql)
-                planned = (rule, label, query, window)
-        if len(cache) >= _QUERY_CACHE:
-            cache.clear()
-        cache[key] = planned
-        return planned
-
     async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
         """See `MetricsBackend.fetch`.
 
-        Cost per request: a dict lookup for the query (:meth:`_custom_query`, rendered once
+        Cost per request: a dict lookup for the query (`custom_plan.plan_custom`, rendered once
         per shape), one call to Prometheus (:meth:`.PrometheusClient.query`, about 60 µs of
         CPU over a kept-alive connection for one series), O(series returned) to read the
         answer and O(objects) samples; about 25 µs besides the call for one object."""
         names = [name for _, name in request.objects]
         namespace = request.objects[0][0] if request.objects and request.metric.namespaced else ""
-        planned = self._custom_query(request, namespace, names)
+        planned = plan_custom(self._registry, self._queries, request, namespace, names)
         if planned is None:
             return ()
         # One object: an answer of one series, not worth compressing.
-        data = await self._query(
-            planned[0], planned[2].promql, request.metric.metric, compress=len(names) > 1
+        data = await run_query(
+            self._live,
+            planned[0],
+            planned[2].promql,
+            request.metric.metric,
+            compress=len(names) > 1,
         )
-        return self._custom_samples(request, planned, data, names, namespace)
-
-    def _custom_samples(
-        self,
-        request: BackendRequest,
-        planned: tuple[Rule, str, CustomQuery, int | None],
-        data: Any,
-        names: list[str],
-        namespace: str,
-    ) -> list[Sample]:
-        """The samples of a custom query's answer, in the requested objects' order (absent
-        ones left out, or 0 under `absent: zero`). O(series + objects)."""
-        rule, label, query, window = planned
-        mapping = request.mapping
-        wanted = set(names)
-        found: dict[str, tuple[Decimal, float]] = {}
-        for labels, value, stamp in results.samples(
-            self._vector(data, rule, request.metric.metric)
-        ):
-            name = labels.get(label)
-            if name not in wanted or name in found:
-                continue
-            if query.namespace_label is None or (
-                labels.get(query.namespace_label, namespace) == namespace
-            ):
-                found[name] = (value, stamp)
-        now = time.time()
-        samples = []
-        refs = self._refs
-        if len(refs) > 200_000:
-            refs.clear()
-        kind, api_version = mapping.kind, mapping.api_version
-        for object_namespace, name in request.objects:
-            hit = found.get(name)
-            if hit is None:
-                if rule.absent != "zero":
-                    continue
-                hit = (Decimal(0), now)
-            key = (kind, api_version, object_namespace, name)
-            ref = refs.get(key)
-            if ref is None:
-                ref = refs[key] = ObjectRef(kind, object_namespace, name, api_version)
-            samples.append(
-                Sample(
-                    described=ref,
-                    metric=request.metric.metric,
-                    value=hit[0],
-                    timestamp=hit[1],
-                    window=window,
-                    reused=False,
-                )
-            )
-        return samples
+        return custom_samples(request, planned, data, names, namespace, refs=self._refs)
 
     def failure_policy(
         self, api: str, resource: GroupResource | None, metric: str
@@ -405,18 +311,18 @@ class PrometheusBackend:
                 metric_selector=request.metric_selector,
             )
             found: dict[str, Any] = {"rule": rule.where, "server": rule.server, "promql": promql}
-            data = await self._query(rule, promql, request.metric)
+            data = await run_query(self._live, rule, promql, request.metric)
             if isinstance(data, Mapping) and data.get("resultType") == "scalar":
                 found["series"] = 1
             else:
-                found["series"] = len(self._vector(data, rule, request.metric))
+                found["series"] = len(vector(data, rule, request.metric))
             return found
         names = [name for _, name in request.objects]
         namespace = request.objects[0][0] if request.objects and request.metric.namespaced else ""
         entry = self._registry.custom.get(request.metric)
         if entry is None:
             return {"rule": None, "reason": "no rule's series listing has this metric"}
-        planned = self._custom_query(request, namespace, names)
+        planned = plan_custom(self._registry, self._queries, request, namespace, names)
         if planned is None:
             return {
                 "rule": entry.rule.where,
@@ -426,8 +332,8 @@ class PrometheusBackend:
                 + (" or for namespaces" if namespace else ""),
             }
         rule, label, query, _ = planned
-        data = await self._query(rule, query.promql, request.metric.metric)
-        series = self._vector(data, rule, request.metric.metric)
+        data = await run_query(self._live, rule, query.promql, request.metric.metric)
+        series = vector(data, rule, request.metric.metric)
         wanted = set(names)
         matching = sum(1 for labels, _, _ in results.samples(series) if labels.get(label) in wanted)
         return {
@@ -452,60 +358,9 @@ class PrometheusBackend:
             namespace=request.namespace,
             metric_selector=request.metric_selector,
         )
-        data = await self._query(rule, promql, request.metric)
+        data = await run_query(self._live, rule, promql, request.metric)
         window = rule.window if rule.window is not None else range_window(promql)
-        found: list[ExternalSample] = []
-        if isinstance(data, Mapping) and data.get("resultType") == "scalar":
-            scalar = results.point(data.get("result"))
-            if scalar is not None:
-                found.append(
-                    ExternalSample(request.metric, {}, scalar[0], scalar[1], window, reused=False)
-                )
-        else:
-            for labels, value, stamp in results.samples(self._vector(data, rule, request.metric)):
-                series_labels = {str(k): str(v) for k, v in labels.items()}
-                found.append(
-                    ExternalSample(
-                        request.metric, series_labels, value, stamp, window, reused=False
-                    )
-                )
-        if not found and rule.absent == "zero":
-            found.append(
-                ExternalSample(request.metric, {}, Decimal(0), time.time(), window, reused=False)
-            )
-        return found
-
-    async def _query(self, rule: Rule, query: str, metric: str, *, compress: bool = True) -> Any:
-        client = self._live.client_or_none(rule.server)
-        if client is None:  # pragma: no cover - a reload dropped the server mid-request
-            raise BackendUnavailable(f"Prometheus server {rule.server!r} is not configured")
-        try:
-            return await client.query(query, compress=compress)
-        except PrometheusError as err:
-            message = f"metric {metric!r} ({rule.where}): {err}"
-            if err.kind == "timeout":
-                raise BackendTimeout(message) from err
-            if err.kind == "unavailable":
-                raise BackendUnavailable(message) from err
-            logger.error("prometheus rejected %r: %s", query, err)
-            raise InternalError(f"{message}; query: {query}") from err
-
-    @staticmethod
-    def _vector(data: Any, rule: Rule, metric: str) -> list[object]:
-        """The series of an instant-vector answer. Another result type is the rule's fault
-        (500, naming it); a malformed answer is the engine's (503)."""
-        kind = data.get("resultType") if isinstance(data, Mapping) else None
-        if kind in ("matrix", "string", "scalar"):
-            raise InternalError(
-                f"metric {metric!r} ({rule.where}): metricsQuery returned a {kind}, "
-                "not an instant vector"
-            )
-        result = results.vector_result(data)
-        if result is None:
-            raise BackendUnavailable(
-                f"metric {metric!r} ({rule.where}): Prometheus sent a malformed query answer"
-            )
-        return result
+        return external_samples(request, rule, data, window)
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -9,174 +9,41 @@ the caller's deadline. Every failure is a `PrometheusError` whose `kind` says wh
 problem, never retried).
 
 Bearer tokens are re-read from `token_file` when the file changes (projected tokens rotate).
+
+Owns sending: GET or POST, the request head, retries and the two transports; reading answers is
+`prometheus.answers`', the connection's settings `prometheus.connection`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import random
-import re
 import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
-from urllib.parse import SplitResult, unquote, urlencode, urlsplit
-from urllib.request import getproxies, proxy_bypass
+from urllib.parse import unquote, urlencode, urlsplit
 
 import httpx
-import orjson
 
 from custom_metrics_server import __version__
-from custom_metrics_server.prometheus.registry import SeriesShape, series_shape
+from custom_metrics_server.prometheus.answers import PrometheusError, SeriesReader, decode
+from custom_metrics_server.prometheus.connection import (
+    TokenFile,
+    header_problem,
+    proxied,
+    ssl_context,
+)
+from custom_metrics_server.prometheus.registry import SeriesShape
 from custom_metrics_server.prometheus.rules import ServerConfig
 from custom_metrics_server.runtime.http11 import Http11Pool, TransportError, TransportTimeout
-from custom_metrics_server.runtime.tls import client_context
 
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
 #: Longer encoded forms go as POST bodies; many proxies cap request lines at 4-8 KiB.
 MAX_GET_QUERY: Final = 4096
 #: Instant queries whose URL-encoded form a client keeps (the same PromQL recurs per object).
 _ENCODED_CACHE: Final = 4096
-
-ErrorKind = Literal["unavailable", "timeout", "rejected"]
-
-
-class PrometheusError(Exception):
-    """A failed call; `kind` is `unavailable`, `timeout` or `rejected`."""
-
-    def __init__(self, kind: ErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.kind: ErrorKind = kind
-
-
-class _TokenFile:
-    """A bearer token file, re-read when its mtime or size changes."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._stamp: tuple[float, int] | None = None
-        self._token = ""
-
-    def token(self) -> str:
-        try:
-            status = os.stat(self.path)
-        except OSError:
-            return self._token
-        stamp = (status.st_mtime, status.st_size)
-        if stamp != self._stamp:
-            try:
-                with open(self.path, encoding="utf-8") as handle:
-                    self._token = handle.read().strip()
-                self._stamp = stamp
-            except OSError:
-                pass
-        return self._token
-
-
-def _ssl_context(server: ServerConfig) -> ssl.SSLContext | bool:
-    if not server.url.startswith("https://"):
-        return True
-    return client_context(
-        server.ca_file,
-        insecure=server.insecure_skip_verify,
-        cert_file=server.client_cert_file,
-        key_file=server.client_key_file,
-    )
-
-
-_STRUCTURAL: Final = re.compile(rb'[{}"\\]')
-_SUCCESS: Final = re.compile(rb'"status"\s*:\s*"success"')
-
-
-class SeriesReader:
-    """Incremental reader of a `/api/v1/series` body (`{"status":"success","data":[{...},...]}`):
-    each series object is cut out of the byte stream by tracking braces outside strings, decoded
-    alone and reduced to its shape at once. O(body) time, O(one series + shapes) memory.
-    """
-
-    def __init__(self) -> None:
-        self.shapes: set[SeriesShape] = set()
-        self._depth = 0
-        self._in_string = False
-        self._carry_skip = 0  # an escape at the end of the last chunk skips this chunk's first byte
-        self._object = bytearray()
-        self._head = b""
-        self._tail = b""
-
-    def feed(self, chunk: bytes) -> None:
-        """Consume the next piece of the body."""
-        if len(self._head) < 64:
-            self._head += chunk[: 64 - len(self._head)]
-        self._tail = (self._tail + chunk)[-64:]
-        start: int | None = 0 if self._depth >= 2 else None
-        skip_until = self._carry_skip
-        for match in _STRUCTURAL.finditer(chunk):
-            index = match.start()
-            if index < skip_until:
-                continue
-            char = chunk[index]
-            if self._in_string:
-                if char == 0x5C:  # a backslash escapes the next byte
-                    skip_until = index + 2
-                elif char == 0x22:
-                    self._in_string = False
-            elif char == 0x22:
-                self._in_string = True
-            elif char == 0x7B:
-                self._depth += 1
-                if self._depth == 2:
-                    start = index
-            elif char == 0x7D:
-                if self._depth == 2 and start is not None:
-                    self._object += chunk[start : index + 1]
-                    self._emit()
-                    start = None
-                self._depth -= 1
-        if self._depth >= 2 and start is not None:
-            self._object += chunk[start:]
-        self._carry_skip = max(0, skip_until - len(chunk))
-
-    def _emit(self) -> None:
-        try:
-            labels = orjson.loads(self._object)
-        except orjson.JSONDecodeError:
-            labels = None
-        self._object.clear()
-        if isinstance(labels, dict) and (shape := series_shape(labels)) is not None:
-            self.shapes.add(shape)
-
-    def finish(self, where: str) -> set[SeriesShape]:
-        """The shapes, once the body is complete and was a successful listing."""
-        if (
-            self._depth != 0
-            or self._in_string
-            or not self._head.lstrip().startswith(b"{")
-            or not (_SUCCESS.search(self._head) or _SUCCESS.search(self._tail))
-        ):
-            raise PrometheusError("unavailable", f"{where} answered 200 with a malformed body")
-        return self.shapes
-
-
-def _proxied(url: SplitResult) -> bool:
-    """Whether the environment names a proxy for `url` (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY,
-    not bypassed by NO_PROXY), which httpx honours and the lean pool does not."""
-    proxies = getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
-        return False
-    return not proxy_bypass(url.hostname or "")
-
-
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
-def _header_problem(name: str, value: str) -> str | None:
-    if not _TOKEN.fullmatch(name):
-        return f"header name {name!r} is not an HTTP token"
-    if any(char in value for char in "\r\n\x00"):
-        return f"header {name!r} has a line break or NUL in its value"
-    return None
 
 
 class PrometheusClient:
@@ -202,7 +69,7 @@ class PrometheusClient:
         self.retries = retries
         self.verb = verb
         self._observe = observe
-        self._token = _TokenFile(server.token_file) if server.token_file else None
+        self._token = TokenFile(server.token_file) if server.token_file else None
         # The URL-encoded form of recent instant queries (urlencode is ~10 µs a query).
         self._encoded: dict[str, str] = {}
         url = urlsplit(server.url.rstrip("/"))
@@ -212,10 +79,10 @@ class PrometheusClient:
         self._http: httpx.AsyncClient | None = None
         self._pool: Http11Pool | None = None
         self._problem: str | None = None
-        if transport is not None or _proxied(url):
+        if transport is not None or proxied(url):
             self._http = httpx.AsyncClient(
                 base_url=server.url.rstrip("/"),
-                verify=_ssl_context(server),
+                verify=ssl_context(server),
                 headers=headers,
                 timeout=httpx.Timeout(timeout),
                 limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
@@ -223,7 +90,7 @@ class PrometheusClient:
                 follow_redirects=False,
             )
             return
-        context = _ssl_context(server)
+        context = ssl_context(server)
         https = url.scheme == "https"
         self._pool = Http11Pool(
             host=url.hostname or "",
@@ -240,7 +107,7 @@ class PrometheusClient:
         merged: dict[str, tuple[str, str]] = {}
         for name, value in (("Host", url.netloc.rpartition("@")[2]), *headers.items()):
             merged[name.lower()] = (name, value)
-            self._problem = self._problem or _header_problem(name, value)
+            self._problem = self._problem or header_problem(name, value)
         # Credentials, first found wins (httpx's order): the URL's, the token file's, a
         # configured Authorization header.
         configured = merged.pop("authorization", None)
@@ -349,7 +216,7 @@ class PrometheusClient:
         if self._basic is not None:
             extra += self._basic
         elif self._token is not None and (token := self._token.token()):
-            if _header_problem("Authorization", token) is not None:
+            if header_problem("Authorization", token) is not None:
                 raise PrometheusError(
                     "unavailable", f"{self._where()}: the bearer token has a line break"
                 )
@@ -391,7 +258,7 @@ class PrometheusClient:
             ) from err
         if reader is not None and answer.status == 200:
             return reader.finish(self._where())
-        return self._decode(answer.status, answer.reason, answer.body)
+        return decode(answer.status, answer.reason, answer.body, self._where)
 
     async def _once_httpx(self, path: str, encoded: str, use_post: bool, *, stream: bool) -> Any:
         """One attempt through httpx (a proxy, or a test's transport)."""
@@ -414,7 +281,9 @@ class PrometheusClient:
                     return reader.finish(self._where())
                 if stream:
                     await response.aread()
-                return self._decode(response.status_code, response.reason_phrase, response.content)
+                return decode(
+                    response.status_code, response.reason_phrase, response.content, self._where
+                )
             finally:
                 await response.aclose()
         except httpx.TimeoutException as err:
@@ -428,34 +297,3 @@ class PrometheusClient:
 
     def _where(self) -> str:
         return f"Prometheus server {self.server.name!r} ({self.server.url})"
-
-    def _decode(self, status: int, reason: str, content: bytes) -> Any:
-        """The `data` of a successful answer, else the `PrometheusError` it means.
-
-        Cost: one orjson decode of the body."""
-        try:
-            document = orjson.loads(content)
-        except orjson.JSONDecodeError:
-            document = None
-        if status == 200 and isinstance(document, dict) and document.get("status") == "success":
-            return document.get("data")
-        detail = ""
-        error_type = ""
-        if isinstance(document, dict):
-            detail = str(document.get("error", ""))
-            error_type = str(document.get("errorType", ""))
-        if status == 200:
-            # Not the API's envelope: a proxy's page, a truncated body, another service.
-            raise PrometheusError(
-                "unavailable", f"{self._where()} answered 200 with a malformed body"
-            )
-        if not detail:
-            detail = content.decode("utf-8", "replace").strip()[:300] or reason
-        message = f"{self._where()} answered {status}: {detail}"
-        if error_type == "timeout" or status == 504:
-            raise PrometheusError("timeout", message)
-        if status in (400, 422) and error_type in ("bad_data", "execution"):
-            raise PrometheusError("rejected", message)
-        # 5xx, 429, 401/403 (credentials), 404 (wrong URL): unavailable until an operator or
-        # the engine fixes it; the metric's configuration is not at fault.
-        raise PrometheusError("unavailable", message)

@@ -20,36 +20,35 @@ Every error names the rule (`rules[2]`, with its seriesQuery) and the field. Unk
 collected as warnings, not errors, because Go's YAML decoding ignores them and configurations
 in the wild carry typos (the upstream sample has `metricQuery`).
 
-This module owns :func:`parse_config` and nothing else: the compiled values and their meaning
-are :mod:`.rules` (`name.as` defaults to `$0` or `$1` here, `namespaced: false` for external
-rules), and it must not query anything.
+This module owns :func:`parse_config` and the `rules` and `externalRules` sections (the
+`servers` and `resourceRules` sections are `servers_config` and `resource_rules_config`, field
+reading `config_fields`): the compiled values and their meaning are :mod:`.rules` (`name.as`
+defaults to `$0` or `$1` here, `namespaced: false` for external rules), and it must not query
+anything.
 
 Cost: O(size of the file), once at start and on each reload.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import yaml
 
 from custom_metrics_server.machinery.durations import parse_prometheus_duration
-from custom_metrics_server.prometheus.gotemplate import Template
-from custom_metrics_server.prometheus.gotemplate_values import TemplateError
-from custom_metrics_server.prometheus.promql import LABEL_NAME
+from custom_metrics_server.prometheus.config_fields import FieldReader, resources_block
+from custom_metrics_server.prometheus.resource_rules_config import parse_resource_rules
 from custom_metrics_server.prometheus.rules import (
     DEFAULT_SERVER,
     AdapterConfig,
     ConfigError,
-    ResourceRule,
-    ResourceRules,
     Rule,
     SeriesFilter,
     ServerConfig,
     label_pattern,
 )
+from custom_metrics_server.prometheus.servers_config import parse_servers
 
 __all__ = ["DEFAULT_METRICS_QUERY", "parse_config"]
 
@@ -75,56 +74,12 @@ _ANSWERS: Final = ("error", "zero", "last-good")
 _TOP_KEYS: Final = frozenset({"rules", "externalRules", "resourceRules", "servers"})
 
 
-class _Reader:
-    """Walks one rule's mapping, collecting warnings and raising errors that name it."""
-
-    def __init__(self, where: str, warnings: list[str]) -> None:
-        self.where = where
-        self.warnings = warnings
-
-    def fail(self, path: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.where}: {path}: {message}")
-
-    def mapping(self, value: object, path: str) -> Mapping[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.fail(path, f"must be a mapping, not {type(value).__name__}")
-        return value
-
-    def string(self, value: object, path: str, *, required: bool = False) -> str:
-        if value is None:
-            if required:
-                raise self.fail(path, "is required")
-            return ""
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            raise self.fail(path, f"must be a string, not {type(value).__name__}")
-        return str(value)
-
-    def regex(self, value: str, path: str) -> re.Pattern[str]:
-        try:
-            return re.compile(value)
-        except re.error as err:
-            raise self.fail(path, f"invalid regular expression {value!r}: {err}") from None
-
-    def template(self, value: str, path: str, name: str) -> Template:
-        try:
-            return Template(value, name=name)
-        except TemplateError as err:
-            raise self.fail(path, str(err)) from None
-
-    def unknown(self, data: Mapping[str, Any], known: frozenset[str], path: str) -> None:
-        for key in data:
-            if key not in known:
-                self.warnings.append(f"{self.where}: {path}{key}: unknown field, ignored")
-
-
 def _answer(text: str) -> Literal["error", "zero", "last-good"]:
     return "zero" if text == "zero" else "last-good" if text == "last-good" else "error"
 
 
 def _policy(
-    reader: _Reader, data: Mapping[str, Any]
+    reader: FieldReader, data: Mapping[str, Any]
 ) -> tuple[
     Literal["error", "zero", "last-good"], Literal["error", "zero", "last-good"], float | None
 ]:
@@ -148,7 +103,7 @@ def _policy(
     return _answer(answers[0]), _answer(answers[1]), max_age
 
 
-def _filters(reader: _Reader, raw: object) -> list[SeriesFilter]:
+def _filters(reader: FieldReader, raw: object) -> list[SeriesFilter]:
     filters: list[SeriesFilter] = []
     raw_filters = raw or []
     if not isinstance(raw_filters, list):
@@ -166,37 +121,7 @@ def _filters(reader: _Reader, raw: object) -> list[SeriesFilter]:
     return filters
 
 
-def _resources(
-    reader: _Reader, raw: object, *, external: bool
-) -> tuple[dict[str, tuple[str, str]], Template | None, bool]:
-    resources = reader.mapping(raw, "resources")
-    reader.unknown(resources, frozenset({"overrides", "template", "namespaced"}), "resources.")
-    overrides: dict[str, tuple[str, str]] = {}
-    for label, target in reader.mapping(resources.get("overrides"), "resources.overrides").items():
-        path = f"resources.overrides.{label}"
-        if not LABEL_NAME.fullmatch(str(label)):
-            raise reader.fail(path, "is not a valid Prometheus label name")
-        entry = reader.mapping(target, path)
-        reader.unknown(entry, frozenset({"group", "resource"}), f"{path}.")
-        resource = reader.string(entry.get("resource"), f"{path}.resource", required=True)
-        overrides[str(label)] = (reader.string(entry.get("group"), f"{path}.group"), resource)
-    template_text = reader.string(resources.get("template"), "resources.template")
-    template = (
-        reader.template(template_text, "resources.template", "resource-label")
-        if template_text
-        else None
-    )
-    if not external and not overrides and template is None:
-        raise reader.fail("resources", "needs `overrides` or a `template` to name any object")
-    namespaced = resources.get("namespaced", True)
-    if not isinstance(namespaced, bool):
-        raise reader.fail("resources.namespaced", "must be true or false")
-    if not external and "namespaced" in resources:
-        reader.warnings.append(f"{reader.where}: resources.namespaced: only external rules use it")
-    return overrides, template, namespaced
-
-
-def _replacements(reader: _Reader, raw: object) -> list[tuple[str, str]]:
+def _replacements(reader: FieldReader, raw: object) -> list[tuple[str, str]]:
     replacements: list[tuple[str, str]] = []
     raw_replacements = raw or []
     if not isinstance(raw_replacements, list):
@@ -221,7 +146,7 @@ def _rule(
     servers: Mapping[str, ServerConfig],
     warnings: list[str],
 ) -> Rule:
-    reader = _Reader(where, warnings)
+    reader = FieldReader(where, warnings)
     data = reader.mapping(raw, "rule")
     series_query = reader.string(data.get("seriesQuery"), "seriesQuery", required=True)
     reader.where = f"{where} (seriesQuery {series_query!r})"
@@ -247,7 +172,7 @@ def _rule(
                 "name.as", f"must be set: {matches_text!r} has {name_regex.groups} capture groups"
             )
 
-    overrides, resource_template, namespaced_raw = _resources(
+    overrides, resource_template, namespaced_raw = resources_block(
         reader, data.get("resources"), external=external
     )
     query_text = reader.string(data.get("metricsQuery"), "metricsQuery")
@@ -291,107 +216,6 @@ def _rule(
     )
 
 
-def _servers(
-    raw: object, default: ServerConfig | None, warnings: list[str]
-) -> dict[str, ServerConfig]:
-    servers: dict[str, ServerConfig] = {}
-    if default is not None:
-        servers[DEFAULT_SERVER] = default
-    if raw is None:
-        return servers
-    if not isinstance(raw, list):
-        raise ConfigError("servers: must be a list")
-    for index, entry in enumerate(raw):
-        reader = _Reader(f"servers[{index}]", warnings)
-        data = reader.mapping(entry, "server")
-        reader.unknown(
-            data,
-            frozenset(
-                {
-                    "name",
-                    "url",
-                    "caFile",
-                    "tokenFile",
-                    "headers",
-                    "insecureSkipVerify",
-                    "clientCertFile",
-                    "clientKeyFile",
-                }
-            ),
-            "",
-        )
-        name = reader.string(data.get("name"), "name", required=True)
-        url = reader.string(data.get("url"), "url", required=True)
-        if not url.startswith(("http://", "https://")):
-            raise reader.fail("url", f"must be an http:// or https:// URL, not {url!r}")
-        if name in servers:
-            raise reader.fail("name", f"{name!r} is defined twice")
-        headers = reader.mapping(data.get("headers"), "headers")
-        skip = data.get("insecureSkipVerify", False)
-        if not isinstance(skip, bool):
-            raise reader.fail("insecureSkipVerify", "must be true or false")
-        servers[name] = ServerConfig(
-            name=name,
-            url=url,
-            ca_file=reader.string(data.get("caFile"), "caFile") or None,
-            token_file=reader.string(data.get("tokenFile"), "tokenFile") or None,
-            headers=tuple((str(k), str(v)) for k, v in headers.items()),
-            insecure_skip_verify=skip,
-            client_cert_file=reader.string(data.get("clientCertFile"), "clientCertFile") or None,
-            client_key_file=reader.string(data.get("clientKeyFile"), "clientKeyFile") or None,
-        )
-    return servers
-
-
-def _resource_rule(reader: _Reader, raw: object, part: str) -> ResourceRule:
-    rule = reader.mapping(raw, part)
-    reader.unknown(
-        rule, frozenset({"containerQuery", "nodeQuery", "resources", "containerLabel"}), f"{part}."
-    )
-    queries = {
-        query: reader.template(
-            reader.string(rule.get(query), f"{part}.{query}", required=True),
-            f"{part}.{query}",
-            "resource-query",
-        )
-        for query in ("containerQuery", "nodeQuery")
-    }
-    overrides, template, _ = _resources(reader, rule.get("resources"), external=True)
-    return ResourceRule(
-        container_query=queries["containerQuery"],
-        node_query=queries["nodeQuery"],
-        container_label=reader.string(rule.get("containerLabel"), f"{part}.containerLabel")
-        or "container",
-        overrides=overrides,
-        resource_template=template,
-    )
-
-
-def _resource_rules(
-    raw: object, servers: Mapping[str, ServerConfig], warnings: list[str]
-) -> ResourceRules | None:
-    if raw is None:
-        return None
-    reader = _Reader("resourceRules", warnings)
-    data = reader.mapping(raw, "resourceRules")
-    reader.unknown(data, frozenset({"cpu", "memory", "window", "server"}), "")
-    cpu = _resource_rule(reader, data.get("cpu"), "cpu")
-    memory = _resource_rule(reader, data.get("memory"), "memory")
-    window = 60
-    if data.get("window") is not None:
-        try:
-            window = max(
-                1, round(parse_prometheus_duration(reader.string(data["window"], "window")))
-            )
-        except ValueError as err:
-            raise reader.fail("window", str(err)) from None
-    server = reader.string(data.get("server"), "server") or DEFAULT_SERVER
-    if server not in servers:
-        known = ", ".join(sorted(servers)) or "none"
-        raise reader.fail("server", f"names no configured Prometheus server (known: {known})")
-    return ResourceRules(cpu=cpu, memory=memory, window=window, server=server)
-
-
 def parse_config(
     text: str, *, default_server: ServerConfig | None = None, source: str = "the configuration"
 ) -> AdapterConfig:
@@ -407,7 +231,7 @@ def parse_config(
     warnings: list[str] = [
         f"{key}: unknown top-level field, ignored" for key in document if key not in _TOP_KEYS
     ]
-    servers = _servers(document.get("servers"), default_server, warnings)
+    servers = parse_servers(document.get("servers"), default_server, warnings)
     compiled: dict[str, list[Rule]] = {"rules": [], "externalRules": []}
     for key in ("rules", "externalRules"):
         raw_rules = document.get(key) or []
@@ -426,7 +250,7 @@ def parse_config(
     return AdapterConfig(
         rules=tuple(compiled["rules"]),
         external_rules=tuple(compiled["externalRules"]),
-        resource_rules=_resource_rules(document.get("resourceRules"), servers, warnings),
+        resource_rules=parse_resource_rules(document.get("resourceRules"), servers, warnings),
         servers=servers,
         warnings=tuple(warnings),
     )

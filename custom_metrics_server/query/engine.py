@@ -7,11 +7,10 @@ for nodes that way), resolving `*` plus `labelSelector` to concrete objects, the
 policy with the three upstream wordings, the per-call backend deadline, and what a backend's
 failure becomes.
 
-Backend failures: a `StatusError` a backend raises (`BadRequest`, `BackendUnavailable`,
-`BackendTimeout`, ...) keeps its code and gets the backend's name in front of its message; a
-call past its deadline is 504 naming the backend; any other exception (a bug, or an answer that
-breaks the contract) is a masked 500 naming the backend, with an `Audit-Id` header whose value
-the log line carrying the traceback repeats.
+Backend failures (`calls`, which guards and counts each backend call): a `StatusError` a
+backend raises keeps its code and gets the backend's name in front of its message; a call past
+its deadline is 504 naming the backend; any other exception is a masked 500 naming the backend,
+with an `Audit-Id` header.
 
 Not-found policy: an unknown resource or a metric no backend answers is a 404; a named object
 with no value is a 404 naming the object (and the metric selector, when one was given); a
@@ -38,10 +37,8 @@ O(objects requested), and a few attribute stores for the stats.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
@@ -59,23 +56,15 @@ from custom_metrics_server.domain import (
     Sample,
 )
 from custom_metrics_server.errors import (
-    BackendTimeout,
-    BackendUnavailable,
-    InternalError,
     StatusError,
     metric_not_found,
 )
 from custom_metrics_server.query import causes
+from custom_metrics_server.query.calls import call_backend, count_answer, with_causes
+from custom_metrics_server.query.decision import Decision
 from custom_metrics_server.query.policy import LastGood, apply_custom, apply_external
-from custom_metrics_server.query.routing import (
-    API,
-    CUSTOM,
-    EXTERNAL,
-    Decision,
-    Host,
-    Router,
-    hosts_of,
-)
+from custom_metrics_server.query.routes import API, CUSTOM, EXTERNAL, Host
+from custom_metrics_server.query.routing import Router, hosts_of
 from custom_metrics_server.query.status import OTHER, MetricStats, MetricStatus
 from custom_metrics_server.runtime.logs import Throttle
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
@@ -86,31 +75,6 @@ logger = logging.getLogger(__name__)
 
 #: An unknown external metric name is logged at most once per this many seconds.
 UNKNOWN_EXTERNAL_LOG_INTERVAL: Final = 600.0
-
-
-def backend_failed(name: str) -> InternalError:
-    """A backend's bug, masked as upstream masks a panic, naming the backend."""
-    return InternalError(
-        f'an error on the server ("backend {name} failed") has prevented the request from '
-        "succeeding",
-        details={},
-    )
-
-
-def _named(error: StatusError, name: str) -> StatusError:
-    """`error` with `backend <name>: ` in front of its message (same class, details, headers)."""
-    named = type(error)(f"backend {name}: {error.message}", details=error.details)
-    named.headers.update(error.headers)
-    return named
-
-
-def with_causes(error: StatusError, found: list[dict[str, object]]) -> StatusError:
-    """`error` with `found` appended to its `details.causes` (the message is untouched)."""
-    if found:
-        details = dict(error.details or {})
-        details["causes"] = [*details.get("causes", ()), *found]
-        error.details = details
-    return error
 
 
 def selector_text(request: MetricRequest | ExternalMetricRequest, which: str) -> str:
@@ -326,47 +290,13 @@ class QueryEngine:
         samples: Sequence[Sample] = result.samples  # type: ignore[assignment]
         if failure is not None and not samples:
             raise failure
-        self._count_answer(stats, samples, result.how, now, failure=failure)
+        count_answer(stats, samples, result.how, now, failure=failure)
         if not samples and not request.wildcard:
             raise with_causes(
                 self.not_found(request),
                 self.no_value_causes(request, decision, backend_request, stale=result.stale),
             )
         return samples
-
-    @staticmethod
-    def _count_answer(
-        stats: MetricStats,
-        samples: Sequence[Sample] | Sequence[ExternalSample],
-        how: str,
-        now: float,
-        *,
-        failure: StatusError | None,
-    ) -> None:
-        """Count an answer under a failure policy: as what the policy made of it. A failure it
-        covered is counted as that answer, not as an error (its time and message stay the
-        metric's last error)."""
-        if failure is not None and samples:
-            if failure.code == 504:
-                stats.timeout -= 1
-            else:
-                stats.error -= 1
-        if how == "zero":
-            stats.zero += 1
-            stats.last_outcome = "zero"
-        elif how == "last-good":
-            stats.last_good += 1
-            stats.last_outcome = "last_good"
-        elif samples:
-            stats.found += 1
-            stats.last_outcome = "found"
-        else:
-            stats.not_found += 1
-            stats.last_outcome = "not_found"
-        if samples and failure is None:
-            stats.last_success = now
-        if samples:
-            stats.newest_age = now - max(sample.timestamp for sample in samples)
 
     async def external(self, request: ExternalMetricRequest) -> Sequence[ExternalSample]:
         """Series answering an external-metrics request; an unknown metric has none."""
@@ -431,68 +361,14 @@ class QueryEngine:
         samples: Sequence[ExternalSample] = result.samples  # type: ignore[assignment]
         if failure is not None and not samples:
             raise failure
-        self._count_answer(stats, samples, result.how, now, failure=failure)
+        count_answer(stats, samples, result.how, now, failure=failure)
         return samples
 
-    async def _call(self, host: Host, call: Awaitable[R], stats: MetricStats, metric: str) -> R:
-        backend = host.backend
-        name = backend.name
-        readiness = backend.ready()
-        if not readiness.ready:
-            if asyncio.iscoroutine(call):
-                call.close()
-            unready = BackendUnavailable(
-                f"the {name} backend is not ready: {readiness.reason or 'not synced'}"
-            )
-            self._failed(stats, unready, metric, timeout=False)
-            raise unready
+    def _call(
+        self, host: Host, call: Awaitable[R], stats: MetricStats, metric: str
+    ) -> Awaitable[R]:
+        """`call` guarded by the host's deadline and counted (`calls.call_backend`)."""
         timeout = self.backend_timeout if host.timeout is None else host.timeout
-        started = time.perf_counter()
-        outcome = "error"
-        try:
-            async with asyncio.timeout(timeout):
-                result = await call
-            outcome = "ok"
-            return result
-        except asyncio.CancelledError:
-            outcome = "cancelled"  # the request's deadline (or shutdown) gave up on it
-            stats.failed("cancelled (the request's deadline passed)", timeout=True)
-            raise
-        except TimeoutError as err:
-            outcome = "timeout"
-            late = BackendTimeout(f"the {name} backend did not answer within {timeout:g}s")
-            self._failed(stats, late, metric, timeout=True)
-            raise late from err
-        except StatusError as err:
-            named = _named(err, name)
-            self._failed(stats, named, metric, timeout=err.code == 504)
-            raise named from err
-        except Exception as err:
-            outcome = "bug"
-            request_id = uuid.uuid4().hex
-            logger.error(
-                "backend %s failed (request id %s): %s: %s",
-                name,
-                request_id,
-                type(err).__name__,
-                err,
-                exc_info=True,
-            )
-            error = backend_failed(name)
-            error.headers["Audit-Id"] = request_id
-            self._failed(stats, error, metric, timeout=False)
-            raise error from err
-        finally:
-            if self._observe is not None:
-                self._observe(name, outcome, time.perf_counter() - started)
-
-    def _failed(
-        self, stats: MetricStats, error: StatusError, metric: str, *, timeout: bool
-    ) -> None:
-        """Count a failed backend call (the error path): the metric's stats, the backend's last
-        failure, and, on a 5xx, when the metric last answered."""
-        now = time.time()
-        stats.failed(error.message, timeout=timeout, now=now)
-        if error.code >= 500:
-            self.status.backend_failed(stats.backend, error.message, metric)
-            with_causes(error, causes.last_success(stats, now=now))
+        return call_backend(
+            host, call, stats, metric, deadline=timeout, observe=self._observe, status=self.status
+        )

@@ -19,20 +19,21 @@ Explaining costs what the request costs, plus the hints and, for Prometheus, one
 It is computed only when asked: the plain request path never reaches this module. A request
 explained is counted in the per-metric status like any other.
 
+Owns the walk through the query layer's decisions; the document's sections are built in
+`query.explain_sections`.
+
 PURE: no I/O of its own (the backends' calls go through the engine).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
 from custom_metrics_server.api import wire
-from custom_metrics_server.api.explanation import API_VERSION, KIND
 from custom_metrics_server.api.grammar import EXTERNAL_GROUP, QueryParams, parse
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -44,28 +45,18 @@ from custom_metrics_server.domain import (
     MetricRequest,
     ObjectKey,
     ResourceMapping,
-    Sample,
 )
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.quantity import format_quantity
 from custom_metrics_server.query import causes
+from custom_metrics_server.query import explain_sections as sections
+from custom_metrics_server.query.decision import Decision
 from custom_metrics_server.query.engine import QueryEngine, selector_text
 from custom_metrics_server.query.hints import age
-from custom_metrics_server.query.routing import CUSTOM, EXTERNAL, Decision
+from custom_metrics_server.query.routes import CUSTOM, EXTERNAL
 from custom_metrics_server.query.status import MetricStats
 
 __all__ = ["explain", "explain_parsed"]
-
-#: Object names (and samples) an explanation lists at most; counts are always complete.
-FIRST: Final = 10
-
-
-def _iso(timestamp: float) -> str | None:
-    return wire.format_time(timestamp) if timestamp > 0 else None
-
-
-def _document(request: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": KIND, "apiVersion": API_VERSION, "request": request}
 
 
 async def explain(engine: QueryEngine, path: str, query: QueryParams) -> dict[str, Any] | None:
@@ -75,9 +66,9 @@ async def explain(engine: QueryEngine, path: str, query: QueryParams) -> dict[st
     try:
         parsed = parse(path, query)
     except StatusError as error:
-        document = _document({**request, "error": error.message})
-        document["outcome"] = _status_outcome(error)
-        document["causes"] = _causes_of(error)
+        document = sections.document({**request, "error": error.message})
+        document["outcome"] = sections.status_outcome(error)
+        document["causes"] = sections.causes_of(error)
         return document
     if not isinstance(parsed, MetricRequest | ExternalMetricRequest):
         return None
@@ -93,159 +84,10 @@ async def explain_parsed(
     return await _explain_custom(engine, path, parsed)
 
 
-def _status_outcome(error: StatusError) -> dict[str, Any]:
-    return {"code": error.code, "status": wire.status_document(error)}
-
-
-def _causes_of(error: StatusError) -> list[Any]:
-    details = error.details or {}
-    return list(details.get("causes", ()))
-
-
-def _form(path: str, parsed: MetricRequest) -> str:
-    segments = [segment for segment in path.split("/") if segment]
-    if len(segments) >= 5 and segments[3] == "namespaces" and segments[5:6] == ["metrics"]:
-        return "namespace metric (namespaces/{namespace}/metrics/{metric})"
-    if parsed.namespace is not None:
-        kind = "all objects" if parsed.wildcard else "one object"
-        return f"namespaced, {kind} (namespaces/{{namespace}}/{{resource}}/{{name}}/{{metric}})"
-    kind = "all objects" if parsed.wildcard else "one object"
-    return f"cluster-wide, {kind} ({{resource}}/{{name}}/{{metric}})"
-
-
-def _custom_request(path: str, parsed: MetricRequest) -> dict[str, Any]:
-    return {
-        "path": path,
-        "api": CUSTOM,
-        "group": parsed.group,
-        "version": parsed.version,
-        "form": _form(path, parsed),
-        "resource": parsed.resource,
-        "namespace": parsed.namespace,
-        "name": parsed.name,
-        "metric": parsed.metric,
-        "labelSelector": selector_text(parsed, "label_selector"),
-        "metricLabelSelector": selector_text(parsed, "metric_selector"),
-    }
-
-
-def _mapping(mapping: ResourceMapping) -> dict[str, Any]:
-    return {
-        "found": True,
-        "groupResource": str(mapping.group_resource),
-        "kind": mapping.kind,
-        "apiVersion": mapping.api_version,
-        "namespaced": mapping.namespaced,
-    }
-
-
-def _route(engine: QueryEngine, decision: Decision, stats: MetricStats | None) -> dict[str, Any]:
-    policy = decision.policy
-    found: dict[str, Any] = {
-        "backend": decision.host.name,
-        "decidedBy": decision.describe(),
-        "listed": decision.listed,
-        "failurePolicy": None
-        if policy is None
-        else {
-            "absent": policy.absent,
-            "failure": policy.failure,
-            "maxAgeSeconds": policy.max_age,
-            "source": policy.source,
-        },
-    }
-    return found
-
-
-def _backend(
-    engine: QueryEngine, decision: Decision, stats: MetricStats | None, now: float
-) -> dict[str, Any]:
-    backend = decision.host.backend
-    readiness = backend.ready()
-    found: dict[str, Any] = {
-        "name": backend.name,
-        "ready": readiness.ready,
-        "readyReason": readiness.reason,
-        "timeoutSeconds": decision.host.timeout
-        if decision.host.timeout is not None
-        else engine.backend_timeout,
-    }
-    failure = engine.status.backend_failures.get(backend.name)
-    found["lastError"] = (
-        None
-        if failure is None
-        else {
-            "at": _iso(failure.at),
-            "ago": age(now - failure.at),
-            "metric": failure.metric,
-            "message": failure.message,
-        }
-    )
-    if stats is not None:
-        found["metricStatus"] = {
-            "requests": stats.counts(),
-            "lastOutcome": stats.last_outcome,
-            "lastSuccess": _iso(stats.last_success),
-            "lastError": _iso(stats.last_error),
-            "lastErrorMessage": stats.last_error_message,
-        }
-    return found
-
-
-async def _probe(
-    engine: QueryEngine, decision: Decision, request: BackendRequest | ExternalBackendRequest
-) -> dict[str, Any] | None:
-    """What the backend says about the fetch (its optional `explain_fetch`), within its
-    deadline; None when it cannot say."""
-    probe = getattr(decision.host.backend, "explain_fetch", None)
-    if not callable(probe):
-        return None
-    timeout = decision.host.timeout if decision.host.timeout is not None else engine.backend_timeout
-    try:
-        async with asyncio.timeout(timeout):
-            details = await probe(request)
-    except TimeoutError:
-        return {"error": f"the query did not answer within {timeout:g}s"}
-    except StatusError as error:
-        return {"error": error.message}
-    except Exception as error:  # an explanation never fails on a backend's bug
-        return {"error": f"{type(error).__name__}: {error}"}
-    return details if isinstance(details, dict) else None
-
-
-def _samples_table(
-    objects: Sequence[ObjectKey], samples: Sequence[Sample], now: float
-) -> dict[str, Any]:
-    by_key = {(s.described.namespace, s.described.name): s for s in samples}
-    with_values = [key for key in objects if key in by_key]
-    without = [key for key in objects if key not in by_key]
-    ages = [now - by_key[key].timestamp for key in with_values]
-    return {
-        "withValues": len(with_values),
-        "withoutValues": len(without),
-        "values": [
-            {
-                "name": _object_name(key),
-                "value": format_quantity(by_key[key].value),
-                "timestamp": _iso(by_key[key].timestamp),
-                "age": age(now - by_key[key].timestamp),
-            }
-            for key in with_values[:FIRST]
-        ],
-        "firstWithoutValues": [_object_name(key) for key in without[:FIRST]],
-        "newestAge": age(min(ages)) if ages else None,
-        "oldestAge": age(max(ages)) if ages else None,
-    }
-
-
-def _object_name(key: ObjectKey) -> str:
-    return f"{key[0]}/{key[1]}" if key[0] else key[1]
-
-
 async def _explain_custom(  # noqa: PLR0915 - the steps in request order
     engine: QueryEngine, path: str, parsed: MetricRequest
 ) -> dict[str, Any]:
-    document = _document(_custom_request(path, parsed))
+    document = sections.document(sections.custom_request(path, parsed))
     mapping = engine.cluster.mapping(parsed.resource) or await engine.cluster.resolve(
         parsed.resource
     )
@@ -258,7 +100,7 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
             "reason": f'the cluster view has no REST mapping for "{parsed.resource}"',
         }
     else:
-        document["resource"] = _mapping(mapping)
+        document["resource"] = sections.mapping(mapping)
         resource = mapping.group_resource
         decision = engine.router.decide_custom(resource, parsed.metric)
         namespace = parsed.namespace if mapping.namespaced else None
@@ -270,7 +112,7 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
             "namespace": namespace,
             "labelSelector": selector_text(parsed, "label_selector"),
             "matched": len(objects),
-            "first": [_object_name(key) for key in objects[:FIRST]],
+            "first": [sections.object_name(key) for key in objects[: sections.FIRST]],
         }
         if parsed.wildcard and not objects:
             selection["causes"] = causes.empty_selection(
@@ -297,8 +139,8 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
         samples = await engine.custom(parsed)
     except StatusError as error:
         samples = ()
-        document["outcome"] = _status_outcome(error)
-        outcome_causes = _causes_of(error)
+        document["outcome"] = sections.status_outcome(error)
+        outcome_causes = sections.causes_of(error)
     else:
         body = wire.metric_value_list(
             samples,
@@ -311,13 +153,13 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
     stats: MetricStats | None = None
     if decision is not None and mapping is not None:
         stats = engine.stats_of(decision, CUSTOM, mapping.group_resource, parsed.metric)
-        document["route"] = _route(engine, decision, stats)
-        document["backend"] = _backend(engine, decision, stats, now)
+        document["route"] = sections.route(engine, decision, stats)
+        document["backend"] = sections.backend(engine, decision, stats, now)
         if objects:
-            document["objects"]["samples"] = _samples_table(objects, samples, now)
-        document["outcome"]["answeredBy"] = _answered_by(stats)
+            document["objects"]["samples"] = sections.samples_table(objects, samples, now)
+        document["outcome"]["answeredBy"] = sections.answered_by(stats)
         if backend_request is not None:
-            probe = await _probe(engine, decision, backend_request)
+            probe = await sections.probe(engine, decision, backend_request)
             if probe is not None:
                 document["backend"]["query"] = probe
         if parsed.wildcard and objects and not samples:
@@ -339,19 +181,10 @@ def _empty_request(mapping: ResourceMapping, parsed: MetricRequest) -> BackendRe
     )
 
 
-def _answered_by(stats: MetricStats) -> str:
-    """Who made the answer: the backend, or the failure policy."""
-    if stats.last_outcome == "zero":
-        return "the failure policy (zero)"
-    if stats.last_outcome == "last_good":
-        return "the failure policy (last good values)"
-    return "the backend"
-
-
 async def _explain_external(
     engine: QueryEngine, path: str, parsed: ExternalMetricRequest
 ) -> dict[str, Any]:
-    document = _document(
+    document = sections.document(
         {
             "path": path,
             "api": EXTERNAL,
@@ -376,30 +209,30 @@ async def _explain_external(
     try:
         samples = await engine.external(parsed)
     except StatusError as error:
-        document["outcome"] = _status_outcome(error)
-        outcome_causes = _causes_of(error)
+        document["outcome"] = sections.status_outcome(error)
+        outcome_causes = sections.causes_of(error)
     else:
         body = wire.external_metric_value_list(samples)
         document["outcome"] = {"code": 200, "items": len(samples), "list": orjson.loads(body)}
     now = time.time()
     if decision is not None:
         stats = engine.stats_of(decision, EXTERNAL, None, parsed.metric)
-        document["route"] = _route(engine, decision, stats)
-        document["backend"] = _backend(engine, decision, stats, now)
-        document["outcome"]["answeredBy"] = _answered_by(stats)
+        document["route"] = sections.route(engine, decision, stats)
+        document["backend"] = sections.backend(engine, decision, stats, now)
+        document["outcome"]["answeredBy"] = sections.answered_by(stats)
         document["series"] = {
             "count": len(samples),
             "first": [
                 {
                     "labels": dict(sample.labels),
                     "value": format_quantity(sample.value),
-                    "timestamp": _iso(sample.timestamp),
+                    "timestamp": sections.iso(sample.timestamp),
                     "age": age(now - sample.timestamp),
                 }
-                for sample in samples[:FIRST]
+                for sample in samples[: sections.FIRST]
             ],
         }
-        probe = await _probe(
+        probe = await sections.probe(
             engine,
             decision,
             ExternalBackendRequest(

@@ -16,7 +16,7 @@ from custom_metrics_server.plugins.adapter import PluginBackend, PluginError
 from custom_metrics_server.plugins.config import parse_backends_file
 from custom_metrics_server.plugins.loader import load_backends
 from custom_metrics_server.plugins.registry import ENTRY_POINT_GROUP, find_type
-from custom_metrics_server.query.routing import Route
+from custom_metrics_server.query.routes import Route
 from tests.conftest import CONTRACT_FIXTURE
 
 P = "tests.fakes.plugins"

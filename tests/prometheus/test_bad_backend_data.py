@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from custom_metrics_server.prometheus import backend as backend_module
+from custom_metrics_server.prometheus import custom_plan
 from custom_metrics_server.prometheus.backend import PrometheusBackend
 from custom_metrics_server.server.app import create_app
 from tests.prometheus.conftest import fixture_cluster, settings_for
@@ -251,7 +251,7 @@ async def test_only_answers_of_several_objects_are_compressed(
 async def test_rendered_queries_are_reused_until_the_rules_change(
     fake: tuple[str, type[_Handler]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The PromQL of a request shape is rendered once (`_custom_query`), then sent as is; a
+    """The PromQL of a request shape is rendered once (`custom_plan`), then sent as is; a
     reload with another metricsQuery sends the new one at once (the relist it triggers empties
     the memo), and the memo never holds more than its bound."""
     url, handler = fake
@@ -261,7 +261,7 @@ async def test_rendered_queries_are_reused_until_the_rules_change(
         fixture_cluster(), settings_for(url, rules, query_timeout=1.0, retries=0)
     )
     app = create_app(cluster=backend.cluster, backends=[backend])
-    monkeypatch.setattr(backend_module, "_QUERY_CACHE", 3)
+    monkeypatch.setattr(custom_plan, "QUERY_CACHE", 3)
     async with (
         backend,
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as http,

@@ -16,11 +16,11 @@ import httpx
 import pytest
 
 from custom_metrics_server.prometheus import client as client_module
+from custom_metrics_server.prometheus.answers import PrometheusError
 from custom_metrics_server.prometheus.client import (
     MAX_GET_QUERY,
     USER_AGENT,
     PrometheusClient,
-    PrometheusError,
 )
 from custom_metrics_server.prometheus.rules import ServerConfig
 from tests.prometheus.scripted import Handler, Server

@@ -30,7 +30,7 @@ from custom_metrics_server.machinery.labels import EVERYTHING
 from custom_metrics_server.plugins.adapter import PluginBackend, capabilities
 from custom_metrics_server.query.hints import age, edit_distance, nearest
 from custom_metrics_server.query.policy import LastGood, apply_custom, apply_external
-from custom_metrics_server.query.routing import Host, Route
+from custom_metrics_server.query.routes import Host, Route
 from custom_metrics_server.security.requestinfo import request_attributes
 from custom_metrics_server.server.app import create_app
 from tests import kubeproto

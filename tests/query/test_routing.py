@@ -18,13 +18,8 @@ from custom_metrics_server.domain import (
     Readiness,
     Sample,
 )
-from custom_metrics_server.query.routing import (
-    VOLATILE_RECHECK,
-    Host,
-    Route,
-    Router,
-    glob_pattern,
-)
+from custom_metrics_server.query.routes import Host, Route, glob_pattern
+from custom_metrics_server.query.routing import VOLATILE_RECHECK, Router
 
 PODS = GroupResource("", "pods")
 DEPLOYMENTS = GroupResource("apps", "deployments")

@@ -1,12 +1,13 @@
 """The pass-through backend: forwards the metrics it is routed to another metrics server
-(`backend.py`), through a reloading HTTPS client (`upstream.py`), reading its JSON answers into
+(`backend.py`), choosing the versions to forward (`discovery.py`) and the calls to make
+(`calls.py`), through a reloading HTTPS client (`upstream.py`), reading its JSON answers into
 our samples (`decode.py`). docs/backends.md, "Pass-through", is the operator's page."""
 
 from custom_metrics_server.backends.passthrough.backend import (
     PassthroughBackend,
     PassthroughSettings,
-    prefers_wildcard,
 )
+from custom_metrics_server.backends.passthrough.calls import prefers_wildcard
 from custom_metrics_server.backends.passthrough.upstream import Upstream, UpstreamConfig
 
 __all__ = [

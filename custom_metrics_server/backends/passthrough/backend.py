@@ -27,6 +27,9 @@ less by `prefers_wildcard` (the upstream's per-call cost against its per-item co
 **Answers.** A 404 for a value is absence (no sample); a body that is not the list kind asked
 for is 503; the other outcomes are `upstream.Upstream`'s table.
 
+This module owns the backend's state, its discovery loop and the contract; the versions and the
+listing view are `discovery`'s, the URLs, the cost model and running the calls `calls`'.
+
 Cost per single-object request on a kept-alive connection: the path string, the upstream call
 (`upstream.Upstream.get`), one item decoded.
 """
@@ -37,14 +40,19 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
-from urllib.parse import quote
 
+from custom_metrics_server.backends.passthrough.calls import (
+    Call,
+    custom_path,
+    external_path,
+    prefers_wildcard,
+    run_all,
+)
 from custom_metrics_server.backends.passthrough.decode import (
     CUSTOM_GROUP,
     EXTERNAL_GROUP,
@@ -52,8 +60,14 @@ from custom_metrics_server.backends.passthrough.decode import (
     custom_listing,
     external_listing,
     external_samples,
-    group_versions,
     samples_for,
+)
+from custom_metrics_server.backends.passthrough.discovery import (
+    CUSTOM_VERSIONS,
+    EXTERNAL_VERSIONS,
+    ListingView,
+    choose_version,
+    forced_version,
 )
 from custom_metrics_server.backends.passthrough.upstream import Upstream, UpstreamConfig
 from custom_metrics_server.domain import (
@@ -69,7 +83,7 @@ from custom_metrics_server.domain import (
 from custom_metrics_server.errors import BackendUnavailable, StatusError
 from custom_metrics_server.machinery.labels import EVERYTHING
 
-__all__ = ["PassthroughBackend", "PassthroughSettings", "prefers_wildcard"]
+__all__ = ["PassthroughBackend", "PassthroughSettings"]
 
 #: The soonest a miss may refresh discovery again (seconds).
 MIN_REFRESH: Final = 5.0
@@ -81,23 +95,6 @@ MAX_RETRY: Final = 10.0
 WARN_INTERVAL: Final = 60.0
 #: What an upstream answers for a path it does not route (Go's `NotFound` for a served prefix).
 ROUTE_NOT_FOUND: Final = "the server could not find the requested resource"
-CUSTOM_VERSIONS: Final = ("v1beta2", "v1beta1")
-EXTERNAL_VERSIONS: Final = ("v1beta1",)
-_NAMESPACES: Final = GroupResource("", "namespaces")
-_PLAIN: Final = re.compile(r"[A-Za-z0-9._~:@-]+|\*")
-
-#: The cost model of `prefers_wildcard`: an extra item of a `*` answer costs this fraction of
-#: one more call (benchmarks/passthrough.py, "fan-out against `*`").
-ITEM_COST: Final = 0.02
-
-
-def prefers_wildcard(requested: int, in_namespace: int, *, item_cost: float = ITEM_COST) -> bool:
-    """Whether one `*` call for the `in_namespace` objects of a namespace costs less than one
-    call per each of the `requested` ones: `requested` calls against one call plus
-    `in_namespace` items at `item_cost` of a call each."""
-    if requested <= 1:
-        return False
-    return requested - 1 >= max(in_namespace, requested) * item_cost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,27 +108,6 @@ class PassthroughSettings:
     external_version: str | None = None
     discovery_interval: float = 60.0
     fan_out_concurrency: int = 8
-
-
-def _segment(text: str) -> str:
-    """A path segment, percent-encoded when it needs it (`*`, the wildcard, as it is)."""
-    return text if _PLAIN.fullmatch(text) else quote(text, safe="")
-
-
-class _ListingView:
-    """What the router reads: a stable object per listing (a new one only when it changed)."""
-
-    def __init__(self) -> None:
-        self.custom: frozenset[MetricInfo] = frozenset()
-        self.custom_keys: frozenset[tuple[GroupResource, str]] = frozenset()
-        self.external: frozenset[str] = frozenset()
-
-    def update(self, custom: frozenset[MetricInfo], external: frozenset[str]) -> None:
-        if custom != self.custom:
-            self.custom = custom
-            self.custom_keys = frozenset((info.group_resource, info.metric) for info in custom)
-        if external != self.external:
-            self.external = external
 
 
 class PassthroughBackend:
@@ -153,10 +129,10 @@ class PassthroughBackend:
         self.clock = clock
         self.upstream = Upstream(settings.upstream, logger=self.logger, clock=clock)
         self.where = self.upstream.where
-        self.listing = _ListingView()
+        self.listing = ListingView()
         forced = (settings.custom_version, settings.external_version)
-        self.custom_version = _forced(settings.custom_version)
-        self.external_version = _forced(settings.external_version)
+        self.custom_version = forced_version(settings.custom_version)
+        self.external_version = forced_version(settings.external_version)
         #: Versions are known: discovered once, or both given in the settings.
         self.known = None not in forced
         self.failure = ""
@@ -272,11 +248,11 @@ class PassthroughBackend:
         settings = self.settings
         status, apis = await self.upstream.get("/apis")
         index = apis if status == 200 else None
-        custom_version, custom_doc = await self._choose(
-            CUSTOM_GROUP, index, settings.custom_version, CUSTOM_VERSIONS
+        custom_version, custom_doc = await choose_version(
+            self.upstream, CUSTOM_GROUP, index, settings.custom_version, CUSTOM_VERSIONS
         )
-        external_version, external_doc = await self._choose(
-            EXTERNAL_GROUP, index, settings.external_version, EXTERNAL_VERSIONS
+        external_version, external_doc = await choose_version(
+            self.upstream, EXTERNAL_GROUP, index, settings.external_version, EXTERNAL_VERSIONS
         )
         try:
             custom = custom_listing(custom_doc) if custom_doc is not None else frozenset()
@@ -296,34 +272,6 @@ class PassthroughBackend:
         self.listing.update(custom, external)
         self.known = True
 
-    async def _choose(
-        self, group: str, index: Any, forced: str | None, known: tuple[str, ...]
-    ) -> tuple[str | None, Any]:
-        """(version, its APIResourceList) of `group`: the forced one, else the first of
-        `known` the upstream serves; (None, None) when it serves none."""
-        if forced == "none":
-            return None, None
-        candidates: tuple[str, ...]
-        if forced is not None:
-            candidates = (forced,)
-        else:
-            status, document = await self.upstream.get(f"/apis/{group}")
-            found = group_versions(document, group) if status == 200 else None
-            if found is None and index is not None:
-                found = group_versions(index, group)
-            if found is None or not set(known) & set(found[0]):
-                return None, None
-            # In our order of preference, advertised or not: a Go adapter's group document
-            # advertises only v1beta1 of the custom group, and it serves v1beta2 too.
-            candidates = known
-        for version in candidates:
-            status, document = await self.upstream.get(f"/apis/{group}/{version}")
-            if status == 200:
-                return version, document
-        if forced is not None:
-            return forced, None  # forced: use it even if its listing is not served
-        return None, None
-
     # -- custom metrics -----------------------------------------------------------------------
 
     async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
@@ -338,7 +286,7 @@ class PassthroughBackend:
         objects = request.objects
         if len(objects) == 1:
             key = objects[0]
-            await self._fetch_one(_Call(request, version, key[0], {key[1]: key}, False, found))
+            await self._fetch_one(Call(request, version, key[0], {key[1]: key}, False, found))
             return list(found.values())
         by_namespace: dict[str, dict[str, ObjectKey]] = {}
         for key in objects:
@@ -348,16 +296,16 @@ class PassthroughBackend:
         for namespace, wanted in by_namespace.items():
             if self._wildcard(info.group_resource, namespace, len(wanted)):
                 calls.append(
-                    self._bounded(limit, _Call(request, version, namespace, wanted, True, found))
+                    self._bounded(limit, Call(request, version, namespace, wanted, True, found))
                 )
             else:
                 calls += [
                     self._bounded(
-                        limit, _Call(request, version, namespace, {name: key}, False, found)
+                        limit, Call(request, version, namespace, {name: key}, False, found)
                     )
                     for name, key in wanted.items()
                 ]
-        await _all(calls)
+        await run_all(calls)
         return [found[key] for key in objects if key in found]
 
     def _wildcard(self, resource: GroupResource, namespace: str, requested: int) -> bool:
@@ -370,29 +318,14 @@ class PassthroughBackend:
                 )
         return prefers_wildcard(requested, in_namespace)
 
-    async def _bounded(self, limit: asyncio.Semaphore, call: _Call) -> None:
+    async def _bounded(self, limit: asyncio.Semaphore, call: Call) -> None:
         async with limit:
             await self._fetch_one(call)
 
-    def _custom_path(self, request: BackendRequest, version: str, namespace: str, name: str) -> str:
-        resource = request.metric.group_resource
-        metric = _segment(request.metric.metric)
-        prefix = f"/apis/{CUSTOM_GROUP}/{version}"
-        if resource == _NAMESPACES:
-            path = f"{prefix}/namespaces/{_segment(name)}/metrics/{metric}"
-        elif namespace:
-            path = f"{prefix}/namespaces/{_segment(namespace)}/{resource}/{_segment(name)}/{metric}"
-        else:
-            path = f"{prefix}/{resource}/{_segment(name)}/{metric}"
-        selector = request.metric_selector
-        if not selector.is_everything():
-            path += "?metricLabelSelector=" + quote(str(selector), safe="")
-        return path
-
-    async def _fetch_one(self, call: _Call) -> None:
+    async def _fetch_one(self, call: Call) -> None:
         request = call.request
         name = "*" if call.wildcard else next(iter(call.wanted))
-        path = self._custom_path(request, call.version, call.namespace, name)
+        path = custom_path(request, call.version, call.namespace, name)
         status, document = await self.upstream.get(path)
         if status == 404:
             retry = self.custom_version
@@ -414,13 +347,7 @@ class PassthroughBackend:
             return ()
         if request.metric not in self.listing.external:
             self._poke()
-        path = (
-            f"/apis/{EXTERNAL_GROUP}/{version}/namespaces/{_segment(request.namespace)}/"
-            f"{_segment(request.metric)}"
-        )
-        selector = request.metric_selector
-        if not selector.is_everything():
-            path += "?labelSelector=" + quote(str(selector), safe="")
+        path = external_path(request, version)
         status, document = await self.upstream.get(path)
         if status == 404:
             if await self._version_gone(document, EXTERNAL_GROUP, version):
@@ -460,36 +387,3 @@ class PassthroughBackend:
             decoded.skipped,
             decoded.problem,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """One upstream GET of a custom metric: one object, or `*` filtered to `wanted`."""
-
-    request: BackendRequest
-    version: str
-    namespace: str
-    wanted: Mapping[str, ObjectKey]  # object name -> our key
-    wildcard: bool
-    found: dict[ObjectKey, Sample]  # filled by the call
-
-
-def _forced(version: str | None) -> str | None:
-    return None if version in (None, "none") else version
-
-
-async def _all(calls: list[Any]) -> None:
-    """Await every call; the first failure cancels the others and is raised (as itself,
-    not in an exception group: it is an SDK error the server maps)."""
-    if len(calls) == 1:
-        await calls[0]
-        return
-    try:
-        async with asyncio.TaskGroup() as group:
-            for call in calls:
-                group.create_task(call)
-    except BaseExceptionGroup as failures:
-        first: BaseException = failures
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise first from None

@@ -11,22 +11,12 @@ backoff and the log lines about them are :mod:`.scrape_nodes`.
 It must not parse text or compute rates (that is :mod:`.kubelet_reader` and :mod:`.usage`)
 and does not decide what the usage means for any API.
 
-Scheduling, built so that no number of failing or hanging kubelets can starve the event loop
-(the server shares it with every request and health probe):
+Scheduling is :mod:`.scrape_rounds`'s (shared with the pod scraper): rounds never overlap,
+starts are spread over the first half of the interval, each scrape's deadline ends the round
+before the next tick, at most ``concurrency`` scrapes are in flight over the scraper's own
+connection pool of that size (never the pool of the watches and reviews), and nodes whose last
+scrape failed take at most a quarter of the slots.
 
-* **Rounds never overlap.** Round *k* starts at its tick ``start + k * interval``; the first
-  one as soon as the node list has synced (``nodes_synced``). A round that is still running at
-  the next tick (the loop was stalled, or every slot was taken) delays the next round until it
-  ends, and the ticks it missed are skipped (counted as overruns), so work never piles up.
-* **Starts are spread** over the first half of the interval (node *i* of *n* at
-  ``i * interval / 2n``), least recently attempted first, woken at most every 10 ms; each
-  scrape's deadline is the smaller of ``timeout`` and what is left of 90 % of the interval
-  (never under 40 % of it), so a round normally ends before the next tick.
-* **Bounded requests in flight**: at most ``concurrency`` scrapes at once, over the scraper's
-  own connection pool of that size (never the pool of the watches and reviews). Nodes whose
-  last scrape failed take at most a quarter of the slots, so kubelets that hang until the
-  deadline cannot hold up healthy ones. A node that gets no slot before the next tick waits
-  for the next round, first in line then (counted as deferred).
 * **Backoff**: a node that failed *k* times in a row is tried again after ``2**(k-1)`` rounds,
   at most every ``MAX_BACKOFF_ROUNDS`` rounds, until it answers (:mod:`.scrape_nodes`).
 
@@ -42,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
@@ -55,6 +44,7 @@ from custom_metrics_server.compute.kubelet_client import MAX_BODY_BYTES, Kubelet
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.compute.scrape_nodes import NodeBook, sample_names
+from custom_metrics_server.compute.scrape_rounds import ScrapeRounds
 from custom_metrics_server.compute.scraper_metrics import ScraperStats
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import Readiness
@@ -69,24 +59,12 @@ logger = logging.getLogger(__name__)
 AGE_OUT_INTERVALS: Final = 3
 #: Scrapes in flight at once, by default (`--kubelet-scrape-concurrency`).
 DEFAULT_CONCURRENCY: Final = 32
-#: Starts are spread over this share of the interval; scrapes end by `_ROUND_SHARE` of it.
-_SPREAD: Final = 0.5
-_ROUND_SHARE: Final = 0.9
-#: The shortest deadline a scrape gets, as a share of the interval.
-_FLOOR_SHARE: Final = 0.4
-#: The dispatcher wakes at most this often (s): starts due within it go out together.
-_TICK: Final = 0.01
 
 
 @dataclass
 class _Counters:
-    rounds_started: int = 0
-    rounds_completed: int = 0
-    rounds_overrun: int = 0
     scrapes: int = 0
-    deferred: int = 0
     nodes_expired: int = 0
-    last_round_seconds: float | None = None
     last_scrape_seconds: float | None = None
 
 
@@ -134,31 +112,38 @@ class KubeletScraper:
             target=target,
         )
         self._nodes = nodes
-        self._nodes_synced = nodes_synced
         self._store = store
         self.interval = interval
         self.timeout = timeout
         self.concurrency = concurrency
-        #: slots nodes whose last scrape failed may take at once
-        self.failing_concurrency = max(1, concurrency // 4)
         self._clock = clock
         self.target = target  # what is scraped, for messages: "kubelet" or "node agent"
         self.nodes = NodeBook(target=target, interval=interval, age_out_intervals=AGE_OUT_INTERVALS)
         #: the round loop and the scrapes in flight (let go as each one ends)
         self._work = BackgroundTasks()
         self._counters = _Counters()
-        self._first_round: tuple[int, int] | None = None  # (answered, listed)
         self._listed = 0
-        self._in_flight = 0
-        self._failing_in_flight = 0
-        self._slot_freed = asyncio.Event()
-        self._overrunning = False
+        self._rounds = ScrapeRounds(
+            interval=interval,
+            timeout=timeout,
+            concurrency=concurrency,
+            book=self.nodes,
+            prepare=self._prepare,
+            scrape=lambda name, deadline: self.scrape_node(name, deadline=deadline),
+            work=self._work,
+            what=target,
+            advice="raise --kubelet-scrape-concurrency or --metric-resolution",
+            synced=nodes_synced,
+            logger=logger,
+        )
+        #: slots nodes whose last scrape failed may take at once
+        self.failing_concurrency = self._rounds.failing_concurrency
 
     # -- lifecycle --
 
     async def __aenter__(self) -> Self:
         self._fetcher.open()
-        self._work.start(self._run(), name="kubelet-scraper")
+        self._work.start(self._rounds.run(), name="kubelet-scraper")
         return self
 
     async def __aexit__(
@@ -169,42 +154,6 @@ class KubeletScraper:
     ) -> None:
         await self._work.stop()
         await self._fetcher.aclose()
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._nodes_synced is not None:
-            await self._nodes_synced()
-        start = loop.time()
-        number = 0
-        while True:
-            started = loop.time()
-            next_tick = start + (number + 1) * self.interval
-            await self._round(number, started, next_tick)
-            now = loop.time()
-            number += 1
-            if now > next_tick:
-                missed = math.ceil((now - next_tick) / self.interval)
-                self._overrun(now - started, missed)
-                number += missed
-            elif self._overrunning:
-                self._overrunning = False
-                logger.info("%s scrape rounds are back on schedule", self.target)
-            await asyncio.sleep(max(0.0, start + number * self.interval - loop.time()))
-
-    def _overrun(self, took: float, missed: int) -> None:
-        self._counters.rounds_overrun += 1
-        if self._overrunning:
-            return
-        self._overrunning = True
-        logger.warning(
-            "a %s scrape round took %.1fs, longer than the %gs interval: skipping %d round(s) "
-            "(rounds never overlap); if it keeps happening, raise --kubelet-scrape-concurrency "
-            "or --metric-resolution",
-            self.target,
-            took,
-            self.interval,
-            missed,
-        )
 
     # -- rounds --
 
@@ -236,77 +185,6 @@ class KubeletScraper:
             )
         self._listed = len(names)
         return self.nodes.due(names, number), len(names)
-
-    async def _round(self, number: int, started: float, next_tick: float) -> None:
-        """Scrape the due nodes, spread over the first half of the interval, at most
-        `concurrency` at once; returns when every scrape started in it has ended."""
-        prepared = self._prepare(number)
-        if prepared is None:
-            return
-        due, listed = prepared
-        self._counters.rounds_started += 1
-        self.nodes.start_round()
-        loop = asyncio.get_running_loop()
-        spacing = _SPREAD * self.interval / len(due) if due else 0.0
-        ends_by = started + _ROUND_SHARE * self.interval
-        floor = min(self.timeout, _FLOOR_SHARE * self.interval)
-        launched: list[asyncio.Task[bool]] = []
-        for index, name in enumerate(due):
-            now = loop.time()
-            wait = started + index * spacing - now
-            if wait > _TICK:
-                await asyncio.sleep(wait)
-                now = loop.time()
-            failing = self.nodes.is_failing(name)
-            if failing and self._failing_in_flight >= self.failing_concurrency:
-                self._counters.deferred += 1  # its turn comes first next round
-                continue
-            if now >= next_tick or not await self._free_slot(next_tick):
-                self._counters.deferred += len(due) - index
-                break
-            now = loop.time()
-            self.nodes.attempted(name, number)
-            deadline = min(self.timeout, max(ends_by - now, floor))
-            launched.append(self._launch(name, deadline, failing=failing))
-        results = await asyncio.gather(*launched) if launched else []
-        self._counters.rounds_completed += 1
-        self._counters.last_round_seconds = loop.time() - started
-        self.nodes.summarise_round(number, listed, answered=sum(results), scraped=len(results))
-        if self._first_round is None and listed:
-            # A round before the node watch listed anything says nothing about the kubelets.
-            self._first_round = (sum(results), listed)
-
-    async def _free_slot(self, until: float) -> bool:
-        """Wait for a free slot, at most until loop time `until`; False if none came."""
-        loop = asyncio.get_running_loop()
-        while self._in_flight >= self.concurrency:
-            remaining = until - loop.time()
-            if remaining <= 0:
-                return False
-            self._slot_freed.clear()
-            try:
-                async with asyncio.timeout(remaining):
-                    await self._slot_freed.wait()
-            except TimeoutError:
-                return False
-        return True
-
-    def _launch(self, name: str, deadline: float, *, failing: bool) -> asyncio.Task[bool]:
-        self._in_flight += 1
-        if failing:
-            self._failing_in_flight += 1
-        task = self._work.start(
-            self.scrape_node(name, deadline=deadline), name=f"scrape-{name}", transient=True
-        )
-
-        def done(finished: asyncio.Task[bool]) -> None:
-            self._in_flight -= 1
-            if failing:
-                self._failing_in_flight -= 1
-            self._slot_freed.set()
-
-        task.add_done_callback(done)
-        return task
 
     # -- one node --
 
@@ -351,11 +229,11 @@ class KubeletScraper:
     def readiness(self) -> Readiness:
         """Ready once the first round has completed, whatever its outcome; the reason
         says so when no node answered it."""
-        if self._first_round is None:
+        if self._rounds.first_round is None:
             if not self._work.running:
                 return Readiness(False, "the kubelet scraper is not running")
             return Readiness(False, "waiting for the first round of kubelet scrapes")
-        answered, listed = self._first_round
+        answered, listed = self._rounds.first_round
         if listed and not answered:
             return Readiness(True, f"no kubelet answered the first scrape round (0 of {listed})")
         return Readiness(True)
@@ -363,21 +241,22 @@ class KubeletScraper:
     def stats(self) -> ScraperStats:
         """A snapshot of the counters. O(nodes)."""
         counters = self._counters
+        rounds = self._rounds.counters
         failing = self.nodes.failing()
         return ScraperStats(
-            rounds_started=counters.rounds_started,
-            rounds_completed=counters.rounds_completed,
-            rounds_overrun=counters.rounds_overrun,
+            rounds_started=rounds.rounds_started,
+            rounds_completed=rounds.rounds_completed,
+            rounds_overrun=rounds.rounds_overrun,
             scrapes=counters.scrapes,
             failures=sum(self.nodes.failures.values()),
             failures_by_reason=MappingProxyType(dict(self.nodes.failures)),
-            deferred=counters.deferred,
-            in_flight=self._in_flight,
+            deferred=rounds.deferred,
+            in_flight=self._rounds.in_flight,
             concurrency=self.concurrency,
             nodes=self._listed,
             nodes_failing=len(failing),
             nodes_backing_off=sum(1 for _, times in failing.values() if times > 1),
             nodes_expired=counters.nodes_expired,
-            last_round_seconds=counters.last_round_seconds,
+            last_round_seconds=rounds.last_round_seconds,
             last_scrape_seconds=counters.last_scrape_seconds,
         )

@@ -7,6 +7,7 @@ by its own pydantic model) and a `BackendContext`.
 | `prometheus` | prometheus-adapter rules over PromQL; its listing is discovered at run time | no |
 | `demo` (`simulated`) | the embedded simulated cluster and its resource metrics | yes |
 | `fixture` (`memory`) | objects and values from a YAML fixture (`serve --demo-file`) | yes |
+| `pod-metrics` | pods' own `/metrics`, scraped; Pods and workload Object metrics | no |
 
 A built-in factory may return a `Provision` instead of a bare backend: the backend plus what
 the server serves beside it when the entry provides the cluster view (the `/metrics/resources`
@@ -31,6 +32,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.backends.memory import load_fixture
+from custom_metrics_server.backends.pod_metrics.backend import PodMetricsBackend
+from custom_metrics_server.backends.pod_metrics.settings import PodMetricsSettings
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.compute.metrics import ResourceMetricsBackend, render_state_exposition
@@ -62,6 +65,7 @@ __all__ = [
     "demo",
     "fixture",
     "kubernetes",
+    "pod_metrics",
     "prometheus",
 ]
 
@@ -369,3 +373,22 @@ def prometheus(settings: PrometheusPluginSettings, *, context: BackendContext) -
             )
         usage = backend.resource_usage
     return Provision(backend, what="Prometheus metrics", resource_usage=usage)
+
+
+# -- pod-metrics ------------------------------------------------------------------------------
+
+
+@factory(settings=PodMetricsSettings)
+def pod_metrics(settings: PodMetricsSettings, *, context: BackendContext) -> Provision:
+    """Pods' own Prometheus `/metrics` (docs/backends.md, "Pods' own metrics"): the pods are
+    found with a watch of the cluster the kubeconfig (or the pod's account) reaches."""
+    connection = load_connection(_path(context.base_dir, settings.kubeconfig))
+    config = settings.to_config(context.base_dir)
+    backend = PodMetricsBackend(config, KubeClient(connection), name=context.name)
+    chosen = [scrape.name for scrape in config.scrape]
+    if config.annotations is not None:
+        chosen.append(f"annotations {config.annotations.prefix}/scrape")
+    return Provision(
+        backend,
+        what=f"pods' own metrics ({', '.join(chosen)}; {config.source} every {config.interval:g}s)",
+    )

@@ -48,6 +48,7 @@ BUILTIN_TYPES: Final[dict[str, _Builtin]] = {
     "simulated": _Builtin("custom_metrics_server.plugins.builtin:demo", cluster=True),
     "fixture": _Builtin("custom_metrics_server.plugins.builtin:fixture", cluster=True),
     "memory": _Builtin("custom_metrics_server.plugins.builtin:fixture", cluster=True),
+    "pod-metrics": _Builtin("custom_metrics_server.plugins.builtin:pod_metrics", dynamic=True),
 }
 
 

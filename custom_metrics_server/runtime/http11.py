@@ -13,11 +13,12 @@ This module owns :class:`Http11Pool`: connections to one origin (`http://` or `h
 with a given `ssl.SSLContext`), at most `max_connections` open and `max_idle` kept alive
 between calls, callers beyond the limit waiting in order for a free connection. A call fails
 with :class:`TransportTimeout` when the server stays silent for `timeout` seconds (each
-connect, and the wait for each piece of the answer, like httpx's per-operation timeouts) and
-with :class:`TransportError` when it cannot connect or the connection breaks. A request that
-fails on a reused keep-alive connection before any byte of the answer arrived (the server
-closed it while idle) is sent once more on a new connection. A caller cancelled mid-call
-closes its connection (its answer would be out of step with the next request).
+connect, and the wait for each piece of the answer, like httpx's per-operation timeouts),
+with :class:`TransportError` when it cannot connect or the connection breaks, and with
+:class:`BodyTooLarge` past `max_body` bytes of body (read no further). A request that fails
+on a reused keep-alive connection before any byte of the answer arrived (the server closed it
+while idle) is sent once more on a new connection. A caller cancelled mid-call closes its
+connection (its answer would be out of step with the next request).
 
 Answers are framed by Content-Length, chunked transfer coding or the end of the connection,
 and `Content-Encoding: gzip` is decoded. It must not know any API: its callers
@@ -39,7 +40,7 @@ from typing import Final
 
 import httptools
 
-__all__ = ["Answer", "Http11Pool", "TransportError", "TransportTimeout"]
+__all__ = ["Answer", "BodyTooLarge", "Http11Pool", "TransportError", "TransportTimeout"]
 
 #: Statuses whose answers have no body even without a Content-Length.
 _NO_BODY_STATUS: Final = frozenset({204, 304})
@@ -51,6 +52,11 @@ class TransportError(Exception):
 
 class TransportTimeout(TransportError):
     """The server stayed silent for the whole timeout."""
+
+
+class BodyTooLarge(TransportError):
+    """The answer's (decoded) body is longer than the pool's `max_body`; it was read no
+    further and the connection is closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +99,7 @@ class _Connection(asyncio.Protocol):
         self.decoder: zlib._Decompress | None = None
         self.streaming = False
         self.header_error: str | None = None
+        self.size = 0
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -153,6 +160,11 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self.decoder is not None:
             body = self.decoder.decompress(body)
+        limit = self.pool.max_body
+        if limit is not None:
+            self.size += len(body)
+            if self.size > limit:
+                raise BodyTooLarge(f"the body is over {limit} bytes")
         if self.streaming:
             if body:
                 assert self.sink is not None
@@ -258,6 +270,7 @@ class Http11Pool:
         timeout: float = 10.0,
         max_connections: int = 64,
         max_idle: int = 16,
+        max_body: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -266,6 +279,8 @@ class Http11Pool:
         self.timeout = timeout
         self.max_connections = max_connections
         self.max_idle = max_idle
+        #: answers whose decoded body is longer fail with `BodyTooLarge` (None: no bound)
+        self.max_body = max_body
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
         self._connecting = 0

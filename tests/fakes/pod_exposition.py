@@ -27,12 +27,24 @@ _GO_GAUGES: Final = (
     ("go_memstats_heap_objects", "Number of allocated objects."),
     ("go_memstats_heap_released_bytes", "Number of heap bytes released to OS."),
     ("go_memstats_heap_sys_bytes", "Number of heap bytes obtained from system."),
-    ("go_memstats_last_gc_time_seconds", "Number of seconds since 1970 of last garbage collection."),
+    (
+        "go_memstats_last_gc_time_seconds",
+        "Number of seconds since 1970 of last garbage collection.",
+    ),
     ("go_memstats_mcache_inuse_bytes", "Number of bytes in use by mcache structures."),
-    ("go_memstats_mcache_sys_bytes", "Number of bytes used for mcache structures obtained from system."),
+    (
+        "go_memstats_mcache_sys_bytes",
+        "Number of bytes used for mcache structures obtained from system.",
+    ),
     ("go_memstats_mspan_inuse_bytes", "Number of bytes in use by mspan structures."),
-    ("go_memstats_mspan_sys_bytes", "Number of bytes used for mspan structures obtained from system."),
-    ("go_memstats_next_gc_bytes", "Number of heap bytes when next garbage collection will take place."),
+    (
+        "go_memstats_mspan_sys_bytes",
+        "Number of bytes used for mspan structures obtained from system.",
+    ),
+    (
+        "go_memstats_next_gc_bytes",
+        "Number of heap bytes when next garbage collection will take place.",
+    ),
     ("go_memstats_other_sys_bytes", "Number of bytes used for other system allocations."),
     ("go_memstats_stack_inuse_bytes", "Number of bytes in use by the stack allocator."),
     ("go_memstats_stack_sys_bytes", "Number of bytes obtained from system for stack allocator."),
@@ -68,13 +80,17 @@ def go_app_body(pod: int, scrape: int, series: int = 200) -> bytes:
     base = pod * 1_000 + scrape
     out: list[str] = []
     add = out.append
-    add("# HELP go_gc_duration_seconds A summary of the pause duration of garbage collection cycles.")
+    add(
+        "# HELP go_gc_duration_seconds A summary of the pause duration of garbage collection cycles."
+    )
     add("# TYPE go_gc_duration_seconds summary")
     for quantile in ("0", "0.25", "0.5", "0.75", "1"):
-        add(f'go_gc_duration_seconds{{quantile="{quantile}"}} {2.1e-05 * (1 + float(quantile)):.6g}')
+        add(
+            f'go_gc_duration_seconds{{quantile="{quantile}"}} {2.1e-05 * (1 + float(quantile)):.6g}'
+        )
     add(f"go_gc_duration_seconds_sum {0.0123 * (scrape + 1):.6g}")
     add(f"go_gc_duration_seconds_count {40 * (scrape + 1)}")
-    add('# HELP go_info Information about the Go environment.\n# TYPE go_info gauge')
+    add("# HELP go_info Information about the Go environment.\n# TYPE go_info gauge")
     add('go_info{version="go1.22.4"} 1')
     for name, help_text in _GO_GAUGES:
         add(f"# HELP {name} {help_text}\n# TYPE {name} gauge")
@@ -82,10 +98,14 @@ def go_app_body(pod: int, scrape: int, series: int = 200) -> bytes:
     for name, help_text in _GO_COUNTERS:
         add(f"# HELP {name} {help_text}\n# TYPE {name} counter")
         add(f"{name} {(pod + 1) * 1_000 + scrape * 37 + len(name)}")
-    add("# HELP promhttp_metric_handler_requests_total Total number of scrapes by HTTP status code.")
+    add(
+        "# HELP promhttp_metric_handler_requests_total Total number of scrapes by HTTP status code."
+    )
     add("# TYPE promhttp_metric_handler_requests_total counter")
     for code in ("200", "500", "503"):
-        add(f'promhttp_metric_handler_requests_total{{code="{code}"}} {scrape if code == "200" else 0}')
+        add(
+            f'promhttp_metric_handler_requests_total{{code="{code}"}} {scrape if code == "200" else 0}'
+        )
     # The application's own metrics.
     rate = request_rate(pod)
     add("# HELP http_requests_total Requests handled, by handler, method and code.")

@@ -124,7 +124,7 @@ def patterns(names: list[str], globs: list[str]) -> tuple[re.Pattern[str], re.Pa
     """`Selection.pattern` and `Selection.type_pattern` of exact metric names and globs (`*`
     any run of name characters, `?` one)."""
     line = re.compile(
-        rf"\n[ \t]*(?:(?=[a-zA-Z_:])({_alternatives(names, globs)})(?=[ \t{{])|(?=\{{))"
+        rf"\n[ \t]*(?:(?=[a-zA-Z_:])({_alternatives(names, globs)})(?=[ \t{{\r\n]|\Z)|(?=\{{))"
     )
     if globs:
         families = r"[^ \t\n]+"

@@ -68,7 +68,7 @@ class Series:
             return  # the same observation again
         previous, since = self.raw, self.raw_time
         self.raw, self.raw_time = value, at
-        if math.isnan(previous) or not math.isfinite(value):  # first sample, or NaN/Inf
+        if not (math.isfinite(previous) and math.isfinite(value)):  # first sample, or NaN/Inf
             return
         increase = value - previous if value >= previous else value
         span = at - since

@@ -164,12 +164,17 @@ class PodEndpoints:
                     pod.server.close()
                 for writer in list(pod.connections):
                     writer.transport.abort()
+            for pod in self._pods.values():
+                if pod.server is not None:
+                    await pod.server.wait_closed()
             await asyncio.sleep(0)
 
         with contextlib.suppress(RuntimeError):
             self._call(stop_all())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 def main() -> None:

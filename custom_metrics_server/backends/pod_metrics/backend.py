@@ -22,7 +22,9 @@ each workload resource that owns a pod exporting it; recomputed only when a targ
 or a target's set of names changed (O(pods x names)), answered from memory otherwise.
 
 Readiness: the first list of the pods (and of the ReplicaSets, when Deployments are served)
-has synced; the scraper's first round is not waited for (values appear as scrapes land).
+has synced and the first scrape round has ended (whatever it found), so a new replica joins
+its Service with the gauges of every answering pod already in memory (counters need a second
+round, one interval later) and, during a rollout, the old replica answers meanwhile.
 
 Cost of `fetch`: O(objects x pods held x series of the metric per pod).
 """
@@ -145,13 +147,13 @@ class PodMetricsBackend:
         await self.client.aclose()
 
     def ready(self) -> Readiness:
-        """Ready once the watches listed; the reason names what is missing."""
+        """Ready once the watches listed and the first round ended; the reason names what is
+        missing (or, once ready, that no pod answered the first round)."""
         waiting = [watch for watch in self.watches if not watch.readiness().ready]
         if waiting:
             reasons = "; ".join(f"{w.name}: {w.readiness().reason}" for w in waiting)
             return Readiness(False, reasons)
-        scraping = self.scraper.readiness()
-        return Readiness(True, scraping.reason if scraping.ready else "")
+        return self.scraper.readiness()
 
     # -- listings --
 

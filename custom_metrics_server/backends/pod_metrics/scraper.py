@@ -296,10 +296,11 @@ class PodScraper:
     # -- reporting --
 
     def readiness(self) -> Readiness:
-        """Whether the first round has run (values need a round, counters two)."""
-        if self.rounds.first_round is None:
+        """Whether a first round has ended (values need a round, counters two); with no
+        target at all, a round that found none."""
+        if not self.rounds.counters.rounds_completed:
             return Readiness(False, "waiting for the first round of pod scrapes")
-        answered, listed = self.rounds.first_round
+        answered, listed = self.rounds.first_round or (0, 0)
         if listed and not answered:
             return Readiness(True, f"no pod answered the first scrape round (0 of {listed})")
         return Readiness(True)

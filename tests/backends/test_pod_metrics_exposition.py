@@ -239,3 +239,24 @@ def test_generated_bodies_read_as_prometheus_client_reads_them(
         assert (stamp is None) == (their_stamp is None)
         if stamp is not None:
             assert stamp == pytest.approx(float(their_stamp))
+
+
+def test_kinds_follow_each_bodys_type_lines_when_one_selection_reads_many_bodies() -> None:
+    # One selection reads the bodies of every pod of a scrape config; the kinds it remembers
+    # are per set of TYPE lines, so pods of two exporter versions are each read by their own.
+    selection = select("jobs", "jobs_total", "latency_sum", "latency_bucket")
+    counter = "# TYPE jobs counter\njobs 5\n"
+    gauge = "# TYPE jobs gauge\njobs 5\n"
+    summary = '# TYPE latency summary\nlatency_sum 2\nlatency{quantile="0.5"} 1\n'
+    histogram = '# TYPE latency histogram\nlatency_sum 2\nlatency_bucket{le="+Inf"} 1\n'
+    for _ in range(2):
+        assert [k.counter for k in read_exposition(counter, selection).samples] == [True]
+        assert [k.counter for k in read_exposition(gauge, selection).samples] == [False]
+        assert [k.counter for k in read_exposition("jobs 5\n", selection).samples] == [False]
+        assert [(k.name, k.counter) for k in read_exposition(summary, selection).samples] == [
+            ("latency_sum", True)
+        ]
+        assert [(k.name, k.counter) for k in read_exposition(histogram, selection).samples] == [
+            ("latency_sum", True)
+        ]
+    assert len(selection.kinds) == 5

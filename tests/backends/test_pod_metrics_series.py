@@ -124,3 +124,10 @@ def test_a_silent_target_is_absent_after_stale_after_and_then_forgotten() -> Non
 def test_stale_after_must_be_positive(stale_after: float) -> None:
     with pytest.raises(ValueError, match="positive"):
         SeriesStore(stale_after=stale_after)
+
+
+def test_a_series_twice_in_one_body_is_kept_once_with_its_first_value() -> None:
+    store = SeriesStore(stale_after=45)
+    store.apply("t", [gauge(7), gauge(8)], T0)
+    assert values(store, "queue_depth", T0) == [({}, 7.0, T0, 0.0)]
+    assert store.series_count() == 1

@@ -73,7 +73,7 @@ class MetricSelection:
     finds the lines of selected metrics, `choice(name)` says which of their series to keep
     (the first rule naming a metric decides, exact names before globs)."""
 
-    __slots__ = ("_choices", "_globs", "blocks", "pattern", "rules", "type_pattern")
+    __slots__ = ("_choices", "_globs", "blocks", "kinds", "pattern", "rules", "type_pattern")
 
     def __init__(self, rules: Sequence[MetricRule]) -> None:
         self.rules = tuple(rules)
@@ -87,6 +87,7 @@ class MetricSelection:
             [rule.name for rule in self.rules if rule.is_glob],
         )
         self.blocks: dict[tuple[str, str], Labels | None] = {}
+        self.kinds: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], dict[str, str]]] = {}
 
     @staticmethod
     def _choice(rule: MetricRule) -> LabelFilter | bool:

@@ -6,15 +6,18 @@ the value is a counter's. It reads the classic text format (`text/plain; version
 what OpenMetrics text adds to it (`# EOF`, `_total` samples of a `counter` family, `_created`
 series, exemplars after ` # `, quoted UTF-8 names), as Prometheus' own text parser does.
 
-How: the selection is one regular expression matching the start of a line that holds a
-selected metric (`selection.pattern`: the exact names and the globs as alternatives, anchored
-at a newline), so the lines of other metrics are skipped by the regex engine in C and never
-reach Python; each selected line is then read by two more expressions (the line's shape, then
-its label pairs). `# TYPE` lines are collected the same way. A pod scraped for 3 of its 200
-series costs about 30 us per body instead of 2.4 ms with `prometheus_client.parser` (which
-scans every label block character by character in Python before a caller can drop it);
-`benchmarks/pod_metrics.py --parsers` measures both on the same bodies, and
-tests/backends/test_pod_metrics_exposition.py checks that both read the same values.
+How: the selection is one regular expression matching a line that holds a selected metric
+(`selection.pattern`: the exact names and the globs as alternatives, anchored at a newline,
+then the rest of the line: labels, value, timestamp), so the lines of other metrics are
+skipped by the regex engine in C and never reach Python, and one match reads a selected line;
+its label block is split into pairs by another expression the first time it is seen (see
+`Selection.blocks`). `# TYPE` lines are collected the same way, and the kind of each name is
+worked out once per set of TYPE lines (`Selection.kinds`). A pod scraped for 2 of its 200
+series costs about 30 us per body, for every one of them (about 100 kept) about 250 us,
+instead of 2.3 ms with `prometheus_client.parser` (which scans every label block character by
+character in Python before a caller can drop it); `benchmarks/pod_metrics.py` measures both
+on the same bodies, and tests/backends/test_pod_metrics_exposition.py checks that both read
+the same values.
 
 The kind of a sample comes from its family's `# TYPE` line:
 
@@ -46,6 +49,8 @@ from typing import Final, NamedTuple, Protocol
 
 __all__ = [
     "BLOCKS_LIMIT",
+    "KINDS_LIMIT",
+    "KIND_NAMES_LIMIT",
     "ExpositionError",
     "Kept",
     "LabelFilter",
@@ -76,6 +81,11 @@ class Kept(NamedTuple):
     counter: bool
 
 
+#: `Kept` made without the Python-level `__new__` a NamedTuple has (a third of a
+#: microsecond a sample).
+_new_kept: Final = tuple.__new__
+
+
 @dataclass(slots=True)
 class Reading:
     """What a body held, of what was asked."""
@@ -97,6 +107,12 @@ class Selection(Protocol):
     #: same series' block is the same text at every scrape (and across the pods of one
     #: workload), so a selected line's labels are parsed once. Cleared past `BLOCKS_LIMIT`.
     blocks: dict[tuple[str, str], Labels | None]
+    #: a body's `# TYPE` lines (as `type_pattern` finds them) -> (those lines as a mapping,
+    #: the kind of each metric name read so far under them): the pods of one exporter version
+    #: send the same TYPE lines at every scrape, so a name's kind is worked out once for all
+    #: of them, and a body whose TYPE lines differ has its own entry. Cleared past
+    #: `KINDS_LIMIT` entries; at most `KIND_NAMES_LIMIT` names an entry.
+    kinds: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], dict[str, str]]]
 
     def choice(self, name: str) -> LabelFilter | bool:
         """False: not kept; True: every series; a filter: the series whose labels it accepts."""
@@ -105,6 +121,9 @@ class Selection(Protocol):
 
 #: Label blocks remembered per selection (see `Selection.blocks`).
 BLOCKS_LIMIT: Final = 200_000
+#: Sets of `# TYPE` lines remembered per selection, and names per set (see `Selection.kinds`).
+KINDS_LIMIT: Final = 64
+KIND_NAMES_LIMIT: Final = 10_000
 _NAME_CHARS: Final = "[a-zA-Z0-9_:]"
 
 
@@ -125,6 +144,7 @@ def patterns(names: list[str], globs: list[str]) -> tuple[re.Pattern[str], re.Pa
     any run of name characters, `?` one)."""
     line = re.compile(
         rf"\n[ \t]*(?:(?=[a-zA-Z_:])({_alternatives(names, globs)})(?=[ \t{{\r\n]|\Z)|(?=\{{))"
+        rf"(?:{_REST})?"
     )
     if globs:
         families = r"[^ \t\n]+"
@@ -174,8 +194,10 @@ _SUFFIXES: Final = ("_total", "_created", "_sum", "_count", "_bucket", "_gsum", 
 _STRING: Final = r'"(?:[^"\\\n]++|\\.)*+"'
 _PAIR: Final = rf"[ \t]*(?:[a-zA-Z_][a-zA-Z0-9_]*|{_STRING})[ \t]*=[ \t]*{_STRING}[ \t]*"
 #: The rest of a selected line after its name: the label block, the value, the timestamp,
-#: an exemplar or comment, the end of the line.
-_REST: Final = re.compile(
+#: an exemplar or comment, the end of the line. `Selection.pattern` ends with it, optional, so
+#: one match reads a whole line (groups 2, 3, 4); a selected line without it (no value group)
+#: is not a sample.
+_REST: Final = (
     rf'[ \t]*+(?:\{{((?:[^"}}\n]++|{_STRING})*+)\}})?[ \t]*+([^ \t\r\n#]++)'
     r"(?:[ \t]++([^ \t\r\n#]++))?+[ \t]*+(?:#[^\n]*+)?\r?(?=\n|\Z)"
 )
@@ -207,6 +229,15 @@ def _kind(name: str, types: Mapping[str, str]) -> str:
             if family is not None:
                 return _SUFFIXED.get((suffix, family.lower()), _GAUGE)
     return _GAUGE
+
+
+def _new_kind(name: str, types: Mapping[str, str], kinds: dict[str, str]) -> str:
+    """`_kind`, remembered in `kinds` (up to `KIND_NAMES_LIMIT`: a pod inventing names cannot
+    grow memory)."""
+    kind = _kind(name, types)
+    if len(kinds) < KIND_NAMES_LIMIT:
+        kinds[name] = kind
+    return kind
 
 
 def _line_number(text: str, position: int) -> int:
@@ -260,28 +291,22 @@ def read_exposition(text: str, selection: Selection, *, limit: int = 1 << 30) ->
     reading = Reading()
     kept = reading.samples
     body = text if text.startswith("\n") else "\n" + text
-    types: dict[str, str] | None = None
+    types: dict[str, str] = {}
+    kinds: dict[str, str] | None = None
     choose = selection.choice
     blocks = selection.blocks
     if len(blocks) > BLOCKS_LIMIT:
         blocks.clear()
-    rest_of = _REST.match
     for found in selection.pattern.finditer(body):
-        position = found.start() + 1
-        name = found.group(1)
-        rest = rest_of(body, found.end())
-        if rest is None:
-            line = _line_number(body, position)
+        name, block, value_text, stamp_text = found.groups()
+        if value_text is None:
+            line = _line_number(body, found.start() + 1)
             raise ExpositionError(f"line {line}: not a sample line of {name or 'a metric'}")
-        block, value_text, stamp_text = rest.groups()
         if name is None:  # `{"quoted.name", ...}`
-            name, block = _quoted_name(block, body, position)
-        if types is None:
-            types = {
-                (_unescape(family[1:-1]) if family.startswith('"') else family): kind
-                for family, kind in selection.type_pattern.findall(body)
-            }
-        kind = _kind(name, types)
+            name, block = _quoted_name(block, body, found.start() + 1)
+        if kinds is None:
+            types, kinds = _kinds(body, selection)
+        kind = kinds.get(name) or _new_kind(name, types, kinds)
         if kind is _SKIPPED:
             continue
         key = (name, block or "")
@@ -293,16 +318,38 @@ def read_exposition(text: str, selection: Selection, *, limit: int = 1 << 30) ->
             choice = choose(name)
             if choice is False:
                 continue
-            labels = _labels(block, body, position) if block else ()
+            labels = _labels(block, body, found.start() + 1) if block else ()
             if choice is not True and not choice(dict(labels)):
                 labels = None
             blocks[key] = labels
             if labels is None:
                 continue
-        value = _number(value_text, "value", body, position)
-        stamp = None if stamp_text is None else _timestamp(stamp_text, body, position)
+        if "_" in value_text:  # float() would accept 1_000; the format does not
+            value = _number(value_text, "value", body, found.start() + 1)
+        else:
+            try:
+                value = float(value_text)
+            except ValueError:
+                value = _number(value_text, "value", body, found.start() + 1)
+        stamp = None if stamp_text is None else _timestamp(stamp_text, body, found.start() + 1)
         if len(kept) >= limit:
             reading.overflow += 1
             continue
-        kept.append(Kept(name, labels, value, stamp, kind is _COUNTER))
+        kept.append(_new_kept(Kept, (name, labels, value, stamp, kind is _COUNTER)))
     return reading
+
+
+def _kinds(body: str, selection: Selection) -> tuple[dict[str, str], dict[str, str]]:
+    """The body's `# TYPE` lines as a mapping, and the kinds worked out under the same lines
+    before (`Selection.kinds`)."""
+    lines = tuple(selection.type_pattern.findall(body))
+    found = selection.kinds.get(lines)
+    if found is None:
+        if len(selection.kinds) >= KINDS_LIMIT:
+            selection.kinds.clear()
+        types = {
+            (_unescape(family[1:-1]) if family.startswith('"') else family): kind
+            for family, kind in lines
+        }
+        found = selection.kinds[lines] = (types, {})
+    return found

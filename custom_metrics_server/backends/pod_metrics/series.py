@@ -14,7 +14,8 @@ as per-second rates over two scrapes.
   samples and has not updated them) and changes nothing. A counter seen once has no rate yet
   (absent).
 
-A series missing from a successful scrape is gone at once (its pod stopped exporting it); a
+A series that a body repeats (the same name and labels twice) counts once, with its first
+sample. A series missing from a successful scrape is gone at once (its pod stopped exporting it); a
 target whose scrapes fail keeps its series until `stale_after` seconds after its last success,
 then they are absent (and `expire` forgets them). Values that are not finite (NaN, Inf) are
 kept but never served.
@@ -116,17 +117,22 @@ class SeriesStore:
             entry = self._targets[target] = TargetSeries()
         old = entry.by_key
         fresh: dict[tuple[str, Labels], Series] = {}
-        for sample in samples:
-            key = (sample.name, sample.labels)
-            series = old.get(key)
-            if series is None or series.counter != sample.counter:
-                series = Series(sample.labels, sample.counter)
-            series.observe(sample.value, now if sample.timestamp is None else sample.timestamp)
-            fresh[key] = series
-        entry.by_key = fresh
         grouped: dict[str, list[Series]] = {}
-        for (name, _), series in fresh.items():
-            grouped.setdefault(name, []).append(series)
+        for name, labels, value, stamp, counter in samples:
+            key = (name, labels)
+            if key in fresh:
+                continue  # the same series twice in one body: the first one counts
+            series = old.get(key)
+            if series is None or series.counter != counter:
+                series = Series(labels, counter)
+            series.observe(value, now if stamp is None else stamp)
+            fresh[key] = series
+            found = grouped.get(name)
+            if found is None:
+                grouped[name] = [series]
+            else:
+                found.append(series)
+        entry.by_key = fresh
         names_before = entry.by_name.keys()
         if grouped.keys() != names_before:
             self.generation += 1

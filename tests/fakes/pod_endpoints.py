@@ -11,8 +11,11 @@ A pod's body is a function of how many times it has been asked (0 for the first 
 counter can move by a known amount per scrape; `paths` limits what answers 200 (others 404).
 Keep-alive as a real exporter does (Go's net/http), `Content-Length` framing.
 
-Run as a program it serves `--pods` pods with `go_app_body` bodies of `--series` lines and prints
-one line of JSON (`{"ports": [...]}`) once listening, then serves until stdin closes
+Run as a program it serves `--pods` pods (`bench/pod-<i>`) with `go_app_body` bodies of
+`--series` lines and, with `--api`, a fake API server holding them as Running pods (pod IP
+127.0.0.1, their port as the container port named `metrics`, label `app=bench`, owned by the
+ReplicaSet `bench-rs-<i % 10>` of the Deployment `bench-<i % 10>`); it prints one line of JSON
+(`{"ports": [...], "api": url}`) once listening, then serves until stdin closes
 (benchmarks/pod_metrics.py runs it in its own process so its CPU is not counted).
 """
 
@@ -182,7 +185,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--series", type=int, default=200)
+    parser.add_argument("--api", action="store_true")
     options = parser.parse_args()
+    from tests.fakes.kube_apiserver import FakeKubeApiServer  # noqa: PLC0415
     from tests.fakes.pod_exposition import go_app_body  # noqa: PLC0415
 
     endpoints = PodEndpoints()
@@ -193,9 +198,52 @@ def main() -> None:
         )
         for index in range(options.pods)
     ]
-    print(json.dumps({"ports": ports}), flush=True)
+    api = None
+    if options.api:
+        api = FakeKubeApiServer()
+        api.apply_many("replicasets.apps", [bench_replicaset(i) for i in range(10)])
+        api.apply_many(
+            "pods", [bench_pod(index, port) for index, port in enumerate(ports)], copies=False
+        )
+        api.start()
+    print(json.dumps({"ports": ports, "api": api.url if api else None}), flush=True)
     sys.stdin.read()
+    if api is not None:
+        api.close()
     endpoints.close()
+
+
+def bench_pod(index: int, port: int) -> dict[str, object]:
+    """The Pod object of benchmark pod `index` (see the module)."""
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": f"pod-{index}",
+            "namespace": "bench",
+            "labels": {"app": "bench"},
+            "ownerReferences": [
+                {"kind": "ReplicaSet", "name": f"bench-rs-{index % 10}", "controller": True}
+            ],
+        },
+        "spec": {
+            "containers": [{"name": "app", "ports": [{"name": "metrics", "containerPort": port}]}]
+        },
+        "status": {"phase": "Running", "podIP": "127.0.0.1"},
+    }
+
+
+def bench_replicaset(index: int) -> dict[str, object]:
+    """The ReplicaSet `bench-rs-<index>` of the Deployment `bench-<index>`."""
+    return {
+        "metadata": {
+            "name": f"bench-rs-{index}",
+            "namespace": "bench",
+            "ownerReferences": [
+                {"kind": "Deployment", "name": f"bench-{index}", "controller": True}
+            ],
+        }
+    }
 
 
 if __name__ == "__main__":

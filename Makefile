@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-routing bench-protobuf load load-smoke generate-cri clean
+.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,9 +73,13 @@ bench-smoke: install
 	$(BIN)/python benchmarks/envelope.py --smoke  # issue 17's envelope at 1,200 pods (~30 s)
 	$(BIN)/python benchmarks/scrape_client.py --smoke  # one kubelet scrape's HTTP cost (~7 s)
 	$(BIN)/python benchmarks/pod_metrics.py --smoke  # pod-metrics rounds, 100 pods (~40 s)
+	$(BIN)/python benchmarks/passthrough.py --smoke  # the pass-through's added latency (~15 s)
 
 bench-routing: install  ## routing cost per request: 20 backends, 1,000 routes (in process)
 	$(BIN)/python benchmarks/routing.py $(ARGS)
+
+bench-passthrough: install  ## the pass-through's added latency and CPU over the upstream's own (needs wrk)
+	$(BIN)/python benchmarks/passthrough.py $(ARGS)
 
 bench-protobuf: install  ## JSON vs protobuf on pods/* over 10,000 pods (needs wrk)
 	$(BIN)/python benchmarks/protobuf.py $(ARGS)

@@ -10,7 +10,11 @@ alternately so that the machine's load affects them alike:
   with the `httpx` logger at INFO, as `serve` had it before 2da71db (a line per request);
 * `httpx+quiet`: the same with the `httpx` logger at WARNING (`serve` since 2da71db);
 * `raw`: a minimal keep-alive HTTP/1.1 client over asyncio streams (one write, a head parse,
-  a content-length body): a lower bound for a lean client.
+  a content-length body): a lower bound for a lean client;
+* `fetcher`: the scraper's `KubeletFetcher.fetch` as `serve` runs it (the lean keep-alive
+  pool of `runtime/http11.py` since the issue-17 scrape work; httpx before);
+* `scrape`: `KubeletScraper.scrape_node`, the whole of one node's scrape: the fetch, the
+  parse and the usage store (`--no-scrape` leaves it out).
 
 Whether `sniffio` is importable is reported: httpcore tries `import sniffio` on every
 `current_async_library()` call, several per request, and before 0fd9d53 it was not installed
@@ -43,6 +47,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from custom_metrics_server.compute.kubelet_client import KubeletFetcher  # noqa: E402
+from custom_metrics_server.compute.scraper import KubeletScraper  # noqa: E402
+from custom_metrics_server.compute.usage import UsageStore  # noqa: E402
 from custom_metrics_server.kube.client import KubeClient  # noqa: E402
 from custom_metrics_server.kube.config import Connection  # noqa: E402
 
@@ -94,6 +101,37 @@ async def httpx_client(client: KubeClient, paths: list[str], concurrency: int) -
     return total
 
 
+async def fetcher_client(fetcher: KubeletFetcher, names: list[str], concurrency: int) -> int:
+    semaphore = asyncio.Semaphore(concurrency)
+    total = 0
+
+    async def one(name: str) -> None:
+        nonlocal total
+        async with semaphore:
+            body = await fetcher.fetch(name, 10.0)
+            total += len(body)
+
+    await asyncio.gather(*(one(n) for n in names))
+    return total
+
+
+async def scrape_nodes(scraper: KubeletScraper, names: list[str], concurrency: int) -> int:
+    semaphore = asyncio.Semaphore(concurrency)
+    answered = 0
+
+    async def one(name: str) -> None:
+        nonlocal answered
+        async with semaphore:
+            ok = await scraper.scrape_node(name, deadline=10.0)
+            answered += ok
+
+    await asyncio.gather(*(one(n) for n in names))
+    assert answered == len(names), (
+        f"{len(names) - answered} scrapes failed: {scraper.nodes.failures}"
+    )
+    return answered
+
+
 async def measure(run: Callable[[], Awaitable[int]]) -> tuple[float, int]:
     started = time.process_time()
     size = await run()
@@ -107,23 +145,43 @@ async def main_async(args: argparse.Namespace, url: str, nodes: int) -> dict[str
     paths = [
         f"/api/v1/nodes/node-{i % nodes:05d}/proxy/metrics/resource" for i in range(args.requests)
     ]
+    names = [f"node-{i % nodes:05d}" for i in range(args.requests)]
     client = KubeClient(Connection(host=url, token=token), timeout=10.0, max_connections=32)
+    fetcher = KubeletFetcher(client, timeout=10.0, concurrency=args.concurrency)
+    store = UsageStore()
+    scraper = KubeletScraper(
+        client, nodes=list, store=store, timeout=10.0, concurrency=args.concurrency
+    )
     httpx_logger = logging.getLogger("httpx")
     variants: dict[str, Callable[[], Awaitable[int]]] = {
         "httpx": lambda: httpx_client(client, paths, args.concurrency),
         "httpx+quiet": lambda: httpx_client(client, paths, args.concurrency),
         "raw": lambda: raw_client(host, port, token, paths, args.concurrency),
+        "fetcher": lambda: fetcher_client(fetcher, names, args.concurrency),
     }
+    if not args.no_scrape:
+        variants["scrape"] = lambda: scrape_nodes(scraper, names, args.concurrency)
+    if args.only:
+        variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
     best: dict[str, float] = {}
+    body_bytes = 0
     await httpx_client(client, paths[:200], args.concurrency)  # warm the pool
+    await fetcher_client(fetcher, names[:200], args.concurrency)
+    if not args.no_scrape:
+        await scrape_nodes(scraper, names[:200], args.concurrency)
     for _ in range(args.repeat):
         for name, run in variants.items():
-            httpx_logger.setLevel(logging.WARNING if "quiet" in name else logging.INFO)
+            # `serve` keeps the httpx logger at WARNING (2da71db); `httpx` shows it at INFO.
+            httpx_logger.setLevel(logging.INFO if name == "httpx" else logging.WARNING)
             cpu, size = await measure(run)
             per = 1e6 * cpu / len(paths)
             best[name] = min(best.get(name, per), per)
             assert size > 0
+            if name != "scrape":
+                body_bytes = size // len(paths)
     await client.aclose()
+    await fetcher.aclose()
+    await scraper.__aexit__(None, None, None)
     try:
         import sniffio  # noqa: F401
 
@@ -132,7 +190,7 @@ async def main_async(args: argparse.Namespace, url: str, nodes: int) -> dict[str
         has_sniffio = False
     return {
         "us_per_request": {k: round(v, 1) for k, v in best.items()},
-        "body_bytes": size // len(paths),
+        "body_bytes": body_bytes,
         "sniffio_importable": has_sniffio,
     }
 
@@ -143,6 +201,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--no-scrape", action="store_true", help="leave out the whole scrape")
+    parser.add_argument("--only", default="", help="comma-separated variants to run")
     args = parser.parse_args()
     if args.smoke:
         args.requests, args.repeat = 200, 1
@@ -172,7 +232,7 @@ def main() -> int:
             world.wait(timeout=20)
     result["load"] = [before, load()]
     print(json.dumps(result))
-    print("\n| variant | µs of CPU per scrape request |\n|---|---|")
+    print("\n| variant | µs of CPU per scrape request (`scrape`: per node scraped) |\n|---|---|")
     for name, value in result["us_per_request"].items():
         print(f"| {name} | {value:,.0f} |")
     print(

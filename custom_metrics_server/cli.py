@@ -3,6 +3,10 @@
 Parses flags, sets up logging and TLS, loads the backends (`plugins`: the backends file, or the
 one the backend flags describe), builds the app and runs uvicorn (httptools, uvloop, no access
 log, no proxy headers: see docs/performance.md). No request logic lives here.
+
+Start-up failures end the process with one line (`runtime.startup`): `serve` turns what its
+own steps raise into a `StartupError` (`_startup_error`) and reports it last, exit status 2
+for flags and files that cannot work, 3 for a dependency that refused at start-up.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import base64
 import ipaddress
 import logging
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +24,8 @@ from pathlib import Path
 import uvicorn
 import yaml
 
-from custom_metrics_server import __version__
+from custom_metrics_server import __version__, explain_command
+from custom_metrics_server.kube.config import KubeConfigError
 from custom_metrics_server.node_agent import command as node_agent
 from custom_metrics_server.plugins.adapter import PluginError
 from custom_metrics_server.plugins.config import BackendsConfigError
@@ -33,8 +39,12 @@ from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.runtime.heap import tune_gc
 from custom_metrics_server.runtime.logs import configure_logging
 from custom_metrics_server.runtime.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer
+from custom_metrics_server.runtime.startup import (
+    CONFIGURATION,
+    StartupError,
+    report_startup_failure,
+)
 from custom_metrics_server.security.options import (
-    SecurityConfigError,
     add_security_flags,
     build_security,
 )
@@ -124,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)"
     )
     node_agent.add_parser(commands)
+    explain_command.add_parser(commands)
     return parser
 
 
@@ -161,27 +172,69 @@ def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
+def _startup_error(err: Exception, args: argparse.Namespace) -> StartupError:
+    """What a failure of loading the backends means, as one start-up line (exit 2). The
+    loader keeps the cause of a single problem, so a kubeconfig or a rules file that cannot be
+    read is named as such; several problems are one line, separated by semicolons."""
+    cause = err.__cause__ if isinstance(err, PluginError) and err.__cause__ else err
+    if isinstance(cause, StartupError):
+        return cause
+    if isinstance(cause, KubeConfigError):
+        given = args.kubeconfig or os.environ.get("KUBECONFIG")
+        return StartupError(
+            f"cannot load {'--kubeconfig ' + given if given else 'the Kubernetes connection'}",
+            status=cause.reason,
+            fix="give --kubeconfig (or $KUBECONFIG) a valid kubeconfig file"
+            if given
+            else "run in a pod with a service account token, or give --kubeconfig",
+            exit_code=CONFIGURATION,
+        )
+    if isinstance(cause, ConfigError) and not args.backends_config:
+        return StartupError(
+            "invalid Prometheus backend configuration",
+            status=str(cause),
+            fix="correct --config (prometheus-adapter's format, docs/prometheus.md) or the "
+            "--prometheus-* and --resource-metrics-source flags",
+            exit_code=CONFIGURATION,
+        )
+    if args.backends_config:
+        fix = f"correct {args.backends_config} (docs/backends.md)"
+    elif args.demo:
+        fix = "correct --demo-file (docs/demo.md)" if args.demo_file else "correct the flags"
+    else:
+        fix = "correct the backend flags (docs/operations.md, Flags)"
+    return StartupError(
+        "cannot start", status="; ".join(str(err).splitlines()), fix=fix, exit_code=CONFIGURATION
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
-    """Run the server until SIGINT/SIGTERM."""
+    """Run the server until SIGINT/SIGTERM; a start-up failure is one line (exit 2 or 3)."""
     configure_logging(args.verbosity)
     tune_gc()
     try:
-        security = build_security(args, demo=args.demo)
-    except SecurityConfigError as err:
-        logger.error("%s", err)
-        return 2
+        _serve(args)
+    except StartupError as err:
+        return report_startup_failure(err, logger)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> None:
+    security = build_security(args, demo=args.demo)
     bind = args.bind_address or ("127.0.0.1" if args.demo else "0.0.0.0")  # noqa: S104
     if not security.delegated and not _loopback(bind):
-        logger.error("--demo serves without authentication and binds loopback only, not %s", bind)
-        return 2
+        raise StartupError(
+            f"--demo serves without authentication and binds loopback only, not {bind}",
+            fix="drop --bind-address, or configure delegated authentication "
+            "(--authentication-kubeconfig, docs/security.md)",
+            exit_code=CONFIGURATION,
+        )
     try:
         backends, base_dir, digest = backends_from_flags(args)
         loaded = load_backends(backends, base_dir=base_dir, default_timeout=args.backend_timeout)
         metrics_api = server_features(args, loaded)
     except (BackendsConfigError, PluginError, ConfigError) as err:
-        for line in str(err).splitlines():
-            logger.error("cannot start: %s", line)
-        return 2
+        raise _startup_error(err, args) from err
     settings = AppSettings(
         backend_timeout=args.backend_timeout,
         max_requests_inflight=args.max_requests_inflight,
@@ -253,8 +306,8 @@ def serve(args: argparse.Namespace) -> int:
         on_shutdown=app.begin_shutdown,
         shutdown_delay=args.shutdown_delay_duration,
         tls_handshake_timeout=args.tls_handshake_timeout,
+        startup_error=lambda: app.startup_error,
     ).run()
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -264,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "node-agent":
         return node_agent.run(args)
+    if args.command == "explain":
+        return explain_command.run(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

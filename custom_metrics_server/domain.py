@@ -10,7 +10,7 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from custom_metrics_server.machinery.labels import Selector
@@ -200,6 +200,47 @@ class ExternalBackendRequest:
     metric: str
     namespace: str
     metric_selector: Selector
+
+
+#: What a failure policy answers instead of the plain outcome (`FailurePolicy`).
+PolicyAnswer = Literal["error", "zero", "last-good"]
+POLICY_ANSWERS: Final = ("error", "zero", "last-good")
+
+
+@dataclass(frozen=True, slots=True)
+class FailurePolicy:
+    """What a metric answers when its value is absent or its backend fails (docs/operations.md,
+    "Failure policy"): `error` (the plain outcome: 404, an empty list, 503, 504), `zero` (the
+    value 0, observed now) or `last-good` (the last value served, while it is at most `max_age`
+    old). A sample older than `max_age` seconds is treated as absent. `source` says where it
+    was configured (`backends[1].routes[0]`, `rules[2]`), for explanations and the status page.
+    """
+
+    absent: PolicyAnswer = "error"
+    failure: PolicyAnswer = "error"
+    max_age: float | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for what, answer in (("absent", self.absent), ("failure", self.failure)):
+            if answer not in POLICY_ANSWERS:
+                raise ValueError(f"{what}: must be error, zero or last-good, not {answer!r}")
+        if self.max_age is not None and not self.max_age > 0:
+            raise ValueError(f"maxAge: must be above zero, not {self.max_age!r}")
+        if "last-good" in (self.absent, self.failure) and self.max_age is None:
+            raise ValueError("last-good needs maxAge (how old a value may be served)")
+
+    @property
+    def inert(self) -> bool:
+        """Whether it changes nothing (today's behaviour: errors, no age limit)."""
+        return self.absent == "error" and self.failure == "error" and self.max_age is None
+
+    def describe(self) -> str:
+        """`absent: zero, failure: last-good, maxAge: 5m0s` (what is not the default)."""
+        parts = [f"absent: {self.absent}", f"failure: {self.failure}"]
+        if self.max_age is not None:
+            parts.append(f"maxAge: {self.max_age:g}s")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ WORDS = [
     "a b",
     "m?x",
     "default",
+    "metric-status",
 ]
 segment = st.one_of(st.sampled_from(WORDS), st.text(max_size=12).map(lambda s: quote(s, safe="*%")))
 paths = st.builds(
@@ -73,7 +74,21 @@ paths = st.builds(
 )
 selector_text = st.one_of(
     st.sampled_from(
-        ["foo=bar", "=bar", "a in (b,c)", "!x", "x>1", "x<y", "a,b,", "a==b", "(", "a notin ()"]
+        [
+            "1",
+            "true",
+            "json",
+            "foo=bar",
+            "=bar",
+            "a in (b,c)",
+            "!x",
+            "x>1",
+            "x<y",
+            "a,b,",
+            "a==b",
+            "(",
+            "a notin ()",
+        ]
     ),
     st.text(max_size=20),
 )
@@ -88,6 +103,9 @@ queries = st.lists(
                 "pretty",
                 "x",
                 "limit",
+                "explain",
+                "explain",
+                "format",
             ]
         ),
         selector_text,
@@ -127,6 +145,15 @@ def check(reply: Reply) -> None:
     assert reply.status != 500, reply.body
     assert 200 <= reply.status < 600
     if reply.status < 400:
+        if reply.headers.get("content-type") == "application/json" and reply.body:
+            document = orjson.loads(reply.body)
+            if isinstance(document, dict) and document.get("kind") == "MetricExplanation":
+                outcome = document["outcome"]  # the plain answer's code and body
+                assert outcome["code"] != 500, outcome
+                assert "status" in outcome or outcome["code"] == 200
+                if "status" in outcome:
+                    assert outcome["status"]["kind"] == "Status"
+                    assert outcome["status"]["code"] == outcome["code"]
         return
     if reply.headers.get("content-type", "").startswith("text/plain"):
         assert reply.status == 404

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ import uvicorn
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.kube.lease import LeaderElector, parse_time
+from custom_metrics_server.runtime.startup import StartupError
 
 PREFIX = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
 
@@ -27,6 +29,7 @@ class LeaseServer:
         self.leases: dict[str, dict[str, Any]] = {}
         self.version = 0
         self.down = False
+        self.forbidden = False
         self.lock = threading.Lock()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -63,6 +66,8 @@ class LeaseServer:
         with self.lock:
             if self.down:
                 return self.status(503, "ServiceUnavailable")
+            if self.forbidden:
+                return self.status(403, "Forbidden")
             name = path.removeprefix(PREFIX).strip("/")
             if method == "GET":
                 lease = self.leases.get(name)
@@ -190,3 +195,39 @@ async def test_leader_steps_down_when_it_cannot_renew(
         assert "503" in leader.last_error
         server.down = False
         await wait_for(lambda: leader.is_leader)
+
+
+async def test_renewal_failures_are_a_warning_per_distinct_error_not_per_round(
+    lease_server: tuple[LeaseServer, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, url = lease_server
+    leader = elector(url, "a")
+    with caplog.at_level(logging.DEBUG, logger="custom_metrics_server.kube.lease"):
+        async with leader:
+            await wait_for(lambda: leader.is_leader)
+            server.down = True
+            await wait_for(lambda: leader._errors_in_a_row >= 12)
+            server.down = False
+            await wait_for(lambda: leader.is_leader)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    # The first failure, then every tenth repeat; the rest at debug.
+    assert len(warnings) == 2, warnings
+    assert "(failure 1 in a row)" in warnings[0]
+    assert "(failure 10 in a row)" in warnings[1]
+
+
+async def test_a_lease_it_may_not_touch_fails_start_up_naming_the_role(
+    lease_server: tuple[LeaseServer, str],
+) -> None:
+    server, url = lease_server
+    server.forbidden = True
+    candidate = elector(url, "a")
+    with pytest.raises(StartupError) as raised:
+        async with candidate:
+            pass
+    line = raised.value.line()
+    assert line.startswith(
+        "cannot take part in leader election on Lease ns/cms (--leader-elect): GET "
+        f"{url}{PREFIX}/cms answered 403 Forbidden"
+    )
+    assert "the Role and RoleBinding custom-metrics-server-leader-election" in line

@@ -35,6 +35,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
 from custom_metrics_server.cli import build_parser
+from tests.pod_security import enforced_level, pod_spec, violations
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -950,3 +951,83 @@ def test_only_the_server_may_reach_the_agents(with_agents: list[Obj]) -> None:
     (peer,) = rule["from"]
     assert peer["podSelector"]["matchLabels"].items() <= server_labels.items()
     assert rule["ports"] == [{"protocol": "TCP", "port": 10443}]
+
+
+# --- Pod Security: every pod is admitted by its namespace's enforced level ----------------------
+
+
+def _pod_security_refusals(objects: list[Obj]) -> list[str]:
+    """What the PodSecurity admission plugin would refuse in a build: each workload's pod
+    template checked against the level its namespace (from the same build) enforces."""
+    levels = {o["metadata"]["name"]: enforced_level(o) for o in select(objects, "Namespace")}
+    refused = []
+    for obj in objects:
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        namespace = obj["metadata"].get("namespace", "default")
+        assert namespace in levels, f"{obj['kind']} {obj['metadata']['name']} in {namespace}"
+        level = levels[namespace]
+        refused += [
+            f"{obj['kind']} {namespace}/{obj['metadata']['name']} (enforce: {level}): {v}"
+            for v in violations(spec, level)
+        ]
+    return refused
+
+
+@pytest.mark.parametrize(
+    "build",
+    ["base", "production", "cert_manager", "production_with_metrics_api", "with_agents"],
+)
+def test_every_pod_is_admitted_by_the_pod_security_level_of_its_namespace(
+    build: str, request: pytest.FixtureRequest
+) -> None:
+    objects: list[Obj] = request.getfixturevalue(build)
+    assert select(objects, "Namespace"), "the build names the levels it enforces"
+    assert _pod_security_refusals(objects) == []
+
+
+def test_the_server_itself_still_meets_restricted_where_the_node_agent_runs(
+    with_agents: list[Obj],
+) -> None:
+    """The node-agent component lowers its namespace to privileged (hostPath, UID 0); the
+    server's own pods must still meet restricted, and the namespace keeps warning and
+    auditing at restricted so any drift shows."""
+    spec = pod_spec(one(with_agents, "Deployment", NAME))
+    assert spec is not None
+    assert violations(spec, "restricted") == []
+    labels = one(with_agents, "Namespace", NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+    # The base alone keeps enforcing restricted.
+    assert enforced_level(one(kustomize(MANIFESTS / "base"), "Namespace")) == "restricted"
+
+
+def test_the_pod_security_check_refuses_what_admission_refuses() -> None:
+    """The checker itself: the node agent's pod as it is refused by a restricted namespace,
+    and a pod that meets restricted."""
+    agent_pod = yaml.safe_load(
+        (MANIFESTS / "components" / "node-agent" / "daemon-set-node-agent.yaml").read_text()
+    )["spec"]["template"]["spec"]
+    refused = violations(agent_pod, "restricted")
+    assert 'hostPath volumes (volume "cri-socket")' in refused
+    assert 'runAsNonRoot != true (container "node-agent")' in refused
+    assert "runAsUser=0 (pod)" in refused
+    assert violations(agent_pod, "baseline") == [
+        'hostPath volumes (volume "cri-socket")',
+        'hostPath volumes (volume "host-cgroup")',
+    ]
+    assert violations(agent_pod, "privileged") == []
+    server_pod = yaml.safe_load((MANIFESTS / "base" / "deployment.yaml").read_text())["spec"][
+        "template"
+    ]["spec"]
+    assert violations(server_pod, "restricted") == []
+    escalating = {
+        "containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}],
+        "hostNetwork": True,
+    }
+    assert violations(escalating, "baseline") == [
+        "host namespaces (hostNetwork=true)",
+        "non-default capabilities (container \"c\": ['SYS_ADMIN'])",
+    ]

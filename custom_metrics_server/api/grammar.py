@@ -75,8 +75,21 @@ class VersionDiscovery:
     version: str
 
 
+@dataclass(frozen=True, slots=True)
+class StatusPage:
+    """`GET /apis/{group}/{version}/metric-status`: every metric's status (`STATUS_PAGE`)."""
+
+    group: str
+    version: str
+
+
 ParsedRequest = (
-    RootDiscovery | GroupDiscovery | VersionDiscovery | MetricRequest | ExternalMetricRequest
+    RootDiscovery
+    | GroupDiscovery
+    | VersionDiscovery
+    | StatusPage
+    | MetricRequest
+    | ExternalMetricRequest
 )
 
 
@@ -90,7 +103,17 @@ class QueryParams:
     pretty: bool | None = None  # None: not given, the Accept header and User-Agent decide
     watch: bool = False
     timeout: str = ""
+    #: `?explain=1`: answer how the request is served instead of its answer (this server's
+    #: own parameter; Kubernetes has none of that name)
+    explain: bool = False
 
+
+#: The query parameter asking for an explanation (docs/operations.md, "Why is my metric
+#: missing"). Its values are read as `pretty`'s: 1, t, true (any case of those).
+EXPLAIN_PARAMETER: Final = "explain"
+#: The reserved path segment of the per-metric status page, directly below a served version
+#: (`/apis/custom.metrics.k8s.io/v1beta2/metric-status`): no metric URL has a single segment.
+STATUS_PAGE: Final = "metric-status"
 
 _EMPTY_QUERY: Final = QueryParams()
 
@@ -110,6 +133,7 @@ def parse_query(query: bytes | str) -> QueryParams:
         pretty=found["pretty"] in _TRUE_VALUES if found.get("pretty") else None,
         watch=found.get("watch", "") in _TRUE_VALUES,
         timeout=found.get("timeout", ""),
+        explain=found.get(EXPLAIN_PARAMETER, "") in _TRUE_VALUES,
     )
 
 
@@ -179,6 +203,8 @@ def parse(path: str, query: QueryParams) -> ParsedRequest | None:
     if "" in parts:
         # `//` inside a served prefix: go-restful matches no route (never normalised away).
         raise route_not_found()
+    if len(parts) == 1 and parts[0] == STATUS_PAGE:
+        return StatusPage(group, version)
     if group == EXTERNAL_GROUP:
         return _parse_external(version, parts, query)
     return _parse_custom(group, version, parts, query)

@@ -45,6 +45,7 @@ __all__ = [
     "Column",
     "Columns",
     "read_columns",
+    "split_labels",
 ]
 
 CONTAINER_CPU: Final = "container_cpu_usage_seconds_total"
@@ -99,7 +100,7 @@ class Columns:
     scrape_error: bool = False
 
 
-def _split_labels(raw: bytes, head: str, label_count: int, count: int) -> _Labels | None:
+def split_labels(raw: bytes, head: str, label_count: int, count: int) -> _Labels | None:
     """The label columns of ``count`` newline-separated label tokens
     (``head"c",namespace="ns",pod="p"}``), or None when any token is not in exactly that
     layout (or not UTF-8). O(len(raw)) in C."""
@@ -148,7 +149,7 @@ class _Scanner:
             )
             if labels == expected:
                 return columns
-        columns_or_none = _split_labels(labels, head.decode(), label_count, count)
+        columns_or_none = split_labels(labels, head.decode(), label_count, count)
         if columns_or_none is not None and reference is None:
             self._reference[label_count] = (head, labels, columns_or_none)
         return columns_or_none

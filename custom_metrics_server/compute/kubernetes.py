@@ -11,18 +11,28 @@ Usage comes from the kubelets (`usage_source="kubelet"`) or from the node agents
 scraper reads `https://<agent pod IP>:<node_agent_port>/metrics/resource` for every node
 with an agent; parsing, storage and rates are the kubelet path's, unchanged.
 
-Readiness: false until the first list of every watched resource has synced (usage may still
-be warming up: pods without two usage samples simply have no usage value yet).
+Start-up (`__aenter__`) first asks for one object of every watched collection (`limit=1`),
+so that a kubeconfig the API server refuses, an API server that cannot be reached (after
+`kube.startup`'s retries) or a ClusterRole that does not grant `list` fails start-up with one
+line naming the call and the fix, instead of readiness that never comes; with
+`--leader-elect`, the first Lease round runs there too (`LeaderElector.first_round`).
+
+Readiness: false until the first list of every watched resource has synced. Usage never
+fails readiness; until the kubelets have answered (the first round starts as soon as the node
+list has synced, and nodes that join are scraped at once), the scraper's note says so under
+`/readyz?verbose` (`[+]backend-kubernetes ok (usage not available yet: ...)`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Literal, Self
+from typing import Any, Final, Literal, Self
 
 import httpx
 
@@ -40,12 +50,43 @@ from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import DiscoveryRestMapper
 from custom_metrics_server.kube.lease import LeaderElector
-from custom_metrics_server.kube.watcher import Reflector
+from custom_metrics_server.kube.startup import startup_call
+from custom_metrics_server.kube.watcher import Reflector, WatchSink
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 
 logger = logging.getLogger(__name__)
 
 _VERSIONS: Final = {"": "v1", "apps": "v1", "batch": "v1"}
+#: What to bind when a watched collection may not be listed.
+LIST_FORBIDDEN_FIX: Final = (
+    "the service account needs get, list and watch on {resource}: the ClusterRole "
+    "custom-metrics-server (manifests/base/cluster-role.yaml) and its ClusterRoleBinding "
+    "(cluster-role-binding.yaml)"
+)
+
+
+class _NoticingSink:
+    """A node sink that also tells the scraper when nodes may have joined (ADDED events and
+    every relist): new nodes are scraped at once instead of at the next round."""
+
+    def __init__(self, inner: WatchSink, notice: Callable[[], None]) -> None:
+        self._inner = inner
+        self._notice = notice
+
+    def list_started(self) -> None:
+        self._inner.list_started()
+
+    def listed(self, obj: dict[str, Any]) -> None:
+        self._inner.listed(obj)
+
+    def list_finished(self) -> None:
+        self._inner.list_finished()
+        self._notice()
+
+    def event(self, type: str, obj: dict[str, Any]) -> None:
+        self._inner.event(type, obj)
+        if type == "ADDED":
+            self._notice()
 
 
 def collection_path(group_resource: GroupResource) -> str:
@@ -100,13 +141,17 @@ class KubernetesBackend(ResourceMetricsBackend):
             min_refresh_interval=self.settings.discovery_min_refresh,
         )
         state = ClusterState(resolver=self.discovery)
-        self.usage_store = UsageStore()
+        # The fresh-container rule (usage after one scrape) uses the configured resolution,
+        # as metrics-server's --metric-resolution.
+        self.usage_store = UsageStore(metric_resolution=self.settings.scrape_interval)
         super().__init__(state, self.usage_store, name=name)
         self.reflectors = [
             Reflector(
                 client,
                 path=collection_path(gr),
-                sink=state.sink(gr),
+                sink=_NoticingSink(state.sink(gr), self._notice_nodes)
+                if gr == NODES
+                else state.sink(gr),
                 name=str(gr),
                 page_size=self.settings.watch_page_size,
             )
@@ -172,25 +217,53 @@ class KubernetesBackend(ResourceMetricsBackend):
         self._stack = contextlib.AsyncExitStack()
         self._tasks = BackgroundTasks()
 
+    def _notice_nodes(self) -> None:
+        self.scraper.notice_nodes()
+
     def ready(self) -> Readiness:
         """Ready once every watched resource has listed; the reason names what is missing.
-        Once ready, the scraper's note (no kubelet answered its first round) rides along for
-        `/readyz?verbose` without failing it. O(watches), asked on every request."""
+        Once ready, the scraper's note (usage not available yet, partly available, or no
+        kubelet answered) rides along for `/readyz?verbose` without failing it.
+        O(watches), asked on every request."""
         waiting = [r for r in self.watches if not r.readiness().ready]
         if waiting:
             reasons = "; ".join(f"{r.name}: {r.readiness().reason}" for r in waiting)
             return Readiness(ready=False, reason=reasons)
-        scraping = self.scraper.readiness()
-        return Readiness(ready=True, reason=scraping.reason if scraping.ready else "")
+        return Readiness(ready=True, reason=self.scraper.readiness().reason)
+
+    async def check_access(self) -> None:
+        """One `limit=1` list of every watched collection, at once; the first that fails for
+        good raises `StartupError` (see the module docstring). O(watches) requests."""
+
+        async def first_page(reflector: Reflector) -> None:
+            params = {**reflector.selectors, "limit": "1"}
+            await startup_call(
+                lambda: self.client.get_json(reflector.path, params),
+                what=f"cannot list {reflector.name}",
+                connection=self.client.connection,
+                fixes={403: LIST_FORBIDDEN_FIX.format(resource=reflector.name)},
+            )
+
+        results = await asyncio.gather(
+            *(first_page(r) for r in self.watches), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def __aenter__(self) -> Self:
-        for runner, name in [(self.discovery.run, "discovery")] + [
-            (reflector.run, f"watch-{reflector.name}") for reflector in self.watches
-        ]:
-            self._tasks.start(runner(), name=name)
-        await self._stack.enter_async_context(self.scraper)
-        if self.elector is not None:
-            await self._stack.enter_async_context(self.elector)
+        try:
+            await self.check_access()
+            if self.elector is not None:  # its first round may fail start-up: before the rest
+                await self._stack.enter_async_context(self.elector)
+            for runner, name in [(self.discovery.run, "discovery")] + [
+                (reflector.run, f"watch-{reflector.name}") for reflector in self.watches
+            ]:
+                self._tasks.start(runner(), name=name)
+            await self._stack.enter_async_context(self.scraper)
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
         return self
 
     async def __aexit__(

@@ -102,6 +102,10 @@ class NodeBook:
         wait = min(1 << (status.consecutive_failures - 1), MAX_BACKOFF_ROUNDS)
         return number - status.last_round >= wait
 
+    def known(self, name: str) -> bool:
+        """Whether ``name`` was ever attempted (and is still listed). O(1)."""
+        return name in self._status
+
     def is_failing(self, name: str) -> bool:
         """Whether the last scrape of ``name`` failed."""
         status = self._status.get(name)

@@ -12,10 +12,14 @@ It must not parse text or compute rates (that is :mod:`.kubelet_reader` and :mod
 and does not decide what the usage means for any API.
 
 Scheduling is :mod:`.scrape_rounds`'s (shared with the pod scraper): rounds never overlap,
-starts are spread over the first half of the interval, each scrape's deadline ends the round
-before the next tick, at most ``concurrency`` scrapes are in flight over the scraper's own
-connection pool of that size (never the pool of the watches and reviews), and nodes whose last
-scrape failed take at most a quarter of the slots.
+the first one starts as soon as the node list has synced (``nodes_synced``), nodes that join
+between rounds are scraped at once (``notice_nodes``, called by the node watch's sink), starts
+are spread over the first half of the interval except in the first round and in those
+catch-ups, which are only paced at ``FIRST_STARTS_PER_SECOND`` (1,000 a second) so that usage
+comes first thing, each scrape's deadline ends the round before the next tick, at most
+``concurrency`` scrapes are in flight over the scraper's own connection pool of that size
+(never the pool of the watches and reviews), and nodes whose last scrape failed take at most a
+quarter of the slots.
 
 * **Backoff**: a node that failed *k* times in a row is tried again after ``2**(k-1)`` rounds,
   at most every ``MAX_BACKOFF_ROUNDS`` rounds, until it answers (:mod:`.scrape_nodes`).
@@ -41,17 +45,17 @@ from typing import Final, Self
 import httpx
 
 from custom_metrics_server.compute.kubelet_client import MAX_BODY_BYTES, KubeletFetcher, Source
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_rows import read_usage_rows
 from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.compute.scrape_nodes import NodeBook, sample_names
-from custom_metrics_server.compute.scrape_rounds import ScrapeRounds
+from custom_metrics_server.compute.scrape_rounds import FIRST_STARTS_PER_SECOND, ScrapeRounds
 from custom_metrics_server.compute.scraper_metrics import ScraperStats
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 
-__all__ = ["AGE_OUT_INTERVALS", "DEFAULT_CONCURRENCY", "KubeletScraper"]
+__all__ = ["AGE_OUT_INTERVALS", "DEFAULT_CONCURRENCY", "FIRST_STARTS_PER_SECOND", "KubeletScraper"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +138,10 @@ class KubeletScraper:
             what=target,
             advice="raise --kubelet-scrape-concurrency or --metric-resolution",
             synced=nodes_synced,
+            fresh=self._fresh_nodes,
+            noun="node",
+            listing="node list",
+            first_starts_per_second=FIRST_STARTS_PER_SECOND,
             logger=logger,
         )
         #: slots nodes whose last scrape failed may take at once
@@ -154,6 +162,11 @@ class KubeletScraper:
     ) -> None:
         await self._work.stop()
         await self._fetcher.aclose()
+
+    def notice_nodes(self) -> None:
+        """Nodes may have joined the list: scrape the ones never scraped before the next
+        round is due. O(1); the node watch's sink calls it on ADDED events and relists."""
+        self._rounds.notice()
 
     # -- rounds --
 
@@ -186,6 +199,14 @@ class KubeletScraper:
         self._listed = len(names)
         return self.nodes.due(names, number), len(names)
 
+    def _fresh_nodes(self) -> tuple[list[str], int] | None:
+        """The listed nodes never scraped yet, for a catch-up, and how many are listed. O(n)."""
+        names = self._node_names()
+        if not names:
+            return None
+        self._listed = len(names)
+        return [name for name in names if not self.nodes.known(name)], len(names)
+
     # -- one node --
 
     async def scrape_node(self, name: str, *, deadline: float | None = None) -> bool:
@@ -204,14 +225,15 @@ class KubeletScraper:
                 raise ScrapeFailure("timeout", f"no answer within {seconds:g}s") from None
             now = self._clock()
             try:
-                scrape = parse_resource_metrics(body, default_time=now)
+                # No await from here to the store: `known` must still be the store's.
+                rows = read_usage_rows(body, default_time=now, known=self._store.known(name))
             except ValueError as err:
                 raise ScrapeFailure("parse", f"unreadable metrics: {err}") from err
-            if scrape.scrape_error:
+            if rows.scrape_error:
                 raise ScrapeFailure(
                     "kubelet_error", "the kubelet reports scrape_error (its stats provider failed)"
                 )
-            self._store.apply(name, scrape, now)
+            self._store.apply_rows(name, rows, now)
         except ScrapeFailure as failure:
             self.nodes.failed(name, failure)
             return False
@@ -227,15 +249,34 @@ class KubeletScraper:
     # -- reporting --
 
     def readiness(self) -> Readiness:
-        """Ready once the first round has completed, whatever its outcome; the reason
-        says so when no node answered it."""
-        if self._rounds.first_round is None:
+        """Whether usage is available, for `/readyz?verbose`: not ready until the first round
+        with nodes has completed, whatever its outcome; then ready, with a note while usage
+        is only partly there (rates need a second answer of each kubelet) or when no node
+        answered the first round. O(1)."""
+        rounds = self._rounds
+        if rounds.first_round is None:
             if not self._work.running:
-                return Readiness(False, "the kubelet scraper is not running")
-            return Readiness(False, "waiting for the first round of kubelet scrapes")
-        answered, listed = self._rounds.first_round
-        if listed and not answered:
-            return Readiness(True, f"no kubelet answered the first scrape round (0 of {listed})")
+                return Readiness(False, f"the {self.target} scraper is not running")
+            if rounds.started_at is None:
+                return Readiness(False, "usage not available yet: waiting for the node list")
+            if not self._listed and not self._counters.scrapes:
+                return Readiness(False, "usage not available yet: no node is listed")
+            return Readiness(
+                False, f"usage not available yet: the first {self.target} scrape round is running"
+            )
+        _, listed = rounds.first_round
+        if not rounds.rounds_answered:
+            return Readiness(
+                True,
+                f"usage not available: no {self.target} answered the first scrape round "
+                f"(0 of {listed})",
+            )
+        if rounds.rounds_answered < 2:
+            return Readiness(
+                True,
+                f"usage partly available: {self.target}s answered one scrape round so far; "
+                f"CPU rates need a second answer (next round within {self.interval:g}s)",
+            )
         return Readiness(True)
 
     def stats(self) -> ScraperStats:

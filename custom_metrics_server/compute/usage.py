@@ -28,6 +28,11 @@ It must not do I/O, parse text, read clocks (callers pass ``now``) or log; it is
 thread-safe (call it from one thread, the event loop). Storage is compact: per pod a tuple
 of container names and one ``array('d')`` (4 + 7 per container floats), no sample objects.
 
+The scraper feeds it :class:`~.samples.UsageRows` (``apply_rows``): columns in the body's
+order and, when the node's pods are those of its last scrape (the store tells the reader what
+it knows with ``known``), no keys or names at all; ``apply`` takes a
+:class:`~.samples.ResourceScrape` (tests, the demo) through the same code.
+
 Cost: ``UsageStore.apply`` is O(containers in the scrape + pods the node had); every lookup
 is O(1).
 """
@@ -39,9 +44,17 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import isnan
+from sys import intern
 from typing import Final
 
-from custom_metrics_server.compute.samples import ContainerSample, CpuSample, PodKey, ResourceScrape
+from custom_metrics_server.compute.samples import (
+    CpuSample,
+    NodeSample,
+    PodKey,
+    ResourceScrape,
+    UsageRows,
+    rows_of,
+)
 from custom_metrics_server.compute.usage_values import (
     ContainerResourceUsage,
     NodeUsage,
@@ -100,7 +113,7 @@ def _before(start: float, other: float) -> bool:
 class _NodeState:
     """One node's stored points: last and previous node points, and its pods."""
 
-    __slots__ = ("last", "pods", "previous", "seen", "usage")
+    __slots__ = ("last", "layout", "order", "pods", "previous", "seen", "start_layout", "usage")
 
     def __init__(self) -> None:
         self.seen = 0.0
@@ -108,6 +121,11 @@ class _NodeState:
         self.previous: tuple[float, float] | None = None  # cpu, time
         self.usage: NodeUsage | None = None
         self.pods: dict[PodKey, tuple[tuple[str, ...], array[float]]] = {}
+        # The last rows' layout (UsageRows.layout, start_layout) and, for each pod of `pods`
+        # in order and each of its containers in order, the row it came from.
+        self.layout: tuple[int, int] | None = None
+        self.start_layout: int | None = None
+        self.order: list[int] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,26 +166,87 @@ class UsageStore:
         """Take ``scrape`` as ``node``'s current state (pods it no longer lists are gone)
         and record ``now`` as the node's last answer. Callers skip scrapes whose
         ``scrape_error`` is set: they carry no usage. O(containers + previous pods)."""
+        self.apply_rows(node, rows_of(scrape), now)
+
+    def known(self, node: str) -> tuple[tuple[int, int] | None, int | None] | None:
+        """The ``layout`` and ``start_layout`` of the rows last applied for ``node`` (what
+        :func:`~.kubelet_rows.read_usage_rows` takes as ``known``), None for a node without
+        state. O(1)."""
+        state = self._nodes.get(node)
+        return None if state is None else (state.layout, state.start_layout)
+
+    def apply_rows(self, node: str, rows: UsageRows, now: float) -> None:
+        """:meth:`apply` for rows: ``rows`` without ``pods`` are the pods and containers of
+        the rows last applied for ``node`` (the reader was given :meth:`known`), and rows
+        without ``starts`` have the start times stored. O(containers + previous pods); no
+        key or name is built when the layout is unchanged."""
         state = self._nodes.get(node)
         if state is None:
             state = self._nodes[node] = _NodeState()
         state.seen = now
-        changed = self._apply_node(state, scrape)
+        changed = self._apply_node(state, rows.node)
+        if rows.pods is None or rows.containers is None:
+            changed = self._same_pods(state, rows) or changed
+            # The last node to report a pod has it (another may have reported it since).
+            self._pod_node.update(dict.fromkeys(state.pods, node))
+        else:
+            changed = self._new_pods(node, state, rows) or changed
+        state.layout = rows.layout
+        state.start_layout = rows.start_layout
+        if changed:
+            self._generation += 1
+
+    def _same_pods(self, state: _NodeState, rows: UsageRows) -> bool:
+        """Apply rows whose pods and containers are those of the node's last rows; whether
+        a published value changed. O(containers)."""
         old_pods = state.pods
         new_pods: dict[PodKey, tuple[tuple[str, ...], array[float]]] = {}
         resolution = self.metric_resolution
-        for key, pod in scrape.pods.items():
-            containers = pod.containers
-            if not containers:
-                continue  # metrics-server drops pods without complete containers
+        columns = (rows.cpu, rows.times, rows.memory, rows.starts)
+        order = state.order
+        changed = False
+        at = 0
+        for key, old in old_pods.items():
+            count = len(old[0])
+            entry = _pod_entry(old[0], order[at : at + count], columns, old, resolution)
+            at += count
+            new_pods[key] = entry
+            # Bytes, so that "no usage" (NaN) equals "no usage".
+            changed = changed or old[1][:_HEADER].tobytes() != entry[1][:_HEADER].tobytes()
+        state.pods = new_pods
+        return changed
+
+    def _new_pods(self, node: str, state: _NodeState, rows: UsageRows) -> bool:
+        """Apply rows that name their pods and containers; whether a published value (or
+        the set of pods with usage) changed. O(containers + previous pods)."""
+        pods, containers, starts = rows.pods, rows.containers, rows.starts
+        if pods is None or containers is None or starts is None:
+            raise ValueError("rows that name their pods need their containers and start times")
+        old_pods = state.pods
+        new_pods: dict[PodKey, tuple[tuple[str, ...], array[float]]] = {}
+        resolution = self.metric_resolution
+        columns = (rows.cpu, rows.times, rows.memory, starts)
+        by_pod: dict[PodKey, list[int]] = {}
+        for row, key in enumerate(pods):
+            found = by_pod.get(key)
+            if found is None:
+                by_pod[key] = [row]
+            else:
+                found.append(row)
+        order: list[int] = []
+        changed = False
+        for parsed, row_list in by_pod.items():
+            # One string per container name and namespace, whatever the number of pods.
+            names = tuple([intern(containers[row]) for row in row_list])
+            key = (intern(parsed[0]), parsed[1])
             old = old_pods.get(key)
-            entry = _pod_entry(containers, old, resolution)
+            entry = _pod_entry(names, row_list, columns, old, resolution)
+            order.extend(row_list)
             new_pods[key] = entry
             if not changed:
                 if old is None:
                     changed = not isnan(entry[1][_CORES])
                 else:
-                    # Bytes, so that "no usage" (NaN) equals "no usage".
                     changed = old[1][:_HEADER].tobytes() != entry[1][:_HEADER].tobytes()
         index = self._pod_node
         for key in old_pods.keys() - new_pods.keys():
@@ -177,11 +256,10 @@ class UsageStore:
         for key in new_pods:
             index[key] = node
         state.pods = new_pods
-        if changed:
-            self._generation += 1
+        state.order = order
+        return changed
 
-    def _apply_node(self, state: _NodeState, scrape: ResourceScrape) -> bool:
-        sample = scrape.node
+    def _apply_node(self, state: _NodeState, sample: NodeSample | None) -> bool:
         old_usage = state.usage
         if sample is None:
             state.last = state.previous = None
@@ -308,14 +386,18 @@ class UsageStore:
         return StoreStats(len(self._nodes), len(self._pod_node), with_usage, self._generation)
 
 
-def _pod_entry(
-    containers: dict[str, ContainerSample],
+def _pod_entry(  # noqa: PLR0915 - the per-container loop of every scrape, kept inline
+    names: tuple[str, ...],
+    rows: list[int],
+    columns: tuple[list[float], list[float], list[float], list[float] | None],
     old: tuple[tuple[str, ...], array[float]] | None,
     resolution: float,
 ) -> tuple[tuple[str, ...], array[float]]:
-    """The stored entry of a pod from its new container samples and its old entry.
+    """The stored entry of a pod from its containers' rows (``names[i]`` is row
+    ``rows[i]`` of the CPU, time, memory and start ``columns``; no start column: the
+    starts stored in ``old``, whose names are then ``names``) and its old entry.
     O(containers)."""
-    names = tuple(containers)
+    cpu_column, time_column, memory_column, start_column = columns
     old_offsets: dict[str, int] | None = None
     old_data: array[float] | None = None
     if old is not None:
@@ -333,15 +415,18 @@ def _pod_entry(
     complete = True
     used = 0
     offset = _HEADER
-    for name, sample in containers.items():
-        cpu, when, memory_bytes, _, start_time = sample
-        start = _NAN if start_time is None else start_time
+    for index, row in enumerate(rows):
+        cpu = cpu_column[row]
+        when = time_column[row]
+        memory_bytes = memory_column[row]
+        # Without a start column, the same containers as `old`'s, in the same order.
+        start = old_data[offset + 2] if start_column is None else start_column[row]  # type: ignore[index]
         previous_cpu = previous_time = previous_start = _NAN
         age = when - start
         if start < when and FRESH_CONTAINER_MIN_AGE <= age < resolution:
             previous_cpu, previous_time, previous_start = 0.0, start, start
         elif old_data is not None:
-            at = offset if old_offsets is None else old_offsets.get(name, -1)
+            at = offset if old_offsets is None else old_offsets.get(names[index], -1)
             if at >= 0:
                 last_time = old_data[at + 1]
                 if _before(start, last_time):  # not restarted since the stored point

@@ -18,13 +18,15 @@ USER_AGENT = f"custom-metrics-server/v{__version__}"
 
 
 class KubeApiError(Exception):
-    """kube-apiserver answered with an error, or could not be reached (`code` 0)."""
+    """kube-apiserver answered with an error, or could not be reached (`code` 0); `call` is
+    the request that failed (`GET https://host/path`), when known, for start-up messages."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, *, call: str = "") -> None:
         super().__init__(f"{code} {reason}: {message}" if code else message)
         self.code = code
         self.reason = reason
         self.message = message
+        self.call = call
 
 
 async def read_capped(response: httpx.Response, limit: int | None, *, what: str) -> bytes:
@@ -70,6 +72,11 @@ def error_from_response(status: int, body: bytes) -> KubeApiError:
     return cls(status, reason, message or httpx.codes.get_reason_phrase(status))
 
 
+def _call(request: httpx.Request) -> str:
+    """`GET https://host/path` (no query string: selectors and tokens stay out of logs)."""
+    return f"{request.method} {request.url.copy_with(query=None)}"
+
+
 class KubeClient:
     """One connection pool to kube-apiserver (at most `max_connections` connections)."""
 
@@ -97,11 +104,14 @@ class KubeClient:
         try:
             response = await self._http.send(request, stream=stream)
         except httpx.HTTPError as err:
-            raise KubeApiError(0, "", f"{request.method} {request.url.path}: {err!r}") from err
+            message = f"{request.method} {request.url.path}: {err!r}"
+            raise KubeApiError(0, "", message, call=_call(request)) from err
         if response.status_code >= 300:
             body = await response.aread()
             await response.aclose()
-            raise error_from_response(response.status_code, body)
+            error = error_from_response(response.status_code, body)
+            error.call = _call(request)
+            raise error
         return response
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:

@@ -16,13 +16,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from custom_metrics_server.runtime.tls import client_context
 
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
 class KubeConfigError(Exception):
-    """No usable connection settings."""
+    """No usable connection settings: `where` they were looked for, and `reason`."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"cannot load Kubernetes connection settings from {where}: {reason}")
+        self.where = where
+        self.reason = reason
 
 
 @dataclass
@@ -37,6 +44,8 @@ class Connection:
     token: str | None = None
     token_file: str | None = None
     tls_server_name: str | None = None
+    #: where the settings came from, for messages: "kubeconfig /path", "in-cluster config"
+    source: str = ""
     _token_cache: tuple[float, str] | None = field(default=None, repr=False)
 
     def bearer_token(self) -> str | None:
@@ -68,6 +77,11 @@ def load_connection(kubeconfig: str | None = None, *, context: str | None = None
     configuration = Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     in_cluster = path is None and "KUBERNETES_SERVICE_HOST" in os.environ
+    where = "the in-cluster service account" if in_cluster else (path or "~/.kube/config")
+    if path and ":" not in path and not Path(path).is_file():
+        # The loader says "No configuration found." for a missing file; say what is wrong.
+        reason = "is a directory" if Path(path).is_dir() else "no such file"
+        raise KubeConfigError(where, reason)
     try:
         if in_cluster:
             incluster_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -82,11 +96,8 @@ def load_connection(kubeconfig: str | None = None, *, context: str | None = None
                 persist_config=False,
                 temp_file_path=temp_dir,
             )
-    except (ConfigException, OSError, TypeError, ValueError) as err:
-        where = "the in-cluster service account" if in_cluster else (path or "~/.kube/config")
-        raise KubeConfigError(
-            f"cannot load Kubernetes connection settings from {where}: {err}"
-        ) from err
+    except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as err:
+        raise KubeConfigError(where, " ".join(str(err).split())) from err
     token = None
     authorization = configuration.api_key.get("authorization") or configuration.api_key.get(
         "BearerToken"
@@ -102,4 +113,5 @@ def load_connection(kubeconfig: str | None = None, *, context: str | None = None
         token=None if in_cluster else token,
         token_file=str(SERVICE_ACCOUNT_TOKEN) if in_cluster else None,
         tls_server_name=configuration.tls_server_name,
+        source="the in-cluster service account" if in_cluster else f"kubeconfig {where}",
     )

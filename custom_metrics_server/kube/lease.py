@@ -7,6 +7,11 @@ renewed it within `lease_duration`; updates carry the Lease's `resourceVersion`,
 candidates racing for it cannot both win (the loser gets 409 Conflict). The leader renews every
 `retry_period` and steps down when it could not renew for `renew_deadline`. On exit it releases
 the Lease (holder emptied, as `ReleaseOnCancel`), so a successor does not wait a full term.
+
+The first round runs when the elector is entered, at start-up: a Lease the server may not
+read or write (403), or a namespace that does not exist (404), fails start-up with one line
+naming the call and the Role to bind (`kube.startup`), instead of a warning every two
+seconds. Later failures are logged once per distinct error (and every tenth repeat).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any, Self
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
+from custom_metrics_server.kube.startup import startup_call
+from custom_metrics_server.runtime.startup import StartupError
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 
 logger = logging.getLogger(__name__)
@@ -59,6 +66,7 @@ class LeaderElector:
         on_change: Callable[[bool], None] | None = None,
     ) -> None:
         self._client = client
+        self.namespace = namespace
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self.name = name
         self.identity = identity
@@ -71,6 +79,7 @@ class LeaderElector:
         self._last_renew = 0.0
         self._tasks = BackgroundTasks()
         self.last_error = ""
+        self._errors_in_a_row = 0
 
     @property
     def is_leader(self) -> bool:
@@ -134,24 +143,63 @@ class LeaderElector:
         self._last_renew = now
         return True
 
-    async def run(self) -> None:
+    async def run(self, *, first_delay: float = 0.0) -> None:
         """Campaign and renew forever; never raises but CancelledError."""
+        await asyncio.sleep(first_delay)
         while True:
             held: bool | None
             try:
                 held = await self.try_acquire_or_renew()
                 self.last_error = ""
+                self._errors_in_a_row = 0
             except KubeApiError as err:
                 # 409: someone else updated the Lease first. Anything else: unknown, so a
                 # leader keeps leading until its renew deadline passes.
                 held = False if err.code == 409 else None
-                self.last_error = str(err)
                 if err.code != 409:
-                    logger.warning("lease %s: %s", self.name, err)
+                    self._log_error(str(err))
             if held is None:
                 held = self._leader and self._clock() - self._last_renew < self.renew_deadline
             self._set_leader(held)
             await asyncio.sleep(self.retry_period)
+
+    def _log_error(self, text: str) -> None:
+        """A warning per distinct failure and per tenth repeat; the rest at DEBUG (a renewal
+        fails every `retry_period` while the API server is down)."""
+        self._errors_in_a_row += 1
+        repeated = text == self.last_error
+        self.last_error = text
+        if not repeated or self._errors_in_a_row % 10 == 0:
+            logger.warning(
+                "lease %s: %s (failure %d in a row)", self.name, text, self._errors_in_a_row
+            )
+        else:
+            logger.debug("lease %s: %s", self.name, text)
+
+    async def first_round(self) -> bool:
+        """The start-up round; a Lease that cannot be read or written raises `StartupError`."""
+        where = f"{self.namespace}/{self.name}"
+        try:
+            return await startup_call(
+                self.try_acquire_or_renew,
+                what=f"cannot take part in leader election on Lease {where} (--leader-elect)",
+                connection=self._client.connection,
+                fixes={
+                    403: "the service account needs the verbs get, create and update on "
+                    f"leases in {self.namespace}: the Role and RoleBinding "
+                    "custom-metrics-server-leader-election (manifests/base/"
+                    "role-leader-election.yaml, role-binding-leader-election.yaml) in that "
+                    "namespace; or point --leader-elect-resource-namespace at the namespace "
+                    "they are in, or drop --leader-elect",
+                    404: f"the namespace {self.namespace} does not exist: set "
+                    "--leader-elect-resource-namespace (default $POD_NAMESPACE)",
+                },
+            )
+        except StartupError as error:
+            cause = error.__cause__
+            if isinstance(cause, KubeApiError) and cause.code == 409:
+                return False  # another candidate won the race: standby
+            raise
 
     async def release(self) -> None:
         """Give the Lease up if we hold it (best effort)."""
@@ -166,7 +214,8 @@ class LeaderElector:
                 await self._client.put_json(f"{self._path}/{self.name}", current)
 
     async def __aenter__(self) -> Self:
-        self._tasks.start(self.run(), name=f"lease-{self.name}")
+        self._set_leader(await self.first_round())
+        self._tasks.start(self.run(first_delay=self.retry_period), name=f"lease-{self.name}")
         return self
 
     async def __aexit__(

@@ -176,6 +176,11 @@ class Reflector:
         return self._rv
 
     @property
+    def selectors(self) -> Mapping[str, str]:
+        """The `labelSelector`/`fieldSelector` parameters of its lists and watches."""
+        return dict(self._selectors)
+
+    @property
     def synced(self) -> bool:
         """Whether a first full list has reached the sink."""
         return self._synced

@@ -2,28 +2,41 @@
 
 :func:`add_parser` registers the subcommand on the main parser; :func:`run` starts it. No
 request logic lives here.
+
+Start-up failures are one line (`runtime.startup`), as for `serve`: an endpoint that is not a
+unix socket, a socket path that does not exist, is not a socket or may not be opened, and
+certificate files that cannot be read exit 2 with the fix; a port that cannot be bound exits 3.
+A runtime that does not answer yet is not one: the agent serves, `/healthz` fails until it
+answers (a restarting containerd must not crash-loop the DaemonSet), and one warning says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
+import os
 import socket
 import ssl
+import stat
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from custom_metrics_server import __version__
+from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.node_agent.collector import Collector
 from custom_metrics_server.node_agent.host import HostReader
 from custom_metrics_server.node_agent.runtime import RuntimeClient, grpc_target
 from custom_metrics_server.node_agent.server import AgentApp
 from custom_metrics_server.runtime.logs import configure_logging
 from custom_metrics_server.runtime.serving import TlsServer
+from custom_metrics_server.runtime.startup import (
+    CONFIGURATION,
+    StartupError,
+    report_startup_failure,
+)
 from custom_metrics_server.runtime.tls import ReloadingServerContext, ensure_serving_certificate
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import (
@@ -112,8 +125,16 @@ async def _serve(args: argparse.Namespace, context: ReloadingServerContext) -> N
             else None
         )
         collector = Collector(runtime.pods, node, max_age=args.stats_cache_duration)
-        with contextlib.suppress(Exception):
+        try:
             version = await runtime.version()
+        except ScrapeFailure as err:
+            logger.warning(
+                "the container runtime does not answer on %s yet (%s): serving anyway, "
+                "/healthz fails until it answers",
+                args.cri_endpoint,
+                err.message,
+            )
+        else:
             logger.info(
                 "container runtime %s %s (CRI %s) on %s",
                 version.runtime_name,
@@ -146,12 +167,55 @@ async def _serve(args: argparse.Namespace, context: ReloadingServerContext) -> N
         await TlsServer(config, lambda port: print(banner.format(port=port), flush=True)).serve()
 
 
-def run(args: argparse.Namespace) -> int:
-    """Serve until SIGINT/SIGTERM; 2 on a configuration error."""
-    configure_logging(args.verbosity)
+_SOCKET_FIX = (
+    "mount the runtime's socket there (a hostPath volume of type Socket) and point "
+    "--cri-endpoint at it: containerd unix:///run/containerd/containerd.sock, CRI-O "
+    "unix:///var/run/crio/crio.sock"
+)
+
+
+def check_cri_socket(endpoint: str) -> None:
+    """Refuse, with one line and its fix, an endpoint the agent can never use: not a unix
+    socket URL, no such path, not a socket, or a socket it may not open."""
+    try:
+        target = grpc_target(endpoint)
+    except ValueError as err:
+        raise StartupError(
+            f"cannot use --cri-endpoint {endpoint}",
+            status=str(err),
+            fix="give the runtime's unix socket, e.g. unix:///run/containerd/containerd.sock",
+            exit_code=CONFIGURATION,
+        ) from err
+    path = target.removeprefix("unix://")
+    what = f"cannot use the CRI socket {path} (--cri-endpoint)"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise StartupError(
+            what,
+            status=(err.strerror or str(err)).lower(),
+            fix=_SOCKET_FIX,
+            exit_code=CONFIGURATION,
+        ) from err
+    if not stat.S_ISSOCK(mode):
+        raise StartupError(what, status="not a socket", fix=_SOCKET_FIX, exit_code=CONFIGURATION)
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise StartupError(
+            what,
+            status="permission denied",
+            fix="run as the socket's owner (containerd's is root:root 0660: runAsUser 0), or "
+            "with its group in supplementalGroups (containerd [grpc] gid, CRI-O listen_gid)",
+            exit_code=CONFIGURATION,
+        )
+
+
+def _certificate(args: argparse.Namespace) -> ReloadingServerContext:
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
-        logger.error("--tls-cert-file and --tls-private-key-file go together")
-        return 2
+        raise StartupError(
+            "--tls-cert-file and --tls-private-key-file go together",
+            fix="give both, or neither (a self-signed certificate in --cert-dir)",
+            exit_code=CONFIGURATION,
+        )
     try:
         if args.tls_cert_file:
             cert_file, key_file = args.tls_cert_file, args.tls_private_key_file
@@ -159,10 +223,27 @@ def run(args: argparse.Namespace) -> int:
             hosts = ["localhost", "127.0.0.1", socket.gethostname()]
             serving = ensure_serving_certificate(args.cert_dir, hosts)
             cert_file, key_file = serving.cert_file, serving.key_file
-        context = ReloadingServerContext(cert_file, key_file)
-        grpc_target(args.cri_endpoint)  # refuses an endpoint that is not a unix socket
+        return ReloadingServerContext(cert_file, key_file)
     except (OSError, ssl.SSLError, ValueError) as err:
-        logger.error("cannot start the node agent: %s", err)
-        return 2
-    asyncio.run(_serve(args, context))
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        where = args.tls_cert_file or args.cert_dir
+        raise StartupError(
+            f"cannot load the serving certificate ({where})",
+            status=reason,
+            fix="give readable --tls-cert-file and --tls-private-key-file of one pair, or a "
+            "writable --cert-dir",
+            exit_code=CONFIGURATION,
+        ) from err
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; a start-up failure is one line (exit 2, or 3 for a port
+    that cannot be bound)."""
+    configure_logging(args.verbosity)
+    try:
+        context = _certificate(args)
+        check_cri_socket(args.cri_endpoint)
+        asyncio.run(_serve(args, context))
+    except StartupError as err:
+        return report_startup_failure(err, logger)
     return 0

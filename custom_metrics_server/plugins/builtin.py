@@ -8,6 +8,7 @@ by its own pydantic model) and a `BackendContext`.
 | `demo` (`simulated`) | the embedded simulated cluster and its resource metrics | yes |
 | `fixture` (`memory`) | objects and values from a YAML fixture (`serve --demo-file`) | yes |
 | `pod-metrics` | pods' own `/metrics`, scraped; Pods and workload Object metrics | no |
+| `passthrough` | another metrics server's answers, forwarded (listed by its discovery) | no |
 
 A built-in factory may return a `Provision` instead of a bare backend: the backend plus what
 the server serves beside it when the entry provides the cluster view (the `/metrics/resources`
@@ -20,6 +21,7 @@ Settings are camelCase, as the flags they mirror are named (docs/backends.md lis
 from __future__ import annotations
 
 import functools
+import ssl
 import time
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,10 +30,15 @@ from types import TracebackType
 from typing import Annotated, Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.backends.memory import load_fixture
+from custom_metrics_server.backends.passthrough import (
+    PassthroughBackend,
+    PassthroughSettings,
+    UpstreamConfig,
+)
 from custom_metrics_server.backends.pod_metrics.backend import PodMetricsBackend
 from custom_metrics_server.backends.pod_metrics.settings import PodMetricsSettings
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
@@ -60,11 +67,13 @@ __all__ = [
     "DemoBackendSettings",
     "FixtureSettings",
     "KubernetesPluginSettings",
+    "PassthroughPluginSettings",
     "PrometheusPluginSettings",
     "Provision",
     "demo",
     "fixture",
     "kubernetes",
+    "passthrough",
     "pod_metrics",
     "prometheus",
 ]
@@ -392,3 +401,97 @@ def pod_metrics(settings: PodMetricsSettings, *, context: BackendContext) -> Pro
         backend,
         what=f"pods' own metrics ({', '.join(chosen)}; {config.source} every {config.interval:g}s)",
     )
+
+
+# -- passthrough ------------------------------------------------------------------------------
+
+
+class PassthroughPluginSettings(_Settings):
+    """Another metrics server to forward to (docs/backends.md, "Pass-through")."""
+
+    url: str = Field(pattern=r"^https://[^/?#\s]+(/[^?#\s]*)?$")
+    ca_file: str | None = Field(None, alias="caFile")
+    client_cert_file: str | None = Field(None, alias="clientCertFile")
+    client_key_file: str | None = Field(None, alias="clientKeyFile")
+    token_file: str | None = Field(None, alias="tokenFile")
+    tls_server_name: str | None = Field(None, alias="tlsServerName", min_length=1)
+    insecure_skip_tls_verify: bool = Field(False, alias="insecureSkipTlsVerify")
+    #: Deadline of one upstream call; default 80 % of the backend's deadline, and below it.
+    request_timeout: Seconds | None = Field(None, alias="requestTimeout", gt=0)
+    connect_timeout: Seconds = Field(2.0, alias="connectTimeout", gt=0)
+    custom_version: Literal["v1beta2", "v1beta1", "none"] | None = Field(
+        None, alias="customVersion"
+    )
+    external_version: Literal["v1beta1", "none"] | None = Field(None, alias="externalVersion")
+    discovery_interval: Seconds = Field(60.0, alias="discoveryInterval", gt=0)
+    fan_out_concurrency: int = Field(8, alias="fanOutConcurrency", ge=1, le=256)
+    max_connections: int = Field(16, alias="maxConnections", ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _pairs(self) -> PassthroughPluginSettings:
+        if self.client_key_file and not self.client_cert_file:
+            raise ValueError("clientKeyFile needs clientCertFile")
+        if self.insecure_skip_tls_verify and self.ca_file:
+            raise ValueError("caFile and insecureSkipTlsVerify exclude each other")
+        return self
+
+
+@factory(settings=PassthroughPluginSettings)
+def passthrough(settings: PassthroughPluginSettings, *, context: BackendContext) -> Provision:
+    """Forwards the metrics its routes claim to the upstream at `url`; its files (CA bundle,
+    client certificate and key, token) are read now (a missing one fails the start naming it)
+    and again whenever they change."""
+    deadline = context.timeout
+    request_timeout = settings.request_timeout
+    if request_timeout is None:
+        request_timeout = round(deadline * 0.8, 3)
+    elif request_timeout >= deadline:
+        raise ValueError(
+            f"requestTimeout ({request_timeout:g}s) must be below the backend's deadline "
+            f"({deadline:g}s, its `timeout`), so that a slow upstream is a 504 naming it"
+        )
+    base = context.base_dir
+    upstream = UpstreamConfig(
+        url=settings.url,
+        ca_file=_path(base, settings.ca_file),
+        client_cert_file=_path(base, settings.client_cert_file),
+        client_key_file=_path(base, settings.client_key_file),
+        token_file=_path(base, settings.token_file),
+        tls_server_name=settings.tls_server_name,
+        insecure_skip_tls_verify=settings.insecure_skip_tls_verify,
+        request_timeout=request_timeout,
+        connect_timeout=min(settings.connect_timeout, request_timeout),
+        max_connections=settings.max_connections,
+    )
+    if settings.insecure_skip_tls_verify:
+        context.logger.warning(
+            "backend %s: insecureSkipTlsVerify: the upstream %s is not authenticated",
+            context.name,
+            settings.url,
+        )
+    try:
+        backend = PassthroughBackend(
+            PassthroughSettings(
+                upstream=upstream,
+                custom_version=settings.custom_version,
+                external_version=settings.external_version,
+                discovery_interval=settings.discovery_interval,
+                fan_out_concurrency=settings.fan_out_concurrency,
+            ),
+            name=context.name,
+            cluster=context.cluster,
+            logger=context.logger,
+        )
+    except (OSError, ssl.SSLError) as err:
+        files = ", ".join(
+            f"{field} {path}"
+            for field, path in (
+                ("caFile", upstream.ca_file),
+                ("clientCertFile", upstream.client_cert_file),
+                ("clientKeyFile", upstream.client_key_file),
+                ("tokenFile", upstream.token_file),
+            )
+            if path
+        )
+        raise ValueError(f"cannot load {files}: {err}") from err
+    return Provision(backend, what=f"the metrics server at {settings.url}")

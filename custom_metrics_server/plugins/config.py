@@ -95,14 +95,32 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+PolicyAnswer = Literal["error", "zero", "last-good"]
+
+
 class RouteEntry(_Model):
-    """One route (see `query.routing` for the rules)."""
+    """One route (see `query.routing` for the rules), with the failure policy of the metrics
+    it decides (`absent`, `failure`, `maxAge`; docs/operations.md, "Failure policy")."""
 
     api: Literal["custom", "external"] | None = None
     resource: str | None = None
     metric: str | None = Field(default=None, min_length=1)
     metric_regex: str | None = Field(default=None, alias="metricRegex", min_length=1)
     listed: bool = False
+    absent: PolicyAnswer | None = None
+    failure: PolicyAnswer | None = None
+    max_age: Seconds | None = Field(default=None, alias="maxAge")
+
+    @model_validator(mode="after")
+    def _last_good_needs_max_age(self) -> RouteEntry:
+        if "last-good" in (self.absent, self.failure) and self.max_age is None:
+            raise ValueError("last-good needs maxAge (how old a value may be served)")
+        return self
+
+    @property
+    def has_policy(self) -> bool:
+        """Whether the route says anything about absence, failure or age."""
+        return self.absent is not None or self.failure is not None or self.max_age is not None
 
 
 class Defaults(_Model):

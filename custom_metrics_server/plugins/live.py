@@ -48,6 +48,7 @@ from custom_metrics_server.plugins.config import (
 from custom_metrics_server.plugins.loader import Built, Loaded, load_backends
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.routing import Conflict, Router
+from custom_metrics_server.runtime.startup import REFUSED, StartupError
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk.backend import MetricsBackend
 
@@ -59,8 +60,12 @@ logger = logging.getLogger("custom_metrics_server.plugins")
 REFRESH_INTERVAL = 1.0
 
 
-class StartupFailure(Exception):
-    """The backends cannot start; the message is what the operator needs (one line each)."""
+class StartupFailure(StartupError):
+    """The backends cannot start; the message is what the operator needs. Exit status 3: the
+    backends were tried and refused (a conflict shows only once their listings are read)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("; ".join(message.splitlines()), exit_code=REFUSED)
 
 
 def describe_conflicts(conflicts: Sequence[Conflict]) -> str:

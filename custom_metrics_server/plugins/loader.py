@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, ResourceUsageSource
-from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.domain import FailurePolicy, GroupResource
 from custom_metrics_server.plugins.adapter import (
     PluginBackend,
     PluginError,
@@ -183,6 +183,16 @@ def _routes(
                 else GroupResource.parse(route.resource)
             )
         try:
+            policy = (
+                FailurePolicy(
+                    absent=route.absent or "error",
+                    failure=route.failure or "error",
+                    max_age=route.max_age,
+                    source=f"{where}: routes[{index}]",
+                )
+                if route.has_policy
+                else None
+            )
             routes.append(
                 Route(
                     api=route.api,
@@ -190,6 +200,8 @@ def _routes(
                     metric=route.metric,
                     metric_regex=route.metric_regex,
                     listed=route.listed,
+                    policy=policy,
+                    where=f"{where}: routes[{index}]",
                 )
             )
         except ValueError as err:
@@ -271,7 +283,7 @@ def build_entry(
 
 
 def _gates(entry: BackendEntry, kind: BackendType) -> bool:
-    return entry.gates_readiness if entry.gates_readiness is not None else kind.builtin
+    return entry.gates_readiness if entry.gates_readiness is not None else kind.gates
 
 
 def load_backends(
@@ -286,6 +298,7 @@ def load_backends(
     same backend as a kept one reuses it (with the new routes and deadline) instead of making
     a new one; `cluster` is then the view in force."""
     problems: list[str] = []
+    causes: list[BaseException] = []  # what a problem came from (the CLI names a single one)
     kinds: dict[int, BackendType] = {}
     for index, entry in enumerate(config.backends):
         if keep and entry.name in keep and keep[entry.name].same_backend(entry):
@@ -328,12 +341,17 @@ def load_backends(
                 )
             except PluginError as err:
                 problems.append(str(err))
+                if err.__cause__ is not None:
+                    causes.append(err.__cause__)
                 continue
         if index == provider and view is None:
             provision = built[index].provision
             view = provision.cluster if provision is not None else None
     if problems:
-        raise PluginError("\n".join(problems))
+        error = PluginError("\n".join(problems))
+        if len(problems) == 1 and len(causes) == 1:
+            raise error from causes[0]
+        raise error
     if view is None:
         logger.info(
             "no backend provides a cluster view: serving the built-in resources' REST mappings "

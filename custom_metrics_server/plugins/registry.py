@@ -38,6 +38,8 @@ class _Builtin:
     dynamic: bool = False
     #: it can provide the cluster view the server serves
     cluster: bool = False
+    #: its readiness gates `/readyz` unless the entry says otherwise
+    gates: bool = True
 
 
 #: The built-in types. Other built-ins register here the same way.
@@ -49,6 +51,10 @@ BUILTIN_TYPES: Final[dict[str, _Builtin]] = {
     "fixture": _Builtin("custom_metrics_server.plugins.builtin:fixture", cluster=True),
     "memory": _Builtin("custom_metrics_server.plugins.builtin:fixture", cluster=True),
     "pod-metrics": _Builtin("custom_metrics_server.plugins.builtin:pod_metrics", dynamic=True),
+    # An upstream that is down fails its own metrics (503), not the whole replica.
+    "passthrough": _Builtin(
+        "custom_metrics_server.plugins.builtin:passthrough", dynamic=True, gates=False
+    ),
 }
 
 
@@ -62,6 +68,7 @@ class BackendType:
     builtin: bool = False
     dynamic: bool = False
     cluster: bool = False
+    gates: bool = False
 
 
 def _import(target: str) -> Callable[..., Any]:
@@ -92,7 +99,13 @@ def find_type(name: str, *, where: str) -> BackendType:
         except Exception as err:  # pragma: no cover - a broken installation
             raise failure(where, f"importing the built-in type {name!r}", err) from err
         return BackendType(
-            name, made, "built-in", builtin=True, dynamic=builtin.dynamic, cluster=builtin.cluster
+            name,
+            made,
+            "built-in",
+            builtin=True,
+            dynamic=builtin.dynamic,
+            cluster=builtin.cluster,
+            gates=builtin.gates,
         )
     points = [
         point

@@ -43,6 +43,8 @@ from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
     ExternalSample,
+    FailurePolicy,
+    GroupResource,
     MetricInfo,
     ObjectRef,
     Readiness,
@@ -312,10 +314,24 @@ class PrometheusBackend:
         planned = self._custom_query(request, namespace, names)
         if planned is None:
             return ()
+        # One object: an answer of one series, not worth compressing.
+        data = await self._query(
+            planned[0], planned[2].promql, request.metric.metric, compress=len(names) > 1
+        )
+        return self._custom_samples(request, planned, data, names, namespace)
+
+    def _custom_samples(
+        self,
+        request: BackendRequest,
+        planned: tuple[Rule, str, CustomQuery, int | None],
+        data: Any,
+        names: list[str],
+        namespace: str,
+    ) -> list[Sample]:
+        """The samples of a custom query's answer, in the requested objects' order (absent
+        ones left out, or 0 under `absent: zero`). O(series + objects)."""
         rule, label, query, window = planned
         mapping = request.mapping
-        # One object: an answer of one series, not worth compressing.
-        data = await self._query(rule, query.promql, request.metric.metric, compress=len(names) > 1)
         wanted = set(names)
         found: dict[str, tuple[Decimal, float]] = {}
         for labels, value, stamp in results.samples(
@@ -355,6 +371,73 @@ class PrometheusBackend:
                 )
             )
         return samples
+
+    def failure_policy(
+        self, api: str, resource: GroupResource | None, metric: str
+    ) -> FailurePolicy | None:
+        """The failure policy the rule serving `metric` configures (`absent`, `failure`,
+        `maxAge`), for the router; None when it keeps today's behaviour."""
+        if api == "external":
+            entry = self._registry.external.get(metric)
+        else:
+            assert resource is not None
+            entry = self._registry.custom.get(
+                MetricInfo(resource, True, metric)
+            ) or self._registry.custom.get(MetricInfo(resource, False, metric))
+        return None if entry is None else entry.rule.failure_policy()
+
+    async def explain_fetch(
+        self, request: BackendRequest | ExternalBackendRequest
+    ) -> dict[str, Any]:
+        """What a fetch of `request` sends and gets (explanations only): the rule, the server,
+        the exact PromQL (the one a fetch renders for this request shape) and how many series
+        the query returns now (it is run once more for that)."""
+        if isinstance(request, ExternalBackendRequest):
+            external = self._registry.external.get(request.metric)
+            if external is None:
+                return {"rule": None, "reason": "no rule's series listing has this metric"}
+            rule = external.rule
+            promql = external_query(
+                rule,
+                series=external.series,
+                metric=request.metric,
+                namespace=request.namespace,
+                metric_selector=request.metric_selector,
+            )
+            found: dict[str, Any] = {"rule": rule.where, "server": rule.server, "promql": promql}
+            data = await self._query(rule, promql, request.metric)
+            if isinstance(data, Mapping) and data.get("resultType") == "scalar":
+                found["series"] = 1
+            else:
+                found["series"] = len(self._vector(data, rule, request.metric))
+            return found
+        names = [name for _, name in request.objects]
+        namespace = request.objects[0][0] if request.objects and request.metric.namespaced else ""
+        entry = self._registry.custom.get(request.metric)
+        if entry is None:
+            return {"rule": None, "reason": "no rule's series listing has this metric"}
+        planned = self._custom_query(request, namespace, names)
+        if planned is None:
+            return {
+                "rule": entry.rule.where,
+                "server": entry.rule.server,
+                "promql": None,
+                "reason": f"the rule names no label for {request.mapping.group_resource}"
+                + (" or for namespaces" if namespace else ""),
+            }
+        rule, label, query, _ = planned
+        data = await self._query(rule, query.promql, request.metric.metric)
+        series = self._vector(data, rule, request.metric.metric)
+        wanted = set(names)
+        matching = sum(1 for labels, _, _ in results.samples(series) if labels.get(label) in wanted)
+        return {
+            "rule": rule.where,
+            "server": rule.server,
+            "promql": query.promql,
+            "objectLabel": label,
+            "series": len(series),
+            "seriesOfRequestedObjects": matching,
+        }
 
     async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
         """See `MetricsBackend.fetch_external`: one item per series the query returns."""

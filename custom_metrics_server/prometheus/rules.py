@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.domain import FailurePolicy, GroupResource
 from custom_metrics_server.prometheus.gotemplate import Fields, Template
 from custom_metrics_server.prometheus.gotemplate_values import TemplateError
 
@@ -116,9 +116,22 @@ class Rule:
     metrics_query: Template
     namespaced: bool  # external rules only: add the request's namespace matcher
     server: str
-    absent: Literal["error", "zero"]
+    absent: Literal["error", "zero", "last-good"]
     window: int | None
     replacements: tuple[tuple[str, str], ...]
+    failure: Literal["error", "zero", "last-good"] = "error"
+    max_age: float | None = None
+
+    def failure_policy(self) -> FailurePolicy | None:
+        """The rule's failure policy, None when it keeps today's behaviour."""
+        if self.absent == "error" and self.failure == "error" and self.max_age is None:
+            return None
+        return FailurePolicy(
+            absent=self.absent,
+            failure=self.failure,
+            max_age=self.max_age,
+            source=f"Prometheus {self.where}",
+        )
 
     def keeps(self, series_name: str) -> bool:
         """Whether a series name passes every filter (name.matches included)."""

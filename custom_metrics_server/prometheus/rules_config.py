@@ -6,9 +6,13 @@ adds three optional keys of our own, each ignored by nothing else:
 * top-level `servers: [{name, url, caFile, tokenFile, headers, insecureSkipVerify}]`, and a
   rule-level `server: <name>`: several Prometheus-compatible servers, each rule choosing one
   (the default server is the `--prometheus-url` one, named `default`);
-* rule-level `absent: error | zero`: what a request for an object without a series gets, a 404
-  as upstream (`error`, the default) or the value 0 (an idle app has no request series, and an
-  HPA on `<unknown>` cannot scale it down);
+* rule-level `absent: error | zero | last-good`: what a request for an object without a series
+  gets, a 404 as upstream (`error`, the default), the value 0 (an idle app has no request
+  series, and an HPA on `<unknown>` cannot scale it down) or its last value served while it is
+  at most `maxAge` old; `failure: error | zero | last-good`, the same when Prometheus fails
+  (unreachable, slow, a 5xx); `maxAge: <duration>`, after which a sample is treated as absent
+  (the failure policy, docs/operations.md; the query layer applies all but `absent: zero`,
+  which the backend answers itself as it always did);
 * rule-level `window: <duration>`: the `windowSeconds` to report, when the one read from the
   query's range selector is not right.
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import yaml
 
@@ -62,9 +66,12 @@ _RULE_KEYS: Final = frozenset(
         "labelValueReplacements",
         "server",
         "absent",
+        "failure",
+        "maxAge",
         "window",
     }
 )
+_ANSWERS: Final = ("error", "zero", "last-good")
 _TOP_KEYS: Final = frozenset({"rules", "externalRules", "resourceRules", "servers"})
 
 
@@ -110,6 +117,35 @@ class _Reader:
         for key in data:
             if key not in known:
                 self.warnings.append(f"{self.where}: {path}{key}: unknown field, ignored")
+
+
+def _answer(text: str) -> Literal["error", "zero", "last-good"]:
+    return "zero" if text == "zero" else "last-good" if text == "last-good" else "error"
+
+
+def _policy(
+    reader: _Reader, data: Mapping[str, Any]
+) -> tuple[
+    Literal["error", "zero", "last-good"], Literal["error", "zero", "last-good"], float | None
+]:
+    """A rule's failure policy: `absent`, `failure` (error, zero, last-good) and `maxAge`."""
+    answers = []
+    for key in ("absent", "failure"):
+        answer = reader.string(data.get(key), key) or "error"
+        if answer not in _ANSWERS:
+            raise reader.fail(key, f"must be `error`, `zero` or `last-good`, not {answer!r}")
+        answers.append(answer)
+    max_age: float | None = None
+    if data.get("maxAge") is not None:
+        try:
+            max_age = parse_prometheus_duration(reader.string(data["maxAge"], "maxAge"))
+        except ValueError as err:
+            raise reader.fail("maxAge", str(err)) from None
+        if max_age <= 0:
+            raise reader.fail("maxAge", "must be above zero")
+    if "last-good" in answers and max_age is None:
+        raise reader.fail("maxAge", "is required with last-good (how old a value may be served)")
+    return _answer(answers[0]), _answer(answers[1]), max_age
 
 
 def _filters(reader: _Reader, raw: object) -> list[SeriesFilter]:
@@ -225,9 +261,7 @@ def _rule(
     if server not in servers:
         known = ", ".join(sorted(servers)) or "none"
         raise reader.fail("server", f"names no configured Prometheus server (known: {known})")
-    absent = reader.string(data.get("absent"), "absent") or "error"
-    if absent not in ("error", "zero"):
-        raise reader.fail("absent", f"must be `error` or `zero`, not {absent!r}")
+    absent, failure, max_age = _policy(reader, data)
     window: int | None = None
     if data.get("window") is not None:
         try:
@@ -249,7 +283,9 @@ def _rule(
         metrics_query=metrics_query,
         namespaced=namespaced_raw,
         server=server,
-        absent="zero" if absent == "zero" else "error",
+        absent=absent,
+        failure=failure,
+        max_age=max_age,
         window=window,
         replacements=tuple(replacements),
     )

@@ -16,10 +16,24 @@ the log line carrying the traceback repeats.
 Not-found policy: an unknown resource or a metric no backend answers is a 404; a named object
 with no value is a 404 naming the object (and the metric selector, when one was given); a
 wildcard that matches no object, or whose objects have no values, is a 200 with no items, as
-the reference test adapter answers (the HPA treats both as "no metrics").
+the reference test adapter answers (the HPA treats both as "no metrics"). An external metric
+no backend lists is a 200 with no items too (the reference adapter's answer; the HPA then
+reports "no metrics returned"), kept for compatibility; it is logged at debug (`-v=3`), once
+per metric name every `UNKNOWN_EXTERNAL_LOG_INTERVAL` seconds, never once per request.
 
-Cost per request: one memoised routing decision (a dictionary lookup), the inventory's selector
-lookup (memoised), and the backend's own fetch, O(objects requested).
+Per-metric status (`status.MetricStatus`): every request's outcome is counted for its metric
+and backend (found, not found, error, timeout, or the failure policy's zero / last good), with
+the last success and error times and the newest sample's age; the self-metrics and the status
+page read it. A 404 carries `details.causes` (`causes`): why, in short sentences (the message
+keeps upstream's wording byte for byte); a backend's 5xx carries when the metric last answered.
+
+Failure policies (`policy`): a route of the backends file, or the backend itself (a Prometheus
+rule), may say what a metric answers when its value is absent or its backend fails; metrics
+without one never reach that code.
+
+Cost per request: one memoised routing decision (a dictionary lookup, which also holds the
+metric's stats), the inventory's selector lookup (memoised), the backend's own fetch,
+O(objects requested), and a few attribute stores for the stats.
 """
 
 from __future__ import annotations
@@ -29,13 +43,15 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
     ExternalMetricRequest,
     ExternalSample,
+    FailurePolicy,
+    GroupResource,
     MetricInfo,
     MetricRequest,
     ObjectKey,
@@ -49,12 +65,27 @@ from custom_metrics_server.errors import (
     StatusError,
     metric_not_found,
 )
-from custom_metrics_server.query.routing import Host, Router, hosts_of
+from custom_metrics_server.query import causes
+from custom_metrics_server.query.policy import LastGood, apply_custom, apply_external
+from custom_metrics_server.query.routing import (
+    API,
+    CUSTOM,
+    EXTERNAL,
+    Decision,
+    Host,
+    Router,
+    hosts_of,
+)
+from custom_metrics_server.query.status import OTHER, MetricStats, MetricStatus
+from custom_metrics_server.runtime.logs import Throttle
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
+
+#: An unknown external metric name is logged at most once per this many seconds.
+UNKNOWN_EXTERNAL_LOG_INTERVAL: Final = 600.0
 
 
 def backend_failed(name: str) -> InternalError:
@@ -73,6 +104,21 @@ def _named(error: StatusError, name: str) -> StatusError:
     return named
 
 
+def with_causes(error: StatusError, found: list[dict[str, object]]) -> StatusError:
+    """`error` with `found` appended to its `details.causes` (the message is untouched)."""
+    if found:
+        details = dict(error.details or {})
+        details["causes"] = [*details.get("causes", ()), *found]
+        error.details = details
+    return error
+
+
+def selector_text(request: MetricRequest | ExternalMetricRequest, which: str) -> str:
+    """A request's selector as text ("" when it selects everything)."""
+    selector = getattr(request, which)
+    return "" if selector.is_everything() else str(selector)
+
+
 class QueryEngine:
     """Answers parsed metric requests from the configured backends."""
 
@@ -84,11 +130,17 @@ class QueryEngine:
         backend_timeout: float = 10.0,
         observe: Callable[[str, str, float], None] | None = None,
         router: Router | None = None,
+        status: MetricStatus | None = None,
     ) -> None:
         self.cluster = cluster
         self.router = router if router is not None else Router(hosts_of(backends))
         self.backend_timeout = backend_timeout
         self._observe = observe
+        self._unknown_external = Throttle(UNKNOWN_EXTERNAL_LOG_INTERVAL)
+        #: every metric's outcomes (self-metrics, the status page, hints)
+        self.status = status if status is not None else MetricStatus()
+        #: the last good values of metrics whose failure policy says `last-good`
+        self.last_good = LastGood()
 
     @property
     def backends(self) -> tuple[MetricsBackend, ...]:
@@ -99,6 +151,7 @@ class QueryEngine:
         """Serve from another set of backends and routes; requests already routed finish on
         the backends they were given."""
         self.router = router
+        self.status.forget_backends({host.name for host in router.hosts})
 
     def custom_metrics(self) -> list[MetricInfo]:
         """Every backend's custom metrics that some backend answers, once each (discovery)."""
@@ -123,36 +176,68 @@ class QueryEngine:
             checks[f"backend-{host.name}"] = state
         return checks
 
+    # -- stats ----------------------------------------------------------------------------------
+
+    def stats_of(
+        self, decision: Decision, api: API, resource: GroupResource | None, metric: str
+    ) -> MetricStats:
+        """The stats a decision counts into (memoised on it): the metric's name when its
+        backend lists it, else `other`."""
+        stats: MetricStats | None = decision.stats
+        if stats is None:
+            stats = self.status.entry(
+                api,
+                str(resource) if resource is not None else "",
+                metric if decision.listed else OTHER,
+                decision.host.name,
+            )
+            stats.policy = decision.policy
+            decision.stats = stats
+        return stats
+
+    def _unserved(self, api: API, resource: str, metric: str) -> None:
+        """A request for a metric nobody serves (or of an unknown resource): counted as `other`,
+        remembered for the status page, logged at debug level (`-v 3`)."""
+        self.status.entry(api, resource, OTHER, "").not_found += 1
+        self.status.unknown(api, resource, metric)
+        # Once per metric per interval: a request must not be able to flood the log.
+        debug = api != EXTERNAL and logger.isEnabledFor(logging.DEBUG)
+        if debug and self._unknown_external.allow((api, resource, metric)):
+            logger.debug("no backend serves the %s metric %r (resource %r)", api, metric, resource)
+
+    # -- requests -------------------------------------------------------------------------------
+
     async def custom(self, request: MetricRequest) -> Sequence[Sample]:
         """Samples answering a custom-metrics request, in object order."""
         name = None if request.wildcard else request.name
-
-        def not_found() -> StatusError:
-            # The selector's text is built only for the error (most requests never need it).
-            selector = request.metric_selector
-            return metric_not_found(
-                resource=request.resource,
-                metric=request.metric,
-                name=name,
-                selector="" if selector.is_everything() else str(selector),
-            )
-
         mapping = self.cluster.mapping(request.resource) or await self.cluster.resolve(
             request.resource
         )
         if mapping is None:
-            raise not_found()
-        host = self.router.custom(mapping.group_resource, request.metric)
-        if host is None:
-            raise not_found()
-        info = MetricInfo(mapping.group_resource, mapping.namespaced, request.metric)
+            self._unserved(CUSTOM, OTHER, request.metric)
+            raise with_causes(
+                self.not_found(request), causes.no_mapping(self.router, request.resource)
+            )
+        resource = mapping.group_resource
+        decision = self.router.decide_custom(resource, request.metric)
+        if decision is None:
+            self._unserved(CUSTOM, str(resource), request.metric)
+            raise with_causes(
+                self.not_found(request),
+                causes.no_backend(self.router, CUSTOM, resource, request.metric),
+            )
+        stats = decision.stats
+        if stats is None:
+            stats = self.stats_of(decision, CUSTOM, resource, request.metric)
+        host = decision.host
+        info = MetricInfo(resource, mapping.namespaced, request.metric)
         namespace = request.namespace if mapping.namespaced else None
         objects: Sequence[ObjectKey]
         if name is None:
-            objects = self.cluster.list_objects(
-                mapping.group_resource, namespace, request.label_selector
-            )
+            objects = self.cluster.list_objects(resource, namespace, request.label_selector)
             if not objects:
+                stats.not_found += 1
+                stats.last_outcome = "not_found"
                 return ()
         else:
             objects = ((namespace or "", name),)
@@ -162,33 +247,205 @@ class QueryEngine:
             objects=tuple(objects),
             metric_selector=request.metric_selector,
         )
-        samples = await self._call(host, host.backend.fetch(backend_request))
-        if name is not None and not samples:
-            raise not_found()
+        policy = decision.policy
+        if policy is not None:
+            return await self._custom_with_policy(request, decision, policy, backend_request)
+        samples = await self._call(host, host.backend.fetch(backend_request), stats, request.metric)
+        if samples:
+            now = time.time()
+            stats.found += 1
+            stats.last_success = now
+            stats.last_outcome = "found"
+            stats.newest_age = now - (
+                samples[0].timestamp
+                if len(samples) == 1
+                else max(sample.timestamp for sample in samples)
+            )
+            return samples
+        stats.not_found += 1
+        stats.last_outcome = "not_found"
+        if name is not None:
+            raise with_causes(
+                self.not_found(request), self.no_value_causes(request, decision, backend_request)
+            )
         return samples
+
+    def not_found(self, request: MetricRequest) -> StatusError:
+        """The upstream 404 of a custom-metrics request (no causes)."""
+        return metric_not_found(
+            resource=request.resource,
+            metric=request.metric,
+            name=None if request.wildcard else request.name,
+            selector=selector_text(request, "metric_selector"),
+        )
+
+    def no_value_causes(
+        self,
+        request: MetricRequest,
+        decision: Decision,
+        backend_request: BackendRequest,
+        *,
+        stale: int = 0,
+    ) -> list[dict[str, object]]:
+        """Why the objects asked have no value: the backend, the selector, stale samples,
+        the backend's last failure."""
+        found = causes.no_value(
+            backend=decision.host.name,
+            metric=request.metric,
+            resource=backend_request.metric.group_resource,
+            objects=backend_request.objects,
+            metric_selector=selector_text(request, "metric_selector"),
+            stale=stale,
+            policy=decision.policy,
+        )
+        return found + causes.backend_failing(self.status, decision.host.name)
+
+    async def _custom_with_policy(
+        self,
+        request: MetricRequest,
+        decision: Decision,
+        policy: FailurePolicy,
+        backend_request: BackendRequest,
+    ) -> Sequence[Sample]:
+        """A custom request whose metric has a failure policy (see `policy`)."""
+        host = decision.host
+        stats = self.stats_of(
+            decision, CUSTOM, backend_request.metric.group_resource, request.metric
+        )
+        failure: StatusError | None = None
+        try:
+            answered: Sequence[Sample] | None = await self._call(
+                host, host.backend.fetch(backend_request), stats, request.metric
+            )
+        except StatusError as err:
+            if err.code < 500:
+                raise
+            failure, answered = err, None
+        now = time.time()
+        result = apply_custom(policy, backend_request, answered, now=now, store=self.last_good)
+        samples: Sequence[Sample] = result.samples  # type: ignore[assignment]
+        if failure is not None and not samples:
+            raise failure
+        self._count_answer(stats, samples, result.how, now, failure=failure)
+        if not samples and not request.wildcard:
+            raise with_causes(
+                self.not_found(request),
+                self.no_value_causes(request, decision, backend_request, stale=result.stale),
+            )
+        return samples
+
+    @staticmethod
+    def _count_answer(
+        stats: MetricStats,
+        samples: Sequence[Sample] | Sequence[ExternalSample],
+        how: str,
+        now: float,
+        *,
+        failure: StatusError | None,
+    ) -> None:
+        """Count an answer under a failure policy: as what the policy made of it. A failure it
+        covered is counted as that answer, not as an error (its time and message stay the
+        metric's last error)."""
+        if failure is not None and samples:
+            if failure.code == 504:
+                stats.timeout -= 1
+            else:
+                stats.error -= 1
+        if how == "zero":
+            stats.zero += 1
+            stats.last_outcome = "zero"
+        elif how == "last-good":
+            stats.last_good += 1
+            stats.last_outcome = "last_good"
+        elif samples:
+            stats.found += 1
+            stats.last_outcome = "found"
+        else:
+            stats.not_found += 1
+            stats.last_outcome = "not_found"
+        if samples and failure is None:
+            stats.last_success = now
+        if samples:
+            stats.newest_age = now - max(sample.timestamp for sample in samples)
 
     async def external(self, request: ExternalMetricRequest) -> Sequence[ExternalSample]:
         """Series answering an external-metrics request; an unknown metric has none."""
-        host = self.router.external(request.metric)
-        if host is None:
+        decision = self.router.decide_external(request.metric)
+        if decision is None:
+            self._unserved(EXTERNAL, "", request.metric)
+            if logger.isEnabledFor(logging.DEBUG) and self._unknown_external.allow(request.metric):
+                logger.debug(
+                    "external metric %r (asked in namespace %s) is served by no backend: "
+                    "answered 200 with no items, as the reference adapter does (the HPA "
+                    "reports no metrics returned); logged once per metric every %gs",
+                    request.metric,
+                    request.namespace,
+                    UNKNOWN_EXTERNAL_LOG_INTERVAL,
+                )
             return ()
+        stats = decision.stats
+        if stats is None:
+            stats = self.stats_of(decision, EXTERNAL, None, request.metric)
+        host = decision.host
         backend_request = ExternalBackendRequest(
             metric=request.metric,
             namespace=request.namespace,
             metric_selector=request.metric_selector,
         )
-        return await self._call(host, host.backend.fetch_external(backend_request))
+        policy = decision.policy
+        if policy is not None:
+            return await self._external_with_policy(decision, policy, backend_request, stats)
+        samples = await self._call(
+            host, host.backend.fetch_external(backend_request), stats, request.metric
+        )
+        if samples:
+            now = time.time()
+            stats.found += 1
+            stats.last_success = now
+            stats.last_outcome = "found"
+            stats.newest_age = now - max(sample.timestamp for sample in samples)
+        else:
+            stats.not_found += 1
+            stats.last_outcome = "not_found"
+        return samples
 
-    async def _call(self, host: Host, call: Awaitable[R]) -> R:
+    async def _external_with_policy(
+        self,
+        decision: Decision,
+        policy: FailurePolicy,
+        backend_request: ExternalBackendRequest,
+        stats: MetricStats,
+    ) -> Sequence[ExternalSample]:
+        host = decision.host
+        failure: StatusError | None = None
+        try:
+            answered: Sequence[ExternalSample] | None = await self._call(
+                host, host.backend.fetch_external(backend_request), stats, backend_request.metric
+            )
+        except StatusError as err:
+            if err.code < 500:
+                raise
+            failure, answered = err, None
+        now = time.time()
+        result = apply_external(policy, backend_request, answered, now=now, store=self.last_good)
+        samples: Sequence[ExternalSample] = result.samples  # type: ignore[assignment]
+        if failure is not None and not samples:
+            raise failure
+        self._count_answer(stats, samples, result.how, now, failure=failure)
+        return samples
+
+    async def _call(self, host: Host, call: Awaitable[R], stats: MetricStats, metric: str) -> R:
         backend = host.backend
         name = backend.name
         readiness = backend.ready()
         if not readiness.ready:
             if asyncio.iscoroutine(call):
                 call.close()
-            raise BackendUnavailable(
+            unready = BackendUnavailable(
                 f"the {name} backend is not ready: {readiness.reason or 'not synced'}"
             )
+            self._failed(stats, unready, metric, timeout=False)
+            raise unready
         timeout = self.backend_timeout if host.timeout is None else host.timeout
         started = time.perf_counter()
         outcome = "error"
@@ -199,12 +456,17 @@ class QueryEngine:
             return result
         except asyncio.CancelledError:
             outcome = "cancelled"  # the request's deadline (or shutdown) gave up on it
+            stats.failed("cancelled (the request's deadline passed)", timeout=True)
             raise
         except TimeoutError as err:
             outcome = "timeout"
-            raise BackendTimeout(f"the {name} backend did not answer within {timeout:g}s") from err
+            late = BackendTimeout(f"the {name} backend did not answer within {timeout:g}s")
+            self._failed(stats, late, metric, timeout=True)
+            raise late from err
         except StatusError as err:
-            raise _named(err, name) from err
+            named = _named(err, name)
+            self._failed(stats, named, metric, timeout=err.code == 504)
+            raise named from err
         except Exception as err:
             outcome = "bug"
             request_id = uuid.uuid4().hex
@@ -218,7 +480,19 @@ class QueryEngine:
             )
             error = backend_failed(name)
             error.headers["Audit-Id"] = request_id
+            self._failed(stats, error, metric, timeout=False)
             raise error from err
         finally:
             if self._observe is not None:
                 self._observe(name, outcome, time.perf_counter() - started)
+
+    def _failed(
+        self, stats: MetricStats, error: StatusError, metric: str, *, timeout: bool
+    ) -> None:
+        """Count a failed backend call (the error path): the metric's stats, the backend's last
+        failure, and, on a 5xx, when the metric last answered."""
+        now = time.time()
+        stats.failed(error.message, timeout=timeout, now=now)
+        if error.code >= 500:
+            self.status.backend_failed(stats.backend, error.message, metric)
+            with_causes(error, causes.last_success(stats, now=now))

@@ -43,7 +43,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from custom_metrics_server.domain import GroupResource, MetricInfo
+from custom_metrics_server.domain import FailurePolicy, GroupResource, MetricInfo
 from custom_metrics_server.sdk.backend import MetricsBackend
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "CUSTOM",
     "EXTERNAL",
     "Conflict",
+    "Decision",
     "Host",
     "Route",
     "Router",
@@ -92,6 +93,11 @@ class Route:
     metric: str | None = None
     metric_regex: str | None = None
     listed: bool = False
+    #: what the metrics this route decides answer when absent or failing (None: the backend's
+    #: own, else today's behaviour)
+    policy: FailurePolicy | None = None
+    #: where the route is written (`backends[1].routes[0]`), for explanations
+    where: str = field(default="", compare=False)
     _match: Callable[[str], Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -170,6 +176,41 @@ class Host:
     def name(self) -> str:
         """The backend's name."""
         return self.backend.name
+
+
+class Decision:
+    """The router's decision for one (API, resource, metric): the backend (`host`), the route
+    that decided (None: its listing claimed the metric), whether the backend lists the metric
+    (the self-metrics then name it, else `other`), and the failure policy in force. Memoised
+    with the decision; `stats` is the query layer's, filled on first use."""
+
+    __slots__ = ("host", "index", "listed", "policy", "route", "stats")
+
+    def __init__(
+        self,
+        host: Host,
+        index: int,
+        route: Route | None,
+        *,
+        listed: bool,
+        policy: FailurePolicy | None,
+    ) -> None:
+        self.host = host
+        self.index = index
+        self.route = route
+        self.listed = listed
+        self.policy = policy
+        #: the query layer's `MetricStats` of this decision (None until first used)
+        self.stats: Any = None
+
+    def describe(self) -> str:
+        """How the backend was chosen: `route backends[1].routes[0] (metric=http_*)` or
+        `its listing`."""
+        route = self.route
+        if route is None:
+            return f"backend {self.host.name!r} lists it (no route decides)"
+        where = route.where or f"a route of {self.host.name!r}"
+        return f"{where} ({route}) sends it to backend {self.host.name!r}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,8 +335,12 @@ class Router:
         self._warned: set[tuple[object, ...]] = set()
         self._broken: set[int] = set()
         self._quiet_static = True  # until `start()`: start-up conflicts are errors, not warnings
-        self._memo_custom: dict[tuple[GroupResource, str], Host] = {}
-        self._memo_external: dict[str, Host] = {}
+        self._memo_custom: dict[tuple[GroupResource, str], Decision] = {}
+        self._memo_external: dict[str, Decision] = {}
+        #: metric name -> the resources some backend lists it for (hints)
+        self._listed_resources: dict[str, list[GroupResource]] | None = None
+        #: hints computed on the error path, until the listings change (bounded)
+        self._hints: dict[object, Any] = {}
         self._discovery: tuple[list[MetricInfo], list[str]] | None = None
         self.refresh(force=True)
 
@@ -303,45 +348,71 @@ class Router:
 
     def custom(self, resource: GroupResource, metric: str) -> Host | None:
         """The backend answering `metric` of `resource`, or None. O(1) once decided."""
-        key = (resource, metric)
-        host = self._memo_custom.get(key)
-        if host is not None:
-            return host
-        host = self._decide(CUSTOM, resource, metric)
-        if host is None and self.refresh():
-            host = self._decide(CUSTOM, resource, metric)
-        if host is not None:
-            memo = self._memo_custom
-            if len(memo) >= MEMO_LIMIT:
-                memo.clear()
-            memo[key] = host
-        return host
+        decision = self.decide_custom(resource, metric)
+        return None if decision is None else decision.host
 
     def external(self, metric: str) -> Host | None:
         """The backend answering the external `metric`, or None. O(1) once decided."""
-        host = self._memo_external.get(metric)
-        if host is not None:
-            return host
-        host = self._decide(EXTERNAL, None, metric)
-        if host is None and self.refresh():
-            host = self._decide(EXTERNAL, None, metric)
-        if host is not None:
+        decision = self.decide_external(metric)
+        return None if decision is None else decision.host
+
+    def decide_custom(self, resource: GroupResource, metric: str) -> Decision | None:
+        """The decision for `metric` of `resource` (see `Decision`), or None when no backend
+        answers it. O(1) once decided."""
+        key = (resource, metric)
+        decision = self._memo_custom.get(key)
+        if decision is not None:
+            return decision
+        decision = self._decide(CUSTOM, resource, metric)
+        if decision is None and self.refresh():
+            decision = self._decide(CUSTOM, resource, metric)
+        if decision is not None:
+            memo = self._memo_custom
+            if len(memo) >= MEMO_LIMIT:
+                memo.clear()
+            memo[key] = decision
+        return decision
+
+    def decide_external(self, metric: str) -> Decision | None:
+        """The decision for the external `metric`, or None. O(1) once decided."""
+        decision = self._memo_external.get(metric)
+        if decision is not None:
+            return decision
+        decision = self._decide(EXTERNAL, None, metric)
+        if decision is None and self.refresh():
+            decision = self._decide(EXTERNAL, None, metric)
+        if decision is not None:
             memo = self._memo_external
             if len(memo) >= MEMO_LIMIT:
                 memo.clear()
-            memo[metric] = host
-        return host
+            memo[metric] = decision
+        return decision
 
-    def _decide(self, api: API, resource: GroupResource | None, metric: str) -> Host | None:
+    def _decide(self, api: API, resource: GroupResource | None, metric: str) -> Decision | None:
+        route: Route | None = None
         routed = self._routed(api, resource, metric)
         if routed is not None:
-            return self.hosts[routed]
-        if api == CUSTOM:
-            assert resource is not None
-            claimed = self._claims_custom.get((resource, metric))
+            index, route = routed
         else:
-            claimed = self._claims_external.get(metric)
-        return None if claimed is None else self.hosts[claimed]
+            if api == CUSTOM:
+                assert resource is not None
+                claimed = self._claims_custom.get((resource, metric))
+            else:
+                claimed = self._claims_external.get(metric)
+            if claimed is None:
+                return None
+            index = claimed
+        host = self.hosts[index]
+        policy = route.policy if route is not None else None
+        if policy is None:
+            policy = _backend_policy(host, api, resource, metric)
+        return Decision(
+            host,
+            index,
+            route,
+            listed=self._lists(index, api, resource, metric),
+            policy=None if policy is None or policy.inert else policy,
+        )
 
     def _candidates_of(self, api: API, resource: GroupResource | None) -> _Candidates:
         key = (api, resource)
@@ -437,6 +508,8 @@ class Router:
         self._claims_external = external
         self._memo_custom = {}
         self._memo_external = {}
+        self._listed_resources = None
+        self._hints = {}
         self._discovery = None
         found = []
         for (api, resource, metric), indexes in conflicts.items():
@@ -466,14 +539,64 @@ class Router:
         self._quiet_static = False
         return static
 
-    def _routed(self, api: API, resource: GroupResource | None, metric: str) -> int | None:
-        """The index of the backend whose route decides, if one does."""
+    def _routed(
+        self, api: API, resource: GroupResource | None, metric: str
+    ) -> tuple[int, Route] | None:
+        """The index of the backend whose route decides, and that route, if one does."""
         candidates = self._candidates_of(api, resource)
         for position in candidates.matching(metric):
             index, route = candidates.routes[position]
             if not route.listed or self._lists(index, api, resource, metric):
-                return index
+                return index, route
         return None
+
+    # -- hints (the error path and explanations only) -------------------------------------------
+
+    def listed_names(self, api: API, resource: GroupResource | None = None) -> list[str]:
+        """Every metric name some backend lists (for `resource`, when given), sorted."""
+        names: set[str] = set()
+        for listing in self._listings:
+            if api == EXTERNAL:
+                names.update(listing.external)
+            else:
+                names.update(
+                    metric
+                    for (listed_for, metric) in listing.custom
+                    if resource is None or listed_for == resource
+                )
+        return sorted(names)
+
+    def resources_listing(self, metric: str) -> list[GroupResource]:
+        """The resources some backend lists the custom `metric` for. O(1) after the first
+        call per listing change."""
+        index = self._listed_resources
+        if index is None:
+            index = {}
+            for listing in self._listings:
+                for resource, name in listing.custom:
+                    found = index.setdefault(name, [])
+                    if resource not in found:
+                        found.append(resource)
+            self._listed_resources = index
+        return sorted(index.get(metric, ()))
+
+    def remembered(self, key: object, compute: Callable[[], Any]) -> Any:
+        """`compute()`, memoised under `key` until the listings change (at most 1,024 keys:
+        the keys are request-chosen)."""
+        hints = self._hints
+        if key in hints:
+            return hints[key]
+        if len(hints) >= 1024:
+            hints.clear()
+        found = hints[key] = compute()
+        return found
+
+    def lists(self, host: Host, api: API, resource: GroupResource | None, metric: str) -> bool:
+        """Whether `host`'s backend lists the metric (as last read)."""
+        for index, candidate in enumerate(self.hosts):
+            if candidate is host:
+                return self._lists(index, api, resource, metric)
+        return False
 
     def conflicts(self) -> list[Conflict]:
         """The conflicts of the listings last read (see `Conflict.static`)."""
@@ -503,6 +626,22 @@ class Router:
                         external[name] = None
             self._discovery = (list(custom.values()), list(external))
         return self._discovery
+
+
+def _backend_policy(
+    host: Host, api: API, resource: GroupResource | None, metric: str
+) -> FailurePolicy | None:
+    """The failure policy a backend configures for a metric itself (the Prometheus rules'
+    `absent`/`failure`/`maxAge`), through its optional `failure_policy(api, resource, metric)`."""
+    ask = getattr(host.backend, "failure_policy", None)
+    if not callable(ask):
+        return None
+    try:
+        found = ask(api, resource, metric)
+    except Exception:  # a backend's bug must not break routing
+        logger.exception("backend %r: failure_policy raised; no policy", host.name)
+        return None
+    return found if isinstance(found, FailurePolicy) else None
 
 
 def hosts_of(backends: Iterable[MetricsBackend | Host]) -> list[Host]:

@@ -8,7 +8,9 @@ the one exception is a response without a body by definition (304).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 Scope = MutableMapping[str, Any]
@@ -68,3 +70,34 @@ def server_address(scope: Scope) -> str:
     if port is None:
         return str(host)
     return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
+async def serve_lifespan(
+    context: Callable[[], AbstractAsyncContextManager[None]],
+    receive: Receive,
+    send: Send,
+    *,
+    failed: Callable[[BaseException, bool], None],
+) -> None:
+    """The ASGI lifespan protocol around one context manager: `lifespan.startup` enters it,
+    `lifespan.shutdown` leaves it. A failure is handed to `failed(error, during_startup)` and
+    answered `lifespan.startup.failed` (or `.shutdown.failed`) without a message, so the
+    server logs no traceback of its own: the caller says what failed, in one line
+    (`runtime.startup`)."""
+    if (await receive())["type"] != "lifespan.startup":
+        return
+    started = False
+    try:
+        async with context():
+            started = True
+            await send({"type": "lifespan.startup.complete"})
+            while (await receive())["type"] != "lifespan.shutdown":
+                pass
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # every failure is reported, none is lost
+        failed(error, not started)
+        kind = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
+        await send({"type": kind, "message": ""})
+        return
+    await send({"type": "lifespan.shutdown.complete"})

@@ -1,6 +1,6 @@
-"""A lean HTTP/1.1 keep-alive client for one origin (a Prometheus-compatible server, the API
-server, a pod's metrics endpoint): a small pool of connections, each an `asyncio.Protocol`
-whose responses `httptools` parses.
+"""A lean HTTP/1.1 keep-alive client for one origin (a Prometheus-compatible server, another
+metrics server, the API server's node and pod proxies, a pod's metrics endpoint): a small pool
+of connections, each an `asyncio.Protocol` whose responses `httptools` parses.
 
 Why not httpx here: per call httpx builds `Request`/`Response`/`URL`/`Headers` objects, walks
 its connection pool under anyio locks and events, and logs the call at INFO. That was about
@@ -13,16 +13,18 @@ This module owns :class:`Http11Pool`: connections to one origin (`http://` or `h
 with a given `ssl.SSLContext`), at most `max_connections` open and `max_idle` kept alive
 between calls, callers beyond the limit waiting in order for a free connection. A call fails
 with :class:`TransportTimeout` when the server stays silent for `timeout` seconds (each
-connect, and the wait for each piece of the answer, like httpx's per-operation timeouts),
-with :class:`TransportError` when it cannot connect or the connection breaks, and with
-:class:`BodyTooLarge` past `max_body` bytes of body (read no further). A request that fails
-on a reused keep-alive connection before any byte of the answer arrived (the server closed it
-while idle) is sent once more on a new connection. A caller cancelled mid-call closes its
-connection (its answer would be out of step with the next request).
+connect, and the wait for each piece of the answer, like httpx's per-operation timeouts) and
+with :class:`TransportError` when it cannot connect or the connection breaks. A request that
+fails on a reused keep-alive connection before any byte of the answer arrived (the server
+closed it while idle) is sent once more on a new connection. A caller cancelled mid-call
+closes its connection (its answer would be out of step with the next request).
 
 Answers are framed by Content-Length, chunked transfer coding or the end of the connection,
-and `Content-Encoding: gzip` is decoded. It must not know any API: its callers
-(`prometheus.client`, `backends.pod_metrics`) build requests and read answers.
+and `Content-Encoding: gzip` is decoded. A call may cap the (decoded) body: past `limit` bytes
+it fails with :class:`BodyTooLarge` and the connection is closed, read no further.
+`connect_timeout` (default: `timeout`) bounds each connect and TLS handshake on its own. It
+must not know any API: its callers (`prometheus.client`, `backends.passthrough`,
+`backends.pod_metrics`, `compute.kubelet_client`) build requests and read answers.
 
 Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
 timer and one future; a new connection adds a TCP connect (and a TLS handshake).
@@ -55,8 +57,7 @@ class TransportTimeout(TransportError):
 
 
 class BodyTooLarge(TransportError):
-    """The answer's (decoded) body is longer than the pool's `max_body`; it was read no
-    further and the connection is closed."""
+    """The answer's body is over the call's `limit` (it was not read further)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class _Connection(asyncio.Protocol):
         self.uses = 0
         self.waiter: asyncio.Future[Answer] | None = None
         self.sink: Callable[[bytes], None] | None = None
+        self.limit: int | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.last_activity = 0.0
         self._reset()
@@ -94,12 +96,12 @@ class _Connection(asyncio.Protocol):
         self.headers_done = False
         self.reason = b""
         self.chunks: list[bytes] = []
+        self.size = 0  # decoded body bytes so far (checked against `limit`)
         self.content_length: bytes | None = None
         self.chunked = False
         self.decoder: zlib._Decompress | None = None
         self.streaming = False
         self.header_error: str | None = None
-        self.size = 0
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -158,13 +160,12 @@ class _Connection(asyncio.Protocol):
         self.streaming = self.sink is not None and self.parser.get_status_code() == 200
 
     def on_body(self, body: bytes) -> None:
+        limit = self.limit
         if self.decoder is not None:
-            body = self.decoder.decompress(body)
-        limit = self.pool.max_body
+            # Never inflate past the limit (a small gzip body can decode to gigabytes).
+            body = self.decoder.decompress(body, 0 if limit is None else limit - self.size + 1)
         if limit is not None:
-            self.size += len(body)
-            if self.size > limit:
-                raise BodyTooLarge(f"the body is over {limit} bytes")
+            self._count(len(body), limit)
         if self.streaming:
             if body:
                 assert self.sink is not None
@@ -187,6 +188,9 @@ class _Connection(asyncio.Protocol):
             if not self.decoder.eof:
                 self._fail(TransportError("truncated gzip body"))
                 return
+            if self.limit is not None and self.size + len(tail) > self.limit:
+                self._fail(BodyTooLarge(f"the body is over {self.limit} bytes"))
+                return
         if self.streaming:
             if tail:
                 assert self.sink is not None
@@ -201,11 +205,17 @@ class _Connection(asyncio.Protocol):
         self._reset()
         self.waiter = None
         self.sink = None
+        self.limit = None
         if not keep:
             self.close()
         waiter.set_result(answer)
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _count(self, size: int, limit: int) -> None:
+        self.size += size
+        if self.size > limit:
+            raise BodyTooLarge(f"the body is over {limit} bytes")
 
     def _ended(self, exc: Exception | None = None) -> None:
         """The server closed its side: completes an answer framed by the connection's end."""
@@ -231,6 +241,7 @@ class _Connection(asyncio.Protocol):
         waiter = self.waiter
         self.waiter = None
         self.sink = None
+        self.limit = None
         self.close()
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
@@ -270,17 +281,16 @@ class Http11Pool:
         timeout: float = 10.0,
         max_connections: int = 64,
         max_idle: int = 16,
-        max_body: int | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname
         self.timeout = timeout
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         self.max_connections = max_connections
         self.max_idle = max_idle
-        #: answers whose decoded body is longer fail with `BodyTooLarge` (None: no bound)
-        self.max_body = max_body
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
         self._connecting = 0
@@ -296,19 +306,25 @@ class Http11Pool:
         return self._loop
 
     async def request(
-        self, head: bytes, body: bytes = b"", *, sink: Callable[[bytes], None] | None = None
+        self,
+        head: bytes,
+        body: bytes = b"",
+        *,
+        sink: Callable[[bytes], None] | None = None,
+        limit: int | None = None,
     ) -> Answer:
-        """Send a complete request (`head` ends with the blank line) and read the answer.
+        """Send a complete request (`head` ends with the blank line) and read the answer;
+        :class:`BodyTooLarge` past `limit` bytes of (decoded) body.
 
         Cost: one transport write, one future and one timer on a kept-alive connection."""
         if self._closed:
             raise TransportError("client closed")
         connection = await self._acquire()
         try:
-            return await self._exchange(connection, head, body, sink)
+            return await self._exchange(connection, head, body, sink, limit)
         except _Stale:
             connection = await self._acquire(fresh=True)
-            return await self._exchange(connection, head, body, sink)
+            return await self._exchange(connection, head, body, sink, limit)
 
     async def _exchange(
         self,
@@ -316,11 +332,13 @@ class Http11Pool:
         head: bytes,
         body: bytes,
         sink: Callable[[bytes], None] | None,
+        limit: int | None,
     ) -> Answer:
         loop = self.loop
         waiter: asyncio.Future[Answer] = loop.create_future()
         connection.waiter = waiter
         connection.sink = sink
+        connection.limit = limit
         connection.uses += 1
         connection.last_activity = loop.time()
         connection.timer = loop.call_later(self.timeout, connection.expire)
@@ -376,7 +394,7 @@ class Http11Pool:
     async def _connect(self) -> _Connection:
         self._connecting += 1
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.connect_timeout):
                 _, connection = await self.loop.create_connection(
                     lambda: _Connection(self),
                     self.host,
@@ -385,7 +403,7 @@ class Http11Pool:
                     server_hostname=self.server_hostname if self.ssl_context else None,
                 )
         except TimeoutError:
-            raise TransportTimeout(f"could not connect within {self.timeout:g}s") from None
+            raise TransportTimeout(f"could not connect within {self.connect_timeout:g}s") from None
         except (OSError, ssl.SSLError) as err:
             raise TransportError(f"cannot connect: {err}") from err
         finally:
@@ -423,10 +441,14 @@ class Http11Pool:
             self._open.discard(connection)
             self._wake_one(None)
 
-    async def aclose(self) -> None:
-        """Close every connection; later calls fail."""
+    def close(self) -> None:
+        """Close every connection now; later calls fail (calls in flight fail at once)."""
         self._closed = True
         for connection in list(self._open):
             connection.close()
         self._idle.clear()
+
+    async def aclose(self) -> None:
+        """Close every connection; later calls fail."""
+        self.close()
         await asyncio.sleep(0)

@@ -2,27 +2,32 @@
 
 `TlsServer` binds its own listener with a TLS handshake timeout (uvicorn passes none, so
 asyncio's 60 s applies), reports the bound port, and terminates gracefully as the generic
-apiserver does. Both `serve` and `node-agent` use it, with the header-read timeout protocol
-(`security.tls_peer`), so neither can be held open by slow or silent clients.
+apiserver does. A start-up that fails (the application's lifespan, or a port that cannot be
+bound) raises `runtime.startup.StartupError` out of `run()`/`serve()` for the command to report
+in one line; uvicorn's own "Application startup failed" line is left out, since that report is
+the line an operator needs. Both `serve` and `node-agent` use it, with the header-read timeout
+protocol (`security.tls_peer`), so neither can be held open by slow or silent clients.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
+import os
 import socket
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Final
 
 import uvicorn
 
+from custom_metrics_server.runtime.startup import StartupError, as_startup_error
+
 logger = logging.getLogger("custom_metrics_server")
 
-#: uvicorn's exit status when start-up fails (not exported by uvicorn).
-STARTUP_FAILURE: Final = 3
 #: Go's net/http `TLSHandshakeTimeout` as the generic apiserver sets it (asyncio's is 60 s).
 TLS_HANDSHAKE_TIMEOUT: Final = 10.0
 
@@ -48,9 +53,11 @@ class TlsServer(uvicorn.Server):
         on_shutdown: Callable[[], None] | None = None,
         shutdown_delay: float = 0.0,
         tls_handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT,
+        startup_error: Callable[[], BaseException | None] | None = None,
     ) -> None:
         super().__init__(config)
         self._on_bound = on_bound
+        self._startup_error = startup_error
         self._on_shutdown = on_shutdown
         self._shutdown_delay = shutdown_delay
         self._tls_handshake_timeout = tls_handshake_timeout
@@ -61,9 +68,15 @@ class TlsServer(uvicorn.Server):
         does not pass one, so asyncio's 60 s would let handshake-only connections (that the
         header-read timer, armed after the handshake, never sees) sit for a minute each."""
         assert sockets is None, "serve() binds its own listener"
-        await self.lifespan.startup()
+        with _without_uvicorn_startup_failure_line():
+            await self.lifespan.startup()
         if self.lifespan.should_exit:
-            sys.exit(STARTUP_FAILURE)
+            failure = self._startup_error() if self._startup_error else None
+            if failure is None:
+                raise StartupError(
+                    "the application did not start", fix="see the lines above this one"
+                )
+            raise as_startup_error(failure)
         config = self.config
 
         def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
@@ -84,9 +97,8 @@ class TlsServer(uvicorn.Server):
                 ssl_handshake_timeout=self._tls_handshake_timeout if config.ssl else None,
             )
         except OSError as err:
-            logger.error("cannot listen on %s:%s: %s", config.host, config.port, err)
             await self.lifespan.shutdown()
-            sys.exit(STARTUP_FAILURE)
+            raise _listen_error(config.host, config.port, err) from err
         self.servers = [server]
         self.started = True
         self._on_bound(server.sockets[0].getsockname()[1])
@@ -110,3 +122,37 @@ class TlsServer(uvicorn.Server):
         if self._exit_at is not None and time.monotonic() >= self._exit_at:
             self.should_exit = True
         return await super().on_tick(counter)
+
+
+def _listen_error(host: str, port: int, err: OSError) -> StartupError:
+    """What a failed bind means and what to change."""
+    fixes = {
+        errno.EADDRINUSE: "another process listens there: stop it, or pick another "
+        "--secure-port or --bind-address",
+        errno.EADDRNOTAVAIL: "--bind-address must be an address of this host (or 0.0.0.0)",
+        errno.EACCES: "ports below 1024 need privileges the server does not take: pick a "
+        "--secure-port of 1024 or more (the Service maps 443 to it)",
+    }
+    return StartupError(
+        f"cannot listen on {host}:{port}",
+        status=(os.strerror(err.errno) if err.errno else str(err)).lower(),
+        fix=fixes.get(err.errno or 0, "check --bind-address and --secure-port"),
+    )
+
+
+class _DropStartupFailedLine(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "Application startup failed. Exiting."
+
+
+@contextlib.contextmanager
+def _without_uvicorn_startup_failure_line() -> Iterator[None]:
+    """uvicorn logs "Application startup failed. Exiting." after a failed lifespan; the
+    command's own line (what failed, the call, the fix) replaces it."""
+    uvicorn_logger = logging.getLogger("uvicorn.error")
+    dropper = _DropStartupFailedLine()
+    uvicorn_logger.addFilter(dropper)
+    try:
+        yield
+    finally:
+        uvicorn_logger.removeFilter(dropper)

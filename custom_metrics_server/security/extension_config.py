@@ -1,11 +1,14 @@
 """Follows `kube-system/extension-apiserver-authentication`, the ConfigMap kube-apiserver writes
 with its client CA and front-proxy settings, for whatever the flags did not give.
 
-Start-up (`load_once`, upstream `RunOnce`): one GET. NotFound is tolerated (nothing is trusted
-from it until it appears); Forbidden and other errors fail start-up with a hint, unless
-`--authentication-tolerate-lookup-failure`. Then (`follow`): list + watch filtered on the name,
-every watch ending after at most 60 s so the content is re-read at least once a minute
-(upstream's forced re-check), relisting after a 410 Gone, backing off 1 s .. 30 s on errors.
+Start-up (`load_once`, upstream `RunOnce`): one GET (retried for a few seconds while the API
+server cannot be reached, `kube.startup`). NotFound is tolerated (nothing is trusted from it
+until it appears); Forbidden and other errors fail start-up with one line naming the call and
+the fix (`runtime.startup.StartupError`), unless `--authentication-tolerate-lookup-failure`.
+Content that takes effect is logged at INFO, once per change (the first read included).
+Then (`follow`): list + watch filtered on the name, every watch ending after at most 60 s so
+the content is re-read at least once a minute (upstream's forced re-check), relisting after a
+410 Gone, backing off 1 s .. 30 s on errors.
 
 Content rules: a value is applied only if it parses (PEM bundle, JSON string lists) and the
 request-header settings validate; otherwise the last good value stays and the error is logged.
@@ -24,6 +27,8 @@ from typing import Any, Final
 import orjson
 
 from custom_metrics_server.kube.client import GoneError, KubeApiError, KubeClient
+from custom_metrics_server.kube.startup import startup_call
+from custom_metrics_server.runtime.startup import StartupError
 from custom_metrics_server.security.certs import CertificateError, load_bundle
 from custom_metrics_server.security.trust import (
     RequestHeaderSettings,
@@ -40,10 +45,11 @@ OBJECT_PATH: Final = f"/api/v1/namespaces/{NAMESPACE}/configmaps/{NAME}"
 LIST_PATH: Final = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
 FIELD_SELECTOR: Final = f"metadata.name={NAME}"
 READER_ROLE: Final = "extension-apiserver-authentication-reader"
-
-
-class ExtensionConfigError(Exception):
-    """The ConfigMap could not be read at start-up."""
+#: What to do when the ConfigMap may not be read (the issue's deployment found it).
+FORBIDDEN_FIX: Final = (
+    f"the service account needs the RoleBinding to {READER_ROLE} in {NAMESPACE} "
+    "(manifests/base/role-binding-auth-reader.yaml), or pass --authentication-skip-lookup"
+)
 
 
 def _strings(data: dict[str, str], key: str) -> list[str]:
@@ -91,10 +97,56 @@ class ExtensionConfigFollower:
         self._tolerate = tolerate_lookup_failure
         self._resync = resync_seconds
         self.applied = 0  # successful applications of content (tests, observability)
+        self._logged: dict[str, str] | None = None  # the content last logged as in effect
+        self._content_errors: dict[str, str] = {}  # unusable content, logged once each
+
+    def _log_change(self, data: dict[str, str]) -> None:
+        """One INFO line when the content in effect changes (the re-lists every minute and
+        every watch reconnect bring the same content back: no line then)."""
+        relevant = {
+            key: value
+            for key, value in data.items()
+            if (self._client_ca and key == "client-ca-file")
+            or (self._requestheader and key.startswith("requestheader-"))
+        }
+        if relevant == self._logged:
+            return
+        first = self._logged is None
+        self._logged = relevant
+        parts = []
+        snapshot = self._trust.snapshot
+        if self._client_ca:
+            parts.append(f"client CA: {len(snapshot.client_ca or ())} certificate(s)")
+        if self._requestheader:
+            front = snapshot.requestheader
+            if front is None:
+                parts.append("no front proxy")
+            else:
+                names = ",".join(front.allowed_names) or "any name the CA signed"
+                parts.append(
+                    f"front-proxy CA: {len(front.ca)} certificate(s), allowed names: {names}"
+                )
+        logger.info(
+            "configmap %s/%s %s: %s",
+            NAMESPACE,
+            NAME,
+            "read" if first else "changed",
+            "; ".join(parts),
+        )
+
+    def _content_error(self, what: str, error: str) -> None:
+        """Unusable content keeps the last good value: an error line once per distinct
+        problem, not at every re-list (once a minute) or watch reconnect."""
+        if self._content_errors.get(what) == error:
+            logger.debug("configmap %s/%s: still keeping the last good %s", NAMESPACE, NAME, what)
+            return
+        self._content_errors[what] = error
+        logger.error("configmap %s/%s: keeping the last good %s: %s", NAMESPACE, NAME, what, error)
 
     def apply(self, data: dict[str, str] | None) -> None:
         """Apply one version of the ConfigMap's data (None: it does not exist)."""
         if data is None:
+            self._logged = None
             if self._client_ca and self._trust.snapshot.client_ca:
                 logger.warning("configmap %s/%s is gone: clearing its client CA", NAMESPACE, NAME)
             if self._requestheader and self._trust.snapshot.requestheader is not None:
@@ -111,29 +163,32 @@ class ExtensionConfigFollower:
             try:
                 self._trust.set_client_ca(load_bundle(pem.encode(), what="client-ca-file"))
             except CertificateError as err:
-                logger.error(
-                    "configmap %s/%s: keeping the last good client CA: %s", NAMESPACE, NAME, err
-                )
+                self._content_error("client CA", str(err))
+            else:
+                self._content_errors.pop("client CA", None)
         if self._requestheader:
             try:
                 settings = parse_requestheader(data)
             except (CertificateError, TrustConfigError, orjson.JSONDecodeError) as err:
-                logger.error(
-                    "configmap %s/%s: keeping the last good request-header settings: %s",
-                    NAMESPACE,
-                    NAME,
-                    err,
-                )
+                self._content_error("request-header settings", str(err))
             else:
+                self._content_errors.pop("request-header settings", None)
                 self._trust.set_requestheader(settings)
         self.applied += 1
+        self._log_change(data)
 
     async def load_once(self) -> None:
-        """One synchronous read at start-up (upstream `RunOnce`)."""
+        """One synchronous read at start-up (upstream `RunOnce`); raises `StartupError`."""
         try:
-            document = await self._client.get_json(OBJECT_PATH)
-        except KubeApiError as err:
-            if err.code == 404:
+            document = await startup_call(
+                lambda: self._client.get_json(OBJECT_PATH),
+                what=f"cannot read ConfigMap {NAMESPACE}/{NAME}",
+                connection=self._client.connection,
+                fixes={403: FORBIDDEN_FIX},
+            )
+        except StartupError as error:
+            cause = error.__cause__
+            if isinstance(cause, KubeApiError) and cause.code == 404:
                 logger.warning(
                     "configmap %s/%s not found: no client CA or front proxy trusted from it "
                     "until it appears",
@@ -142,16 +197,12 @@ class ExtensionConfigFollower:
                 )
                 self.apply(None)
                 return
-            hint = ""
-            if err.code == 403:
-                hint = (
-                    f"; usually fixed by 'kubectl create rolebinding -n {NAMESPACE} "
-                    f"ROLEBINDING_NAME --role={READER_ROLE} --serviceaccount=YOUR_NS:YOUR_SA'"
-                )
-            message = f"unable to read configmap {NAMESPACE}/{NAME}: {err}{hint}"
             if not self._tolerate:
-                raise ExtensionConfigError(message) from err
-            logger.warning("%s; continuing (--authentication-tolerate-lookup-failure)", message)
+                raise
+            logger.warning(
+                "%s; continuing without it (--authentication-tolerate-lookup-failure)",
+                error.line(),
+            )
             return
         self.apply(_data(document))
 

@@ -22,8 +22,11 @@ How `cli.py` wires it (the CLI owns the parser, the backend and uvicorn):
 kubeconfig). `security.delegated` says whether authentication is on; in demo mode without any
 of `--authentication-kubeconfig`, `--authorization-kubeconfig`, `--client-ca-file`,
 `--requestheader-client-ca-file` everybody is `system:anonymous` and allowed. The app's
-lifespan enters `security.lifespan()`: start-up reads the ConfigMap once (and fails start-up
-as upstream does when that is forbidden), then follows it until shutdown.
+lifespan enters `security.lifespan()`: start-up checks that the delegated-auth identities may
+create TokenReviews and SubjectAccessReviews (one SelfSubjectAccessReview each: a wrong
+kubeconfig, refused credentials or a missing `system:auth-delegator` binding fail start-up
+with one line, `runtime.startup`), reads the ConfigMap once (and fails start-up as upstream
+does when that is forbidden), then follows it until shutdown.
 
 It is one piece on purpose, as k8s.io/apiserver's options are (`AddFlags` beside `ApplyTo`):
 each flag's name, default and meaning are read in `build_security`, so they change together.
@@ -39,13 +42,15 @@ import logging
 import math
 import os
 import ssl
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.startup import require_allowed
 from custom_metrics_server.machinery.durations import go_duration_seconds
+from custom_metrics_server.runtime.startup import CONFIGURATION, StartupError
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.runtime.tls import (
     ReloadingServerContext,
@@ -84,8 +89,25 @@ DEFAULT_SERVING_HOSTS = (
 DEMO_SERVING_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
-class SecurityConfigError(Exception):
+#: The ClusterRoleBinding that lets the server create TokenReviews and SubjectAccessReviews.
+AUTH_DELEGATOR_FIX = (
+    "bind the ClusterRole system:auth-delegator to the identity of {source} "
+    "(manifests/base/cluster-role-binding-auth-delegator.yaml)"
+)
+
+
+class SecurityConfigError(StartupError):
     """The flags do not describe a usable configuration (the CLI exits with status 2)."""
+
+    def __init__(self, what: str, *, status: str = "", fix: str = "") -> None:
+        super().__init__(what, status=status, fix=fix, exit_code=CONFIGURATION)
+
+
+def _os_reason(err: BaseException) -> str:
+    """`No such file or directory` rather than `[Errno 2] No such file or directory: '/x'`."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 # --- flag types -------------------------------------------------------------------------------
@@ -291,16 +313,71 @@ class SecurityConfig:
                 await client.aclose()
 
 
+def _must_read(flag: str, path: Path | str, *, fix: str) -> None:
+    """A file a flag names must be readable now: one start-up line (exit 2) if not."""
+    try:
+        Path(path).read_bytes()
+    except OSError as err:
+        raise SecurityConfigError(
+            f"cannot read {flag} {path}", status=_os_reason(err), fix=fix
+        ) from err
+
+
+_CERT_FIX = (
+    "mount the serving certificate Secret at that path (the Deployment's serving-cert volume) "
+    "or correct the flag"
+)
+
+
 def _serving(args: argparse.Namespace, *, demo: bool) -> ServingCertificate:
     cert_file = getattr(args, "tls_cert_file", None)
     key_file = getattr(args, "tls_private_key_file", None)
     if bool(cert_file) != bool(key_file):
-        raise SecurityConfigError("--tls-cert-file and --tls-private-key-file go together")
+        raise SecurityConfigError(
+            "--tls-cert-file and --tls-private-key-file go together",
+            fix="give both, or neither (a self-signed certificate in --cert-dir)",
+        )
     if cert_file and key_file:
-        return ServingCertificate(Path(cert_file), Path(key_file), trust_anchor(Path(cert_file)))
+        _must_read("--tls-cert-file", cert_file, fix=_CERT_FIX)
+        _must_read("--tls-private-key-file", key_file, fix=_CERT_FIX)
+        try:
+            anchor = trust_anchor(Path(cert_file))
+        except ValueError as err:
+            raise SecurityConfigError(
+                f"cannot read --tls-cert-file {cert_file}",
+                status=f"no PEM certificate in it ({_os_reason(err)})",
+                fix=_CERT_FIX,
+            ) from err
+        return ServingCertificate(Path(cert_file), Path(key_file), anchor)
     cert_dir = Path(getattr(args, "cert_dir", "apiserver.local.config/certificates"))
     hosts = DEMO_SERVING_HOSTS if demo else DEFAULT_SERVING_HOSTS
-    return ensure_serving_certificate(cert_dir, list(hosts))
+    try:
+        return ensure_serving_certificate(cert_dir, list(hosts))
+    except (OSError, ValueError) as err:
+        raise SecurityConfigError(
+            f"cannot keep a self-signed serving certificate in --cert-dir {cert_dir}",
+            status=_os_reason(err),
+            fix="give --tls-cert-file and --tls-private-key-file, or a writable --cert-dir "
+            "(an emptyDir volume when the root filesystem is read-only)",
+        ) from err
+
+
+def _context(
+    serving: ServingCertificate, client_trust: Callable[[], tuple[int, bytes]] | None = None
+) -> ReloadingServerContext:
+    """The reloading TLS context; a certificate and key that do not load are a start-up error."""
+    try:
+        return ReloadingServerContext(
+            serving.cert_file, serving.key_file, client_trust=client_trust
+        )
+    except (OSError, ssl.SSLError, ValueError) as err:
+        raise SecurityConfigError(
+            f"cannot load the serving certificate {serving.cert_file} with the key "
+            f"{serving.key_file}",
+            status=_os_reason(err),
+            fix="the key must be the certificate's own, unencrypted, in PEM (tls.crt and "
+            "tls.key of one kubernetes.io/tls Secret)",
+        ) from err
 
 
 def _client(path: Path | None, *, what: str, optional: bool) -> KubeClient | None:
@@ -310,7 +387,9 @@ def _client(path: Path | None, *, what: str, optional: bool) -> KubeClient | Non
             logger.warning("no --%s-kubeconfig and not running in a cluster", what)
             return None
         raise SecurityConfigError(
-            f"--{what}-kubeconfig is required outside a cluster (no in-cluster configuration)"
+            f"--{what}-kubeconfig is required outside a cluster",
+            status="no in-cluster configuration (KUBERNETES_SERVICE_HOST is not set)",
+            fix=f"pass --{what}-kubeconfig, or run in a pod with a service account token",
         )
     # kube.config (the `kubernetes` package's loaders, ~20 MB) is imported where a kubeconfig is
     # read, only when delegated authentication or authorization is configured. Whether that
@@ -321,8 +400,48 @@ def _client(path: Path | None, *, what: str, optional: bool) -> KubeClient | Non
     try:
         connection = load_connection(str(path) if path else None)
     except KubeConfigError as err:
-        raise SecurityConfigError(f"delegated {what}: {err}") from err
+        flag = f"--{what}-kubeconfig {path}" if path else f"the in-cluster config (for {what})"
+        raise SecurityConfigError(
+            f"cannot load {flag}",
+            status=err.reason,
+            fix=f"give --{what}-kubeconfig a valid kubeconfig file"
+            if path
+            else "mount the service account token (automountServiceAccountToken: true)",
+        ) from err
     return KubeClient(connection, timeout=10.0)
+
+
+def _delegation_check(
+    authn: KubeClient | None, authz: KubeClient | None
+) -> Callable[[], Awaitable[None]]:
+    """The start-up step asking the API server, through each delegated-auth client, whether
+    its identity may create what it will create on every request: TokenReviews
+    (authentication) and SubjectAccessReviews (authorization). A wrong server address,
+    refused credentials or a missing system:auth-delegator binding fail start-up here, with one
+    line, instead of every request later."""
+
+    async def check() -> None:
+        if authn is not None:
+            await require_allowed(
+                authn,
+                verb="create",
+                group="authentication.k8s.io",
+                resource="tokenreviews",
+                purpose="delegated authentication",
+                fix=AUTH_DELEGATOR_FIX.format(source=authn.connection.source),
+            )
+        if authz is not None:
+            await require_allowed(
+                authz,
+                verb="create",
+                group="authorization.k8s.io",
+                resource="subjectaccessreviews",
+                purpose="delegated authorization",
+                fix=AUTH_DELEGATOR_FIX.format(source=authz.connection.source),
+            )
+
+    check.__name__ = "delegation_check"
+    return check
 
 
 def delegated_requested(args: argparse.Namespace) -> bool:
@@ -348,12 +467,18 @@ def build_security(
     """
     serving = _serving(args, demo=demo)
     if demo and not delegated_requested(args):
-        context = ReloadingServerContext(serving.cert_file, serving.key_file)
+        context = _context(serving)
         return SecurityConfig(
             gate=AllowAllGate(), serving=serving, context=context, delegated=False
         )
     trust = TrustStore()
     clients: list[KubeClient] = []
+    for flag, path in (
+        ("--client-ca-file", args.client_ca_file),
+        ("--requestheader-client-ca-file", args.requestheader_client_ca_file),
+    ):
+        if path:
+            _must_read(flag, path, fix="mount the CA bundle at that path or correct the flag")
     try:
         if args.client_ca_file:
             trust.watch_client_ca_file(Path(args.client_ca_file))
@@ -368,7 +493,11 @@ def build_security(
             )
             trust.watch_requestheader_file(Path(args.requestheader_client_ca_file), settings)
     except (OSError, CertificateError, TrustConfigError) as err:
-        raise SecurityConfigError(str(err)) from err
+        raise SecurityConfigError(
+            "invalid client or front-proxy CA settings",
+            status=_os_reason(err),
+            fix="give PEM certificate bundles and valid --requestheader-* values",
+        ) from err
     authn_client = _client(args.authentication_kubeconfig, what="authentication", optional=demo)
     if args.authorization_kubeconfig == args.authentication_kubeconfig and authn_client:
         authz_client: KubeClient | None = authn_client
@@ -404,14 +533,17 @@ def build_security(
             backoff=backoff,
         )
     except ValueError as err:
-        raise SecurityConfigError(f"--authorization-always-allow-paths: {err}") from err
+        raise SecurityConfigError(
+            "invalid --authorization-always-allow-paths",
+            status=str(err),
+            fix="a path may hold * only as its last character (/healthz, /metrics*)",
+        ) from err
     tokens = TokenAuthenticator(
         authn_client, ttl=args.authentication_token_webhook_cache_ttl, backoff=backoff
     )
     authenticator = Authenticator(trust, tokens=tokens, anonymous=args.anonymous_auth)
-    context = ReloadingServerContext(
-        serving.cert_file, serving.key_file, client_trust=trust.tls_material
-    )
+    context = _context(serving, trust.tls_material)
+    startup.insert(0, _delegation_check(authn_client, authz_client))
     return SecurityConfig(
         gate=DelegatingGate(authenticator, authorizer),
         serving=serving,

@@ -7,11 +7,13 @@ during shutdown, self-metrics), `InflightLimit` (429), `Deadline` (504), `UriBou
 the metric APIs and discovery (`endpoints.ApiEndpoints`), `metrics.k8s.io`, the demo's `/api`,
 or the FastAPI shell (health, version, `/metrics`, OpenAPI). See `chain` for each filter and
 docs/operations.md for the flags. WebSocket scopes are closed unanswered (uvicorn then answers
-403): this API has no streaming endpoints. The lifespan starts and stops the event-loop lag
-watch, the security jobs (the authentication ConfigMap follower) and the backends
-(`plugins.live.LiveBackends`: start-up in file order, the routing check, the listing refresh and
-the backends file's reloads). A backend that cannot start, or two that claim one metric, stop
-the start-up with one error line naming them (the traceback is logged at debug level).
+403): this API has no streaming endpoints. The lifespan (`runtime.asgi.serve_lifespan`) starts
+and stops the event-loop lag watch, the readiness log (`state_log`), the security jobs (access
+checks, the authentication ConfigMap follower) and the backends (`plugins.live.LiveBackends`:
+start-up in file order, the routing check, the listing refresh and the backends file's
+reloads). A start-up failure (a backend that cannot start, two that claim one metric, a
+dependency that refused) is kept in `startup_error` for the CLI's one-line report, never
+logged here with a traceback.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from custom_metrics_server.api.core_api import DemoCoreApi, is_core_api_path
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, discovery_documents
 from custom_metrics_server.compute.metrics_request import is_metrics_api_path
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.plugins.live import LiveBackends, StartupFailure
+from custom_metrics_server.plugins.live import LiveBackends
 from custom_metrics_server.plugins.loader import Loaded
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.routing import Host, hosts_of
-from custom_metrics_server.runtime.asgi import Message, Receive, Scope, Send
+from custom_metrics_server.runtime.asgi import Receive, Scope, Send, serve_lifespan
 from custom_metrics_server.runtime.tasks import background
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.gate import AllowAllGate, Gate
@@ -53,6 +55,7 @@ from custom_metrics_server.server.endpoints import (
 )
 from custom_metrics_server.server.observability import ServerMetrics
 from custom_metrics_server.server.shell import build_shell
+from custom_metrics_server.server.state_log import ReadinessLog
 
 __all__ = ["AppSettings", "BackendsFileSource", "Server", "create_app"]
 
@@ -118,6 +121,7 @@ class Server:
             backend_timeout=settings.backend_timeout,
             observe=self.metrics.observe_backend,
         )
+        self.metrics.track_metric_status(self.engine.status)
         self.backends = LiveBackends(
             self.engine,
             loaded=source.loaded if source is not None else None,
@@ -129,14 +133,14 @@ class Server:
             added=self._register_collector,
             removed=self._unregister_collector,
         )
-        self._startup_failure = ""
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
         self.extra_checks = {**settings.extra_checks, "shutdown": Readiness(ready=True)}
+        #: why the lifespan did not start (the CLI reports it in one line), None if it did
+        self.startup_error: BaseException | None = None
         self.shell = build_shell(
             title=settings.title,
             metrics=self.metrics,
             checks=self._checks,
-            lifespan=self._lifespan,
             resource_exposition=settings.resource_exposition,
             with_metrics_api=settings.metrics_api is not None,
         )
@@ -220,13 +224,18 @@ class Server:
             )
             if self.security is not None:
                 await stack.enter_async_context(self.security.lifespan())
-            try:
-                await stack.enter_async_context(self.backends)
-            except StartupFailure as err:
-                self._startup_failure = str(err)
-                raise
+            await stack.enter_async_context(self.backends)
+            readiness = ReadinessLog(lambda: self._checks("readyz"))
+            await stack.enter_async_context(background(readiness.run(), name="readiness-log"))
             yield
         logger.info("backends stopped")
+
+    def _lifespan_failed(self, error: BaseException, during_startup: bool) -> None:
+        if during_startup:
+            self.startup_error = error
+            return
+        debug = logger.isEnabledFor(logging.DEBUG)
+        logger.error("shutdown failed: %s: %s", type(error).__name__, error, exc_info=debug)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -234,20 +243,10 @@ class Server:
             await self._chain(scope, receive, send)
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})
+        elif kind == "lifespan":
+            await serve_lifespan(self._lifespan, receive, send, failed=self._lifespan_failed)
         else:
-            await self.shell(scope, receive, self._lifespan_send(send))
-
-    def _lifespan_send(self, send: Send) -> Send:
-        """A start-up that failed for a known reason reports that reason, one line each,
-        instead of the framework's traceback (which goes to the debug log)."""
-
-        async def reporting(message: Message) -> None:
-            if message["type"] == "lifespan.startup.failed" and self._startup_failure:
-                logger.debug("start-up failed: %s", message.get("message", ""))
-                message = {**message, "message": self._startup_failure}
-            await send(message)
-
-        return reporting
+            await self.shell(scope, receive, send)
 
 
 def create_app(

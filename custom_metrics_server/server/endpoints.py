@@ -29,14 +29,16 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NamedTuple
+from urllib.parse import parse_qs
 
-from custom_metrics_server.api import aggregated_discovery, core_api, protobuf, wire
+from custom_metrics_server.api import aggregated_discovery, core_api, explanation, protobuf, wire
 from custom_metrics_server.api.grammar import (
     EXTERNAL_GROUP,
     GroupDiscovery,
     ParsedRequest,
     QueryParams,
     RootDiscovery,
+    StatusPage,
     VersionDiscovery,
     parse,
     parse_query,
@@ -66,6 +68,8 @@ from custom_metrics_server.errors import (
     method_not_allowed,
 )
 from custom_metrics_server.query.engine import QueryEngine
+from custom_metrics_server.query.explain import explain
+from custom_metrics_server.query.status_page import status_document
 from custom_metrics_server.runtime.asgi import (
     Scope,
     Send,
@@ -106,7 +110,13 @@ class _Encoding(NamedTuple):
 
 _JSON: Final = _Encoding(wire.metric_value_list, wire.external_metric_value_list)
 _PROTOBUF: Final = _Encoding(protobuf.metric_value_list, protobuf.external_metric_value_list)
-_DISCOVERY_ROOT_PATHS: Final = (RootDiscovery, GroupDiscovery, VersionDiscovery)
+#: Paths under a served group that are not metric values (one isinstance on the hot path).
+_NOT_METRIC_PATHS: Final = (RootDiscovery, GroupDiscovery, VersionDiscovery, StatusPage)
+_TEXT_HEADERS: Final = (
+    (b"content-type", b"text/plain; charset=utf-8"),
+    (b"cache-control", b"no-cache, private"),
+    (b"x-content-type-options", b"nosniff"),
+)
 
 
 async def _guarded(
@@ -230,6 +240,8 @@ class ApiEndpoints:
         await _guarded(scope, send, self._serve, ("", "", ""))
 
     async def _serve(self, scope: Scope, query: QueryParams, send: Send) -> None:
+        if query.explain and await self._explain(scope, query, send):
+            return
         try:
             parsed = parse(scope["path"], query)
         except NotFound:
@@ -244,8 +256,11 @@ class ApiEndpoints:
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
         exchange_of(scope).labels = _labels(parsed, self.engine)
-        if isinstance(parsed, _DISCOVERY_ROOT_PATHS):
-            await self._discovery(scope, query, parsed, send)
+        if isinstance(parsed, _NOT_METRIC_PATHS):
+            if isinstance(parsed, StatusPage):
+                await self._status_page(scope, send)
+            else:
+                await self._discovery(scope, query, parsed, send)
             return
         representation = self._representation(scope, query)
         if representation.protobuf:
@@ -256,6 +271,33 @@ class ApiEndpoints:
         if representation.pretty:
             body = wire.prettify(body)
         await send_body(send, 200, body, JSON_HEADERS)
+
+    async def _explain(self, scope: Scope, query: QueryParams, send: Send) -> bool:
+        """`?explain=1` on a metric URL (or one the grammar refuses): the explanation, always
+        JSON, 200 (its `outcome` carries the plain request's code). False when the request is
+        not explained (another method, a discovery path): it is then answered as usual."""
+        if scope["method"] not in _READ_METHODS:
+            return False
+        document = await explain(self.engine, scope["path"], query)
+        if document is None:
+            return False
+        request = document["request"]
+        exchange_of(scope).labels = (
+            request.get("group", ""),
+            request.get("version", ""),
+            "explain",
+        )
+        await send_body(send, 200, explanation.body(document), JSON_HEADERS)
+        return True
+
+    async def _status_page(self, scope: Scope, send: Send) -> None:
+        """The per-metric status page: a table, or its JSON document with `?format=json`."""
+        document = status_document(self.engine)
+        if "json" in parse_qs(scope["query_string"].decode("utf-8", "replace")).get("format", ()):
+            await send_body(send, 200, explanation.body(document), JSON_HEADERS)
+            return
+        text = explanation.render_status_text(document)
+        await send_body(send, 200, text.encode(), _TEXT_HEADERS)
 
     async def _discovery(
         self,
@@ -287,7 +329,11 @@ class ApiEndpoints:
         if isinstance(parsed, MetricRequest):
             samples = await self.engine.custom(parsed)
             if samples:
-                oldest = min(sample.timestamp for sample in samples)
+                oldest = (
+                    samples[0].timestamp
+                    if len(samples) == 1
+                    else min(sample.timestamp for sample in samples)
+                )
                 self.metrics.observe_freshness(parsed.group, time.time() - oldest)
             return encoding.metric_value_list(
                 samples,
@@ -375,7 +421,7 @@ def _labels(parsed: ParsedRequest, engine: QueryEngine) -> tuple[str, str, str]:
         return parsed.group, parsed.version, resource
     if isinstance(parsed, ExternalMetricRequest):
         return EXTERNAL_GROUP, "v1beta1", "external"
-    if isinstance(parsed, VersionDiscovery):
+    if isinstance(parsed, VersionDiscovery | StatusPage):
         return parsed.group, parsed.version, ""
     if isinstance(parsed, GroupDiscovery):
         return parsed.group, "", ""

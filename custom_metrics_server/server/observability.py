@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from prometheus_client import (
@@ -21,8 +21,11 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
+from custom_metrics_server.query.status import OUTCOMES, MetricStatus
 from custom_metrics_server.runtime.metric_vectors import CounterVec, HistogramVec
 
 EXPOSITION_CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
@@ -116,6 +119,10 @@ class ServerMetrics:
         ).set_function(_running_tasks)
         ProcessCollector(registry=self.registry)
 
+    def track_metric_status(self, status: MetricStatus) -> None:
+        """The per-metric self-metrics, built from `status` when `/metrics` is scraped."""
+        self.registry.register(MetricStatusCollector(status))
+
     def observe_request(
         self, *, group: str, version: str, resource: str, verb: str, code: int, seconds: float
     ) -> None:
@@ -154,6 +161,73 @@ class ServerMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return generate_latest(self.registry)
+
+
+_METRIC_LABELS: Final = ("api", "resource", "metric", "backend")
+
+
+class MetricStatusCollector(Collector):
+    """Per metric and backend (labels `api`, `resource`, `metric`, `backend`; a metric its
+    backend does not list is `other`, and so is an unknown resource):
+
+    * `custom_metrics_server_metric_requests_total{outcome}`: found, not_found, error,
+      timeout, and zero / last_good when the failure policy answered;
+    * `custom_metrics_server_metric_last_success_timestamp_seconds` and
+      `..._last_error_timestamp_seconds` (Unix time; absent until it happened);
+    * `custom_metrics_server_metric_newest_sample_age_seconds`: the age of the newest value in
+      the last answer that had values, when it was served;
+    * `custom_metrics_server_metric_failure_policy_info{absent, failure, max_age}`: 1 for
+      metrics with a failure policy.
+
+    Read at scrape time only: the request path increments plain attributes."""
+
+    def __init__(self, status: MetricStatus) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        """The families above."""
+        requests = CounterMetricFamily(
+            "custom_metrics_server_metric_requests",
+            "Metric requests by API, resource, metric, backend and outcome (a metric its "
+            "backend does not list is `other`).",
+            labels=[*_METRIC_LABELS, "outcome"],
+        )
+        success = GaugeMetricFamily(
+            "custom_metrics_server_metric_last_success_timestamp_seconds",
+            "When the metric last answered with values (Unix time).",
+            labels=_METRIC_LABELS,
+        )
+        error = GaugeMetricFamily(
+            "custom_metrics_server_metric_last_error_timestamp_seconds",
+            "When the metric's backend last failed (an error or a timeout, Unix time).",
+            labels=_METRIC_LABELS,
+        )
+        age = GaugeMetricFamily(
+            "custom_metrics_server_metric_newest_sample_age_seconds",
+            "Age of the newest value of the last answer with values, when it was served.",
+            labels=_METRIC_LABELS,
+        )
+        policy = GaugeMetricFamily(
+            "custom_metrics_server_metric_failure_policy_info",
+            "1 for each metric with a failure policy: what absence and failure answer, and "
+            "the age after which a value is absent.",
+            labels=[*_METRIC_LABELS, "absent", "failure", "max_age"],
+        )
+        for stats in self.status.entries():
+            labels = list(stats.key)
+            for outcome in OUTCOMES:
+                requests.add_metric([*labels, outcome], getattr(stats, outcome))
+            if stats.last_success:
+                success.add_metric(labels, stats.last_success)
+            if stats.last_error:
+                error.add_metric(labels, stats.last_error)
+            if stats.newest_age >= 0:
+                age.add_metric(labels, stats.newest_age)
+            found = stats.policy
+            if found is not None:
+                max_age = "" if found.max_age is None else f"{found.max_age:g}"
+                policy.add_metric([*labels, found.absent, found.failure, max_age], 1)
+        yield from (requests, success, error, age, policy)
 
 
 def _running_tasks() -> int:

@@ -1,6 +1,5 @@
-"""The cold routes, on FastAPI: health, version, self-metrics, `/metrics/resources`, OpenAPI,
-and the application's lifespan (the security jobs, the backends and the event-loop lag watch
-start and stop with it).
+"""The cold routes, on FastAPI: health, version, self-metrics, `/metrics/resources` and
+OpenAPI. The application's lifespan is the composition root's (`app.Server`), not FastAPI's.
 
 FastAPI's own docs, `/openapi.json` and trailing-slash redirects are off: they are not part of
 a Kubernetes API server's surface. Errors are `Status` bodies from the one renderer
@@ -9,12 +8,10 @@ a Kubernetes API server's surface. Errors are `Status` bodies from the one rende
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import platform
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -75,18 +72,11 @@ def build_shell(
     title: str,
     metrics: ServerMetrics,
     checks: Callable[[str], Mapping[str, Readiness]],
-    lifespan: Callable[[], AbstractAsyncContextManager[None]],
     resource_exposition: Callable[[], bytes] | None,
     with_metrics_api: bool,
 ) -> FastAPI:
     """The FastAPI app of the cold routes. `checks(endpoint)` gives the named checks of
-    `/healthz`, `/livez` or `/readyz`; `lifespan()` is entered for the app's whole life."""
-
-    @contextlib.asynccontextmanager
-    async def whole_life(_: FastAPI) -> AsyncIterator[None]:
-        async with lifespan():
-            yield
-
+    `/healthz`, `/livez` or `/readyz`."""
     shell = FastAPI(
         title=title,
         version=__version__,
@@ -94,7 +84,6 @@ def build_shell(
         redoc_url=None,
         openapi_url=None,
         redirect_slashes=False,
-        lifespan=whole_life,
     )
 
     async def on_http_error(_: Request, exc: Exception) -> Response:

@@ -327,6 +327,32 @@ async def test_pods_that_stop_running_or_leave_are_no_longer_targets(world: Worl
         )
 
 
+async def test_the_first_round_is_paced_and_new_pods_are_scraped_before_the_next_tick(
+    world: World,
+) -> None:
+    """The kubelet scraper's first-round behaviour (`compute.scrape_rounds`): the first round
+    starts when the pods are listed and is paced, not spread over half the interval; a pod
+    that starts serving between rounds is scraped at once, not at the next tick (30 s away)."""
+    for name in ("web-1-a", "web-1-b", "web-1-c"):
+        world.add_pod(name, app_body(rate=4))
+    async with running(world, interval=30, timeout=2) as backend:
+        started = time.monotonic()
+        first = await until(
+            lambda: backend.fetch(request(PODS, "queue_depth", "web-1-a", "web-1-b", "web-1-c")),
+            lambda found: len(found) == 3,
+        )
+        assert len(first) == 3
+        assert time.monotonic() - started < 5  # spread, the last would start 10 s in
+        assert await until(lambda: asyncio.sleep(0, backend.scraper.readiness().ready), bool)
+        world.add_pod("web-1-d", app_body(rate=4, depth=9))
+        joined = time.monotonic()
+        found = await until(lambda: backend.fetch(request(PODS, "queue_depth", "web-1-d")), bool)
+        assert by_name(found) == {"web-1-d": 9.0}
+        assert time.monotonic() - joined < 5
+        assert world.pods.scrapes(f"{NS}/web-1-a") == 1  # no round since the first
+        assert backend.scraper.rounds.counters.rounds_started == 1
+
+
 async def test_the_backend_passes_the_conformance_kit(world: World) -> None:
     world.add_pod("web-1-a", app_body(rate=4))
     world.add_pod("web-1-b", app_body(rate=4))

@@ -14,6 +14,9 @@ under test.
   `Authorization` header the caller used; `fail_status` makes both answer that HTTP status
   with a `Status` body; `down()` closes the listening socket (connection refused) and `up()`
   listens again on the same port.
+* `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` (the server's start-up check
+  that it may create the reviews): allowed, unless the resource is in `self_denied`; recorded
+  in `self_reviews`; `fail_status` does not apply to it.
 * `GET /api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication` (404 when
   absent, 403 with `configmap_forbidden`), the list `GET .../configmaps?fieldSelector=...` and
   its watch (`watch=true`): newline-delimited events over chunked encoding, ended after
@@ -41,6 +44,7 @@ import yaml
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+SELF_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 CONFIGMAPS = "/api/v1/namespaces/kube-system/configmaps"
 CONFIGMAP_NAME = "extension-apiserver-authentication"
 CLIENT_TOKEN = "server-under-test-token"
@@ -98,6 +102,16 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw)
         fake.authorizations.append(self.headers.get("Authorization", ""))
         path = urlsplit(self.path).path
+        if path == SELF_REVIEWS:
+            fake.self_reviews.append(body)
+            attributes = body["spec"]["resourceAttributes"]
+            allowed = attributes["resource"] not in fake.self_denied
+            status: dict[str, Any] = {"allowed": allowed}
+            if not allowed:
+                status["reason"] = "no RBAC policy matched"
+            answer = {**body, "status": status}
+            self._send(201, json.dumps(answer).encode())
+            return
         if path == TOKEN_REVIEWS:
             fake.token_reviews.append(body)
             answer = fake.token_review(body)
@@ -211,6 +225,9 @@ class FakeAuthApiServer:
         self.max_watch_seconds = 5.0
         self.token_reviews: list[dict[str, Any]] = []
         self.access_reviews: list[dict[str, Any]] = []
+        self.self_reviews: list[dict[str, Any]] = []
+        #: resources (`tokenreviews`, `subjectaccessreviews`) SelfSubjectAccessReviews deny
+        self.self_denied: set[str] = set()
         self.authorizations: list[str] = []
         self.configmap_gets: list[str] = []
         self.watches = 0

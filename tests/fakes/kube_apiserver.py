@@ -32,6 +32,9 @@ What it serves, for a configurable set of resources (`ResourceType`):
   forwarding to the pod's `status.podIP` (plain HTTP; `https:` with no verification, as
   kube-apiserver does) and relaying the answer, or 503 when the pod cannot be reached and 404
   when it does not exist, with kube-apiserver's messages.
+* Writes as a Lease holder makes them: POST to a collection creates (409 `AlreadyExists`),
+  PUT to an object replaces it (404 when absent, 409 `Conflict` on a stale
+  `metadata.resourceVersion`); both take a new resourceVersion and reach the watches.
 
 Resource versions are one global counter, as in etcd: every change of any resource takes the
 next number, so a pod watch sees gaps where nodes changed (and bookmarks matter).
@@ -47,6 +50,7 @@ Test-facing API (thread-safe; call it from sync or async tests alike)::
         api.compact()                                # forget history: old RVs now 410
         api.drop_watches(); api.end_watches(); api.send_bookmarks()
         api.fail_next(kind="list", code=500)         # inject errors (or drops, or ERROR events)
+        api.delay_next(kind="list", path="/api/v1/nodes", seconds=3)  # answer late
         api.restart(keep_state=True)                 # same port; connections are cut
         api.set_node_proxy("node-1", "# kubelet text\\n...")
         api.count("list", "/api/v1/pods")            # requests seen, per kind and path
@@ -227,10 +231,12 @@ class RecordedRequest:
     method: str
     path: str
     params: Mapping[str, str]
-    #: "list", "watch", "get", "discovery", "proxy" or "other"
+    #: "list", "watch", "get", "discovery", "proxy", "create", "replace" or "other"
     kind: str
     #: the Authorization header the client sent
     authorization: str = ""
+    #: `time.monotonic()` when the request head was read
+    at: float = 0.0
 
 
 @dataclass
@@ -243,6 +249,14 @@ class _Failure:
     message: str
     drop: bool
     as_event: bool
+
+
+@dataclass
+class _Delay:
+    kind: str | None
+    path: str | None
+    count: int
+    seconds: float
 
 
 @dataclass
@@ -290,6 +304,7 @@ class _Request:
     path: str
     params: dict[str, str]
     headers: dict[str, str]
+    body: bytes = b""
 
 
 class _FieldSelector:
@@ -385,6 +400,7 @@ class FakeKubeApiServer:
         self._change_rvs: list[int] = []
         self._snapshots: dict[tuple[str, int], _Snapshot] = {}
         self._failures: list[_Failure] = []
+        self._delays: list[_Delay] = []
         self._discovery_failures: dict[str, tuple[int, str, str]] = {}
         self._proxy: dict[tuple[str, str], _ProxyAnswer] = {}
         self._requests: list[RecordedRequest] = []
@@ -778,6 +794,19 @@ class FakeKubeApiServer:
                 _Failure(kind, path, count, code, reason, message, drop, as_event)
             )
 
+    def delay_next(
+        self,
+        *,
+        kind: str | None = None,
+        path: str | None = None,
+        seconds: float,
+        count: int = 1,
+    ) -> None:
+        """The next `count` requests of `kind` whose path starts with `path` are answered
+        `seconds` late (a slow or overloaded API server); other requests are not held up."""
+        with self._lock:
+            self._delays.append(_Delay(kind, path, count, seconds))
+
     def drop_watches(self, resource: str | None = None) -> int:
         """Cut every open watch (of `resource`, or all) mid-stream, without the final chunk.
         Returns how many were cut."""
@@ -900,6 +929,18 @@ class FakeKubeApiServer:
         self._snapshots[(resource, rv)] = snapshot
         return snapshot
 
+    def _take_delay(self, kind: str, path: str) -> float:
+        with self._lock:
+            for delay in self._delays:
+                if (delay.kind is None or delay.kind == kind) and (
+                    delay.path is None or path.startswith(delay.path)
+                ):
+                    delay.count -= 1
+                    if delay.count <= 0:
+                        self._delays.remove(delay)
+                    return delay.seconds
+        return 0.0
+
     def _take_failure(self, kind: str, path: str) -> _Failure | None:
         with self._lock:
             for failure in self._failures:
@@ -945,14 +986,13 @@ class FakeKubeApiServer:
             name, _, value = header.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
         length = int(headers.get("content-length", "0") or 0)
-        if length:
-            await reader.readexactly(length)
+        body = await reader.readexactly(length) if length else b""
         path, _, query = target.partition("?")
         params: dict[str, str] = {}
         for part in filter(None, query.split("&")):
             name, _, value = part.partition("=")
             params[unquote_plus(name)] = unquote_plus(value)
-        return _Request(method, path, params, headers)
+        return _Request(method, path, params, headers, body)
 
     @staticmethod
     def _head(code: int, headers: Sequence[tuple[str, str]]) -> bytes:
@@ -985,6 +1025,10 @@ class FakeKubeApiServer:
     ) -> bool:
         route = self._route(request)
         kind = route[0]
+        if request.method == "POST" and kind == "list":
+            kind = "create"
+        elif request.method == "PUT" and kind == "get":
+            kind = "replace"
         with self._lock:
             self._requests.append(
                 RecordedRequest(
@@ -992,9 +1036,13 @@ class FakeKubeApiServer:
                     request.path,
                     dict(request.params),
                     kind,
-                    request.headers.get("authorization", ""),
+                    authorization=request.headers.get("authorization", ""),
+                    at=time.monotonic(),
                 )
             )
+        delay = self._take_delay(kind, request.path)
+        if delay:
+            await asyncio.sleep(delay)
         failure = self._take_failure(kind, request.path)
         if failure is not None:
             if failure.drop:
@@ -1008,6 +1056,8 @@ class FakeKubeApiServer:
                 await writer.drain()
                 return False
             return await self._respond_status(writer, failure.code, failure.reason, failure.message)
+        if kind in ("create", "replace"):
+            return await self._serve_write(writer, kind, route[1], route[2], route[3], request)
         if request.method != "GET":
             return await self._respond_status(
                 writer,
@@ -1247,6 +1297,58 @@ class FakeKubeApiServer:
             body = decoded
         content_type = headers.get("content-type", "text/plain")
         return await self._respond(writer, code, body, content_type)
+
+    async def _serve_write(
+        self,
+        writer: asyncio.StreamWriter,
+        kind: str,
+        resource_type: ResourceType,
+        namespace: str | None,
+        name: str | None,
+        request: _Request,
+    ) -> bool:
+        """POST (create) to a collection, PUT (replace) of an object, with upstream's 409s."""
+        try:
+            obj = orjson.loads(request.body)
+            metadata = obj.setdefault("metadata", {})
+        except (orjson.JSONDecodeError, AttributeError):
+            return await self._respond_status(writer, 400, "BadRequest", "invalid JSON body")
+        if resource_type.namespaced:
+            metadata["namespace"] = namespace or "default"
+        if name is not None:
+            metadata["name"] = name
+        key = (metadata.get("namespace", "") if resource_type.namespaced else "", metadata["name"])
+        with self._lock:
+            current = self._objects.get(resource_type.key, {}).get(key)
+            if kind == "create" and current is not None:
+                return await self._respond_status(
+                    writer,
+                    409,
+                    "AlreadyExists",
+                    f'{resource_type.key} "{key[1]}" already exists',
+                )
+            if kind == "replace" and current is None:
+                return await self._respond_status(
+                    writer, 404, "NotFound", f'{resource_type.key} "{key[1]}" not found'
+                )
+            if (
+                kind == "replace"
+                and current is not None
+                and metadata.get("resourceVersion") != current["metadata"].get("resourceVersion")
+            ):
+                return await self._respond_status(
+                    writer,
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource_type.key} "{key[1]}": the '
+                    "object has been modified; please apply your changes to the latest version "
+                    "and try again",
+                )
+            metadata.pop("resourceVersion", None)
+            stored = self.apply_many(
+                resource_type.key, [obj], mode="add" if kind == "create" else "update"
+            )[0]
+        return await self._respond(writer, 201 if kind == "create" else 200, orjson.dumps(stored))
 
     async def _serve_get(
         self,

@@ -180,3 +180,54 @@ def from_the_future(settings: Mapping[str, Any]) -> Instant:
 def not_a_backend(settings: Mapping[str, Any]) -> object:
     """Makes an object with no source."""
     return object()
+
+
+class Switchable:
+    """A backend whose state a test sets by writing a file (settings `state`: its path):
+    `up` answers `switch_pod` (custom, pods: 5 for pods named `web-*`) and `switch_total`
+    (external: one series, 9); `down` raises `BackendUnavailable`; `stale` answers values an
+    hour old. Used for the failure policies and the explanations' outcomes."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+
+    def _mode(self) -> str:
+        try:
+            with open(self.state) as file:
+                return file.read().strip() or "up"
+        except OSError:
+            return "up"
+
+    def list_external_metrics(self) -> list[str]:
+        return ["switch_total"]
+
+    def list_metrics(self) -> list[sdk.MetricInfo]:
+        return [sdk.MetricInfo(PODS, True, "switch_pod")]
+
+    def _stamp(self) -> float:
+        import time  # noqa: PLC0415 - a test double, kept apart
+
+        return time.time() - (3600 if self._mode() == "stale" else 0)
+
+    async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
+        if self._mode() == "down":
+            raise sdk.BackendUnavailable("switched off")
+        if request.metric.metric != "switch_pod":
+            return []
+        stamp = self._stamp()
+        return [
+            sdk.sample(request, key, 5, timestamp=stamp)
+            for key in request.objects
+            if key[1].startswith("web-")
+        ]
+
+    async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
+        if self._mode() == "down":
+            raise sdk.BackendUnavailable("switched off")
+        if request.metric != "switch_total":
+            return []
+        return [sdk.external_sample(request, 9, timestamp=self._stamp())]
+
+
+def switchable(settings: Mapping[str, Any]) -> Switchable:
+    return Switchable(str(settings["state"]))

@@ -195,7 +195,7 @@ async def test_start_up_conflicts_name_both_backends(tmp_path: Path) -> None:
     )
     with pytest.raises(StartupFailure) as caught:
         await backends.__aenter__()
-    assert str(caught.value).splitlines() == [
+    assert str(caught.value).split("; ") == [
         "backends 'a' and 'b' both list the custom metric pods/instant_pod: add a route that "
         "decides (docs/backends.md, Routing)",
         "backends 'a' and 'b' both list the external metric instant_total: add a route that "

@@ -281,7 +281,8 @@ async def test_rendered_queries_are_reused_until_the_rules_change(
         assert handler.promql == [one_pod.replace("[2m]", "[5m]")]
         for pod in ("web-1", "web-2", "api-0", "idle-0"):
             await http.get(POD.replace("/web-0/", f"/{pod}/"))
-            assert 1 <= len(backend._queries) <= 3
+            # At most the bound (a background relist after the reload may empty it meanwhile).
+            assert len(backend._queries) <= 3
 
 
 async def test_external_values_with_odd_labels(

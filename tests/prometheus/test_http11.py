@@ -1,7 +1,7 @@
-"""The lean HTTP/1.1 pool (`runtime/http11.py`, used by the Prometheus client) against scripted
-servers on real sockets: framing (Content-Length, chunked, end of connection), gzip,
-keep-alive reuse and its stale-connection race, timeouts, cancellation, the connection limit
-and TLS."""
+"""The lean HTTP/1.1 pool (`runtime/http11.py`: the Prometheus client's, the pass-through's,
+the kubelet scraper's and the pod scraper's) against scripted servers on real sockets: framing
+(Content-Length, chunked, end of connection), gzip, keep-alive reuse and its stale-connection
+race, timeouts, cancellation, a body over the call's limit, the connection limit and TLS."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 import trustme
 
 from custom_metrics_server.runtime.http11 import (
+    BodyTooLarge,
     Http11Pool,
     TransportError,
     TransportTimeout,
@@ -119,6 +120,37 @@ async def test_a_failed_answer_is_not_streamed(serve: Callable[..., Awaitable[Se
         b"not found",
         [],
     )
+    await pool.aclose()
+
+
+@pytest.mark.parametrize("coding", ["identity", "gzip", "gzip-chunked"])
+async def test_a_body_over_the_limit_fails_and_is_read_no_further(
+    serve: Callable[..., Awaitable[Server]], coding: str
+) -> None:
+    """The cap counts decoded bytes (a small gzip body may inflate past it) and closes the
+    connection; a body at the limit is fine."""
+    payload = b"x" * 5000
+    if coding == "identity":
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + payload
+    else:
+        packed = gzip.compress(payload)
+        if coding == "gzip":
+            framing = f"Content-Length: {len(packed)}\r\n\r\n".encode() + packed
+        else:
+            framing = (
+                b"Transfer-Encoding: chunked\r\n\r\n"
+                + f"{len(packed):x}\r\n".encode()
+                + packed
+                + b"\r\n0\r\n\r\n"
+            )
+        answer = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n" + framing
+    server = await serve(keep_alive(answer))
+    pool = pool_for(server)
+    assert (await pool.request(HEAD, limit=5000)).body == payload
+    with pytest.raises(BodyTooLarge, match="over 4999 bytes"):
+        await pool.request(HEAD, limit=4999)
+    assert (await pool.request(HEAD, limit=5000)).body == payload
+    assert server.connections == 2  # the refused answer's connection was closed
     await pool.aclose()
 
 

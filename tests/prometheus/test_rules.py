@@ -149,7 +149,7 @@ rules:
         ),
         (
             "rules: [{seriesQuery: a, resources: {template: x}, absent: maybe}]",
-            r"absent: must be `error` or `zero`",
+            r"absent: must be `error`, `zero` or `last-good`",
         ),
         (
             "rules: [{seriesQuery: a, resources: {template: x}, window: soon}]",

@@ -23,6 +23,7 @@ import yaml
 
 from custom_metrics_server.backends.memory import MemoryBackend, load_fixture
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
+from custom_metrics_server.runtime.startup import as_startup_error, report_startup_failure
 from custom_metrics_server.security.options import (
     SecurityConfigError,
     add_security_flags,
@@ -88,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         log_config=None,
     )
     server = _Server(config)
-    server.run()
+    try:
+        server.run()
+    except SystemExit:  # uvicorn's exit after a failed lifespan: say why, as `serve` does
+        if app.startup_error is not None:
+            return report_startup_failure(as_startup_error(app.startup_error))
+        raise
     return 0 if server.started else 3
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import shutil
 import ssl
 import time
@@ -16,7 +17,8 @@ import yaml
 
 from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.errors import StatusError
-from custom_metrics_server.kube.client import KubeApiError
+from custom_metrics_server.kube.client import KubeApiError, KubeClient
+from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.machinery.gostrings import go_quote
 from custom_metrics_server.runtime.tls import ReloadingServerContext
 from custom_metrics_server.security.authn import (
@@ -28,6 +30,7 @@ from custom_metrics_server.security.authn import (
 )
 from custom_metrics_server.security.authz import Authorizer, forbidden
 from custom_metrics_server.security.cache import SingleFlight, TtlCache
+from custom_metrics_server.security.extension_config import ExtensionConfigFollower
 from custom_metrics_server.security.gate import DelegatingGate
 from custom_metrics_server.security.options import (
     SecurityConfigError,
@@ -502,3 +505,46 @@ def test_trust_store_reloads_files_and_keeps_the_last_good(tmp_path: Path) -> No
     assert snapshot.version > version
     assert snapshot.client_ca == (two.cert,)
     assert snapshot.ca_pem == two.cert_pem
+
+
+async def test_the_configmap_content_in_effect_is_logged_once_per_change_and_errors_once(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Re-lists (every minute) and watch reconnects bring the same content back: one INFO line
+    when it takes effect or changes; unusable content one ERROR line per distinct problem."""
+    client = KubeClient(Connection(host="http://127.0.0.1:1"))
+    follower = ExtensionConfigFollower(client, TrustStore(), client_ca=True, requestheader=True)
+    first, second = CA("first", tmp_path), CA("second", tmp_path)
+    data = {
+        "client-ca-file": first.cert_pem.decode(),
+        "requestheader-client-ca-file": second.cert_pem.decode(),
+        "requestheader-allowed-names": '["front-proxy-client"]',
+    }
+    with caplog.at_level(logging.INFO, logger="custom_metrics_server.security"):
+        for _ in range(3):
+            follower.apply(dict(data))
+        follower.apply({**data, "requestheader-allowed-names": '["aggregator"]'})
+        for _ in range(3):
+            follower.apply({**data, "client-ca-file": "not PEM"})
+    await client.aclose()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    name = "configmap kube-system/extension-apiserver-authentication"
+    assert lines == [
+        (
+            "INFO",
+            f"{name} read: client CA: 1 certificate(s); front-proxy CA: 1 certificate(s), "
+            "allowed names: front-proxy-client",
+        ),
+        (
+            "INFO",
+            f"{name} changed: client CA: 1 certificate(s); front-proxy CA: 1 certificate(s), "
+            "allowed names: aggregator",
+        ),
+        ("ERROR", lines[2][1]),
+        (
+            "INFO",
+            f"{name} changed: client CA: 1 certificate(s); front-proxy CA: 1 certificate(s), "
+            "allowed names: front-proxy-client",
+        ),
+    ]
+    assert lines[2][1].startswith(f"{name}: keeping the last good client CA: client-ca-file")

@@ -6,9 +6,11 @@ proxy (`source: proxy`: `GET /api/v1/namespaces/{ns}/pods/[https:]{pod}:{port}/p
 with the server's credentials, over one pool of `concurrency` connections to the API server),
 with the lean HTTP/1.1 client (`runtime.http11`: about 35 us of CPU per request, where httpx
 costs about 1 ms), a body cap (`maxBodyBytes`, read no further) and a per-target deadline. The
-schedule is the kubelet scraper's (`compute.scrape_rounds`: rounds never overlap, starts spread
-over the first half of the interval, at most `concurrency` scrapes in flight, failing targets
-at most a quarter of them), and so is the book of failing targets and their backoff
+schedule is the kubelet scraper's (`compute.scrape_rounds`: rounds never overlap, the first
+one as soon as the pod list has synced and paced at 1,000 starts a second, pods that start
+serving between rounds scraped at once (`PodTargets.added`), other starts spread over the
+first half of the interval, at most `concurrency` scrapes in flight, failing targets at most a
+quarter of them), and so is the book of failing targets and their backoff
 (`compute.scrape_nodes.NodeBook`: a target that failed k times in a row is tried again after
 2^(k-1) rounds, at most every 8).
 
@@ -124,8 +126,12 @@ class PodScraper:
             what="pod metrics",
             advice="raise concurrency or interval in the pod-metrics settings",
             synced=synced,
+            fresh=self._fresh,
+            noun="pod",
+            listing="pod list",
             logger=logger,
         )
+        targets.added = self.rounds.notice
         self._direct: dict[tuple[str, str, int], Http11Pool] = {}
         self._proxy: Http11Pool | None = None
         self._proxy_prefix = ""
@@ -173,7 +179,6 @@ class PodScraper:
             timeout=self.config.timeout,
             max_connections=self.config.concurrency,
             max_idle=self.config.concurrency,
-            max_body=self.config.max_body_bytes,
         )
 
     # -- rounds --
@@ -194,6 +199,13 @@ class PodScraper:
             pool = self._direct.pop(origin)
             self._work.start(pool.aclose(), name=f"close-{origin[1]}", transient=True)
         return self.book.due(names, number), len(names)
+
+    def _fresh(self) -> tuple[list[str], int] | None:
+        """The targets never scraped yet, for a catch-up between rounds. O(n log n)."""
+        names = sorted(self.targets.targets)
+        if not names:
+            return None
+        return [name for name in names if not self.book.known(name)], len(names)
 
     async def scrape(self, name: str, deadline: float | None = None) -> bool:
         """Scrape one target now (within `deadline` s, default `timeout`) into the store;
@@ -263,7 +275,7 @@ class PodScraper:
             f"GET {path} HTTP/1.1\r\n{headers}User-Agent: {USER_AGENT}\r\nAccept: {ACCEPT}\r\n\r\n"
         ).encode("latin-1")
         try:
-            answer = await pool.request(head)
+            answer = await pool.request(head, limit=self.config.max_body_bytes)
         except BodyTooLarge as err:
             raise ScrapeFailure("too_large", f"{where}: {err}") from err
         except TransportTimeout as err:
@@ -290,7 +302,6 @@ class PodScraper:
             timeout=self.config.timeout,
             max_connections=1,
             max_idle=1,
-            max_body=self.config.max_body_bytes,
         )
 
     # -- reporting --

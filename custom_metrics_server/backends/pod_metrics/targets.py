@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -118,6 +118,8 @@ class PodTargets:
         self.replicasets = ReplicaSetOwners(self)
         self._clock = clock
         self._warned: dict[ObjectKey, float] = {}
+        #: called when a target appears that was not there before (the scraper's catch-up)
+        self.added: Callable[[], None] | None = None
         #: the workload resources whose Object metrics are served
         self.workloads = {
             WORKLOAD_KINDS[name][1]: WORKLOAD_KINDS[name][0] for name in config.workloads
@@ -168,11 +170,16 @@ class PodTargets:
             return key
         self._remove(key)
         self._pods[key] = found
+        before = {target.name for target in previous.targets} if previous is not None else set()
+        appeared = False
         for target in found.targets:
             self.targets[target.name] = target
+            appeared = appeared or target.name not in before
         if found.controller is not None:
             self._by_controller.setdefault((key[0], *found.controller), set()).add(key[1])
         self.generation += 1
+        if appeared and self.added is not None:
+            self.added()
         return key
 
     def _chosen(

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean
+.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,20 @@ update-chart-docs: install
 
 verify: lint typecheck imports verify-openapi verify-chart-docs
 
+# The example plugin (examples/postgres-backend): its own package, installed into this venv in
+# editable mode, type-checked and tested on its own (its tests start a real PostgreSQL from the
+# Debian package `postgresql`). `make test` neither needs nor runs it.
+EXAMPLE := examples/postgres-backend
+
+example-install: install
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '$(EXAMPLE)[test,lint]'
+
+example-typecheck: example-install  ## mypy --strict on the example plugin and its tests
+	cd $(EXAMPLE) && MYPYPATH=$(CURDIR) $(abspath $(BIN))/mypy
+
+example-test: example-typecheck  ## the example plugin's tests (needs PostgreSQL: .ci/run installs it)
+	cd $(EXAMPLE) && $(abspath $(BIN))/pytest $(PYTEST_ARGS)
+
 CRI_DIR := custom_metrics_server/node_agent/cri
 generate-cri: install  ## regenerate the CRI client modules from $(CRI_DIR)/api.proto
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m grpc_tools.protoc -I. \
@@ -74,6 +88,7 @@ bench-smoke: install
 	$(BIN)/python benchmarks/scrape_client.py --smoke  # one kubelet scrape's HTTP cost (~7 s)
 	$(BIN)/python benchmarks/pod_metrics.py --smoke  # pod-metrics rounds, 100 pods (~40 s)
 	$(BIN)/python benchmarks/passthrough.py --smoke  # the pass-through's added latency (~15 s)
+	$(BIN)/python benchmarks/workers.py --smoke  # serve --workers 1 against 2 (~25 s)
 
 bench-routing: install  ## routing cost per request: 20 backends, 1,000 routes (in process)
 	$(BIN)/python benchmarks/routing.py $(ARGS)

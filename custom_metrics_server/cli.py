@@ -36,6 +36,7 @@ from custom_metrics_server.plugins.flags import (
 )
 from custom_metrics_server.plugins.loader import load_backends
 from custom_metrics_server.prometheus.rules import ConfigError
+from custom_metrics_server.runtime.asgi import ASGIApp
 from custom_metrics_server.runtime.heap import tune_gc
 from custom_metrics_server.runtime.logs import configure_logging
 from custom_metrics_server.runtime.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer
@@ -45,12 +46,14 @@ from custom_metrics_server.runtime.startup import (
     report_startup_failure,
 )
 from custom_metrics_server.security.options import (
+    SecurityConfig,
     add_security_flags,
     build_security,
 )
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_header_read_timeout
 from custom_metrics_server.server.app import AppSettings, BackendsFileSource, create_app
+from custom_metrics_server.server.workers import ForwardedGate, serve_worker, supervise
 
 logger = logging.getLogger("custom_metrics_server")
 
@@ -128,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="after SIGTERM, keep serving this long with /readyz failing, then drain and exit "
         "(default 0s as upstream; see docs/operations.md)",
     )
+    serving.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving the port (default 1: the main process serves it itself); "
+        "with N > 1, N worker processes do TLS, HTTP and authentication and ask the main "
+        "process, which keeps the backends, for the answers (docs/operations.md, Workers)",
+    )
+    serving.add_argument("--worker-of", help=argparse.SUPPRESS)  # a worker's main process
     add_security_flags(serve)
     add_backend_flags(serve)
     serve.add_argument(
@@ -229,6 +241,9 @@ def _serve(args: argparse.Namespace) -> None:
             "(--authentication-kubeconfig, docs/security.md)",
             exit_code=CONFIGURATION,
         )
+    if args.worker_of:
+        serve_worker(args, security, _uvicorn_config, bind)
+        return
     try:
         backends, base_dir, digest = backends_from_flags(args)
         loaded = load_backends(backends, base_dir=base_dir, default_timeout=args.backend_timeout)
@@ -253,7 +268,9 @@ def _serve(args: argparse.Namespace) -> None:
         cluster=loaded.cluster,
         backends=loaded.hosts,
         settings=settings,
-        security=security,
+        # With workers, they authenticate and authorize; this process answers them.
+        security=None if args.workers > 1 else security,
+        gate=ForwardedGate() if args.workers > 1 else None,
         source=source,
     )
     if not security.delegated:
@@ -284,7 +301,24 @@ def _serve(args: argparse.Namespace) -> None:
             ]
         print("\n".join(lines) + "\n", flush=True)
 
-    config = uvicorn.Config(
+    config = _uvicorn_config(app, args, security, bind)
+    if args.workers > 1:
+        supervise(args, config, app, bind, on_bound)
+        return
+    TlsServer(
+        config,
+        on_bound,
+        on_shutdown=app.begin_shutdown,
+        shutdown_delay=args.shutdown_delay_duration,
+        tls_handshake_timeout=args.tls_handshake_timeout,
+        startup_error=lambda: app.startup_error,
+    ).run()
+
+
+def _uvicorn_config(
+    app: ASGIApp, args: argparse.Namespace, security: SecurityConfig, bind: str
+) -> uvicorn.Config:
+    return uvicorn.Config(
         app,
         host=bind,
         port=args.secure_port,
@@ -300,19 +334,13 @@ def _serve(args: argparse.Namespace) -> None:
         # In-flight requests drain for at most the request deadline (upstream's bound too).
         timeout_graceful_shutdown=math.ceil(args.request_timeout) or None,
     )
-    TlsServer(
-        config,
-        on_bound,
-        on_shutdown=app.begin_shutdown,
-        shutdown_delay=args.shutdown_delay_duration,
-        tls_handshake_timeout=args.tls_handshake_timeout,
-        startup_error=lambda: app.startup_error,
-    ).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `custom-metrics-server` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     if args.command == "serve":
         return serve(args)
     if args.command == "node-agent":

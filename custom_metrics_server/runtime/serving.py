@@ -62,6 +62,8 @@ class TlsServer(uvicorn.Server):
         self._shutdown_delay = shutdown_delay
         self._tls_handshake_timeout = tls_handshake_timeout
         self._exit_at: float | None = None
+        #: set SO_REUSEPORT on the listener (worker processes sharing one port)
+        self.reuse_port = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start-up for a host/port listener, plus `ssl_handshake_timeout`: uvicorn
@@ -88,20 +90,35 @@ class TlsServer(uvicorn.Server):
             )
 
         try:
-            server = await asyncio.get_running_loop().create_server(
-                create_protocol,
-                host=config.host,
-                port=config.port,
-                ssl=config.ssl,
-                backlog=config.backlog,
-                ssl_handshake_timeout=self._tls_handshake_timeout if config.ssl else None,
-            )
+            server = await self.listen(create_protocol)
         except OSError as err:
             await self.lifespan.shutdown()
-            raise _listen_error(config.host, config.port, err) from err
+            raise listen_error(config.host, config.port, err) from err
+        except BaseException:
+            await self.lifespan.shutdown()
+            raise
         self.servers = [server]
         self.started = True
-        self._on_bound(server.sockets[0].getsockname()[1])
+        self._on_bound(self.bound_port(server))
+
+    async def listen(self, create_protocol: Callable[[], asyncio.Protocol]) -> asyncio.Server:
+        """Open the listener (`reuse_port`: one of several processes on the same port, the
+        kernel spreading connections over them: `serve --workers`)."""
+        config = self.config
+        return await asyncio.get_running_loop().create_server(
+            create_protocol,
+            host=config.host,
+            port=config.port,
+            ssl=config.ssl,
+            backlog=config.backlog,
+            ssl_handshake_timeout=self._tls_handshake_timeout if config.ssl else None,
+            reuse_port=self.reuse_port or None,
+        )
+
+    def bound_port(self, server: asyncio.Server) -> int:
+        """The port clients reach (the listener's, unless a subclass serves elsewhere)."""
+        port: int = server.sockets[0].getsockname()[1]
+        return port
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs as a signal handler: only flags here; `on_tick` acts on them.
@@ -124,7 +141,7 @@ class TlsServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def _listen_error(host: str, port: int, err: OSError) -> StartupError:
+def listen_error(host: str, port: int, err: OSError) -> StartupError:
     """What a failed bind means and what to change."""
     fixes = {
         errno.EADDRINUSE: "another process listens there: stop it, or pick another "

@@ -1,0 +1,226 @@
+"""`serve --workers 2` through the real server process: the same answers as one process for
+every URL form, a killed worker replaced, SIGTERM stopping every process, a stalled main
+process answered 504 by the worker (not a hang), and the backends started once (one list and
+one watch per resource on the fake kube-apiserver, whatever the number of workers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from custom_metrics_server.testing.server_process import ServerProcess, start_server, stop_server
+from tests.fakes.auth_webhooks import FakeAuthApiServer
+from tests.fakes.cluster_process import TOKEN, serve_flags, write_kubeconfig
+from tests.fakes.kube_apiserver import FakeKubeApiServer
+
+pytestmark = pytest.mark.integration
+
+P = "/apis/custom.metrics.k8s.io/v1beta2"
+PB = "application/vnd.kubernetes.protobuf"
+#: (path, Accept) pairs: every URL form the server answers, good and bad.
+URLS: list[tuple[str, str]] = [
+    ("/apis", "application/json"),
+    ("/apis", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+    ("/apis/custom.metrics.k8s.io", "application/json"),
+    (P, "application/json"),
+    ("/apis/custom.metrics.k8s.io/v1beta1", "application/json"),
+    ("/apis/external.metrics.k8s.io/v1beta1", "application/json"),
+    (f"{P}/namespaces/default/pods/*/http_requests_per_second?labelSelector=app%3Dweb", "*/*"),
+    (f"{P}/namespaces/default/pods/*/http_requests_per_second?labelSelector=app%3Dweb", PB),
+    (f"{P}/namespaces/default/pods/*/http_requests_per_second?pretty=true", "*/*"),
+    (f"{P}/namespaces/default/pods/nope/http_requests_per_second", "*/*"),
+    (f"{P}/namespaces/default/pods/*/no_such_metric", "*/*"),
+    (f"{P}/namespaces/default/pods/*/http_requests_per_second?labelSelector=%3D%3D", "*/*"),
+    (f"{P}/namespaces/default/pods/*/http_requests_per_second", "text/nothing"),
+    (f"{P}/nodes/*/node_cpu_usage", "*/*"),
+    ("/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth", "*/*"),
+    ("/apis/metrics.k8s.io/v1beta1/namespaces/default/pods", "application/json"),
+    ("/apis/metrics.k8s.io/v1beta1/nodes", "application/json"),
+    ("/api/v1/namespaces/default/pods", "application/json"),
+    ("/version", "*/*"),
+    ("/openapi/v2", "*/*"),
+    ("/healthz", "*/*"),
+    ("/livez", "*/*"),
+    ("/readyz", "*/*"),
+    ("/readyz?verbose", "*/*"),
+    ("/no/such/path", "*/*"),
+    ("/apis/custom.metrics.k8s.io/v9", "*/*"),
+]
+
+
+def _strip_times(value: Any) -> Any:
+    """Bodies without the fields that move with the clock (metric values are seeded; the
+    usage of metrics.k8s.io is a rate over each process's own clock)."""
+    if isinstance(value, dict):
+        return {
+            key: _strip_times(item)
+            for key, item in value.items()
+            if key not in ("timestamp", "window", "creationTimestamp", "usage")
+        }
+    if isinstance(value, list):
+        return [_strip_times(item) for item in value]
+    return value
+
+
+def _answer(client: httpx.Client, path: str, accept: str) -> tuple[Any, ...]:
+    response = client.get(path, headers={"Accept": accept})
+    # The address discovery advertises is the server's own (its port differs).
+    body: Any = response.content.replace(str(client.base_url.netloc.decode()).encode(), b"SELF")
+    if response.headers.get("content-type", "").startswith("application/json"):
+        body = _strip_times(orjson.loads(body))
+    elif "protobuf" in response.headers.get("content-type", ""):
+        body = len(body)  # timestamps are inside; the size is fixed
+    return response.status_code, response.headers.get("content-type"), body
+
+
+def _workers(server: ServerProcess) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{server.pid}/task").iterdir():
+        found.update(int(pid) for pid in (task / "children").read_text().split())
+    return found
+
+
+def _wait(condition: Any, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    work = tmp_path_factory.mktemp("workers")
+    flags = ("--demo-pods", "40", "--demo-interval", "1h", "--enable-metrics-api")
+    one = start_server(work / "one", *flags)
+    two = start_server(work / "two", *flags, "--workers", "2")
+    yield one, two
+    stop_server(one)
+    stop_server(two)
+
+
+def test_answers_are_the_same_with_and_without_workers(
+    pair: tuple[ServerProcess, ServerProcess],
+) -> None:
+    one, two = pair
+    assert len(_workers(two)) == 2
+    with one.client() as a, two.client() as b:
+        for path, accept in URLS:
+            assert _answer(a, path, accept) == _answer(b, path, accept), (path, accept)
+        # HEAD: the headers of the GET, no body.
+        head = b.head(f"{P}/namespaces/default/pods/*/http_requests_per_second")
+        assert head.status_code == 200
+        assert head.content == b""
+
+
+def test_a_killed_worker_is_replaced(pair: tuple[ServerProcess, ServerProcess]) -> None:
+    _, two = pair
+    before = _workers(two)
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    after = _wait(lambda: (found := _workers(two)) and victim not in found and len(found) == 2)
+    assert after, _workers(two)
+    with two.client() as client:
+        # Every new connection lands on a listening worker (no reset from the dead one).
+        for _ in range(10):
+            response = client.get(f"{P}/namespaces/default/pods/*/http_requests_per_second")
+            assert response.status_code == 200
+    assert "exited (status -9): replacing it" in two.logs()
+
+
+def test_a_stalled_main_process_is_a_504_not_a_hang(tmp_path: Path) -> None:
+    server = start_server(tmp_path, "--demo-pods", "10", "--workers", "2")
+    try:
+        with server.client() as client:
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                response = client.get(
+                    f"{P}/namespaces/default/pods/*/http_requests_per_second?timeout=1s"
+                )
+                waited = time.monotonic() - started
+                live = client.get("/livez")
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+            assert response.status_code == 504
+            assert response.json()["reason"] == "Timeout"
+            assert waited < 5  # the deadline, not the client's 10 s timeout
+            assert live.status_code == 200  # answered by the worker itself
+            ok = client.get(f"{P}/namespaces/default/pods/*/http_requests_per_second")
+            assert ok.status_code == 200
+    finally:
+        stop_server(server)
+
+
+def test_sigterm_stops_every_process(tmp_path: Path) -> None:
+    server = start_server(tmp_path, "--demo-pods", "10", "--workers", "2")
+    workers = _workers(server)
+    assert len(workers) == 2
+    stop_server(server, timeout=20)  # SIGTERM, as a kubelet stops the container
+    assert server.process.returncode == 0
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in _state(pid), pid
+    log = server.logs()
+    assert "passed to the workers" in log
+    assert "backends stopped" in log
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (FileNotFoundError, IndexError):
+        return "zombie"
+
+
+def _requests_to_the_api_server(tmp_path: Path, workers: int) -> dict[tuple[str, str], int]:
+    """What one server with `workers` asks the fake kube-apiserver for, while it serves."""
+    api = FakeKubeApiServer()
+    api.apply("namespaces", {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "a"}})
+    api.start()
+    auth = FakeAuthApiServer()
+    auth.tokens[TOKEN] = {"username": "hpa", "groups": ["system:authenticated"]}
+    auth.allow_all = True
+    auth.up()
+    try:
+        kubeconfig, auth_kubeconfig = tmp_path / "kubeconfig", tmp_path / "auth"
+        write_kubeconfig(kubeconfig, api.url)
+        auth.write_kubeconfig(auth_kubeconfig)
+        server = start_server(
+            tmp_path / "server",
+            *serve_flags(kubeconfig, auth_kubeconfig),
+            "--workers",
+            str(workers),
+            demo=False,
+            timeout=60,
+        )
+        try:
+            for _ in range(6):  # over new connections: every worker serves some
+                with server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+                    answer = client.get(f"{P}/namespaces/a/pods/*/kube_pod_info")
+                    assert answer.status_code in (200, 404)
+            assert len(_workers(server)) == (workers if workers > 1 else 0)
+        finally:
+            stop_server(server)
+        paths = ("/api/v1/pods", "/api/v1/nodes")
+        return {(kind, path): api.count(kind, path) for kind in ("list", "watch") for path in paths}
+    finally:
+        auth.down()
+        api.close()
+
+
+def test_the_backends_start_once_whatever_the_workers(tmp_path: Path) -> None:
+    one = _requests_to_the_api_server(tmp_path / "one", 1)
+    three = _requests_to_the_api_server(tmp_path / "three", 3)
+    assert one[("list", "/api/v1/pods")] >= 1
+    assert one[("watch", "/api/v1/pods")] >= 1
+    assert three == one

@@ -8,8 +8,9 @@ reason; and logging that stays readable with thousands of nodes (a line when a n
 failing and when it answers again, for the first few per round; one summary line per round
 for the rest). It must not do I/O or decide when rounds run (that is :mod:`.scraper`).
 
-Its records go to the scraper's logger (``custom_metrics_server.compute.scraper``): one logger
-for everything the scraper says, as operators filter by it.
+Its records go to the scraper's logger (``custom_metrics_server.compute.scraper``, or the one
+it is given): one logger for everything a scraper says, as operators filter by it. The pod
+scraper (``backends.pod_metrics``) keeps its targets in a book of its own words (``noun="pod"``).
 
 Cost: O(1) per node per event; :meth:`NodeBook.forget` and the counts are O(nodes).
 """
@@ -54,13 +55,28 @@ class _RoundLog:
 
 
 class NodeBook:
-    """Scrape state per node; ``target``, ``interval`` and ``age_out_intervals`` only shape
-    the log lines."""
+    """Scrape state per node (or any named target); ``target``, ``interval``,
+    ``age_out_intervals``, ``noun`` (what a name is: "node"), ``dropped`` (what happens to a
+    silent target's values) and ``logger`` only shape the log lines."""
 
-    def __init__(self, *, target: str, interval: float, age_out_intervals: int) -> None:
+    def __init__(
+        self,
+        *,
+        target: str,
+        interval: float,
+        age_out_intervals: int,
+        noun: str = "node",
+        dropped: str | None = None,
+        logger: logging.Logger = logger,
+    ) -> None:
         self.target = target
         self.interval = interval
         self.age_out_intervals = age_out_intervals
+        self.noun = noun
+        self.dropped = dropped or (
+            f"its usage is dropped after {age_out_intervals} intervals without an answer"
+        )
+        self.logger = logger
         #: failed scrapes by reason, since start
         self.failures: Counter[str] = Counter()
         self._status: dict[str, _NodeStatus] = {}
@@ -106,24 +122,27 @@ class NodeBook:
         status.consecutive_failures += 1
         status.last_reason = failure.reason
         if status.failing:
-            logger.debug("node %s still failing (%s): %s", name, failure.reason, failure.message)
+            self.logger.debug(
+                "%s %s still failing (%s): %s", self.noun, name, failure.reason, failure.message
+            )
             return
         status.failing = True
         log = self._round_log
         log.new_failures[failure.reason] += 1
         log.new_failing_nodes.append(name)
         level = logging.WARNING if len(log.new_failing_nodes) <= _LOG_NODES else logging.DEBUG
-        logger.log(
+        self.logger.log(
             level,
-            "scraping the %s of node %s failed (%s): %s; retrying with backoff (at most every "
-            "%d rounds of %gs), its usage is dropped after %d intervals without an answer",
+            "scraping the %s of %s %s failed (%s): %s; retrying with backoff (at most every "
+            "%d rounds of %gs), %s",
             self.target,
+            self.noun,
             name,
             failure.reason,
             failure.message,
             MAX_BACKOFF_ROUNDS,
             self.interval,
-            self.age_out_intervals,
+            self.dropped,
         )
 
     def succeeded(self, name: str) -> None:
@@ -132,10 +151,11 @@ class NodeBook:
         if status.failing:
             recovered = self._round_log.recovered
             recovered.append(name)
-            logger.log(
+            self.logger.log(
                 logging.INFO if len(recovered) <= _LOG_NODES else logging.DEBUG,
-                "the %s of node %s answers again after %d failed scrape(s)",
+                "the %s of %s %s answers again after %d failed scrape(s)",
                 self.target,
+                self.noun,
                 name,
                 status.consecutive_failures,
             )
@@ -153,26 +173,29 @@ class NodeBook:
         new = len(log.new_failing_nodes)
         if new > _LOG_NODES:
             reasons = ", ".join(f"{reason} {count}" for reason, count in log.new_failures.items())
-            logger.warning(
-                "%s scrape round %d: %d of %d listed node(s) started failing (%s): %s; "
-                "%d of %d scraped answered; failing nodes are retried with backoff (at most "
+            self.logger.warning(
+                "%s scrape round %d: %d of %d listed %s(s) started failing (%s): %s; "
+                "%d of %d scraped answered; failing %ss are retried with backoff (at most "
                 "every %d rounds)",
                 self.target,
                 number,
                 new,
                 listed,
+                self.noun,
                 reasons,
                 sample_names(log.new_failing_nodes),
                 answered,
                 scraped,
+                self.noun,
                 MAX_BACKOFF_ROUNDS,
             )
         if len(log.recovered) > _LOG_NODES:
-            logger.info(
-                "%s scrape round %d: %d node(s) answer again: %s",
+            self.logger.info(
+                "%s scrape round %d: %d %s(s) answer again: %s",
                 self.target,
                 number,
                 len(log.recovered),
+                self.noun,
                 sample_names(log.recovered),
             )
 

@@ -7,6 +7,7 @@ by its own pydantic model) and a `BackendContext`.
 | `prometheus` | prometheus-adapter rules over PromQL; its listing is discovered at run time | no |
 | `demo` (`simulated`) | the embedded simulated cluster and its resource metrics | yes |
 | `fixture` (`memory`) | objects and values from a YAML fixture (`serve --demo-file`) | yes |
+| `pod-metrics` | pods' own `/metrics`, scraped; Pods and workload Object metrics | no |
 | `passthrough` | another metrics server's answers, forwarded (listed by its discovery) | no |
 
 A built-in factory may return a `Provision` instead of a bare backend: the backend plus what
@@ -38,6 +39,8 @@ from custom_metrics_server.backends.passthrough import (
     PassthroughSettings,
     UpstreamConfig,
 )
+from custom_metrics_server.backends.pod_metrics.backend import PodMetricsBackend
+from custom_metrics_server.backends.pod_metrics.settings import PodMetricsSettings
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.compute.metrics import ResourceMetricsBackend, render_state_exposition
@@ -71,6 +74,7 @@ __all__ = [
     "fixture",
     "kubernetes",
     "passthrough",
+    "pod_metrics",
     "prometheus",
 ]
 
@@ -378,6 +382,25 @@ def prometheus(settings: PrometheusPluginSettings, *, context: BackendContext) -
             )
         usage = backend.resource_usage
     return Provision(backend, what="Prometheus metrics", resource_usage=usage)
+
+
+# -- pod-metrics ------------------------------------------------------------------------------
+
+
+@factory(settings=PodMetricsSettings)
+def pod_metrics(settings: PodMetricsSettings, *, context: BackendContext) -> Provision:
+    """Pods' own Prometheus `/metrics` (docs/backends.md, "Pods' own metrics"): the pods are
+    found with a watch of the cluster the kubeconfig (or the pod's account) reaches."""
+    connection = load_connection(_path(context.base_dir, settings.kubeconfig))
+    config = settings.to_config(context.base_dir)
+    backend = PodMetricsBackend(config, KubeClient(connection), name=context.name)
+    chosen = [scrape.name for scrape in config.scrape]
+    if config.annotations is not None:
+        chosen.append(f"annotations {config.annotations.prefix}/scrape")
+    return Provision(
+        backend,
+        what=f"pods' own metrics ({', '.join(chosen)}; {config.source} every {config.interval:g}s)",
+    )
 
 
 # -- passthrough ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A lean HTTP/1.1 keep-alive client for one origin (a Prometheus-compatible server, another
-metrics server, the API server's node proxy): a small pool of connections, each an
-`asyncio.Protocol` whose responses `httptools` parses.
+metrics server, the API server's node and pod proxies, a pod's metrics endpoint): a small pool
+of connections, each an `asyncio.Protocol` whose responses `httptools` parses.
 
 Why not httpx here: per call httpx builds `Request`/`Response`/`URL`/`Headers` objects, walks
 its connection pool under anyio locks and events, and logs the call at INFO. That was about
@@ -24,7 +24,7 @@ and `Content-Encoding: gzip` is decoded. A call may cap the (decoded) body: past
 it fails with :class:`BodyTooLarge` and the connection is closed, read no further.
 `connect_timeout` (default: `timeout`) bounds each connect and TLS handshake on its own. It
 must not know any API: its callers (`prometheus.client`, `backends.passthrough`,
-`compute.kubelet_client`) build requests and read answers.
+`backends.pod_metrics`, `compute.kubelet_client`) build requests and read answers.
 
 Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
 timer and one future; a new connection adds a TCP connect (and a TLS handshake).

@@ -95,6 +95,18 @@ def wait_for_usage(client: httpx.Client, *, within: float = 40.0) -> float:
     raise AssertionError(f"no usage within {within}s: {response.status_code} {response.text}")
 
 
+def logs_with(server: ServerProcess, line: str, within: float = 5.0) -> str:
+    """The server's log once it holds `line` (the round's summary is logged when the whole
+    round ends, which may be just after its first usage is served), or as it is at the
+    deadline."""
+    deadline = time.monotonic() + within
+    logs = server.logs()
+    while line not in logs and time.monotonic() < deadline:
+        time.sleep(0.05)
+        logs = server.logs()
+    return logs
+
+
 def readyz(client: httpx.Client) -> str:
     response = client.get("/readyz", params={"verbose": "1"})
     assert response.status_code == 200, response.text
@@ -118,7 +130,7 @@ def test_usage_comes_within_a_second_of_nodes_that_appear_after_start(
             api.apply_many("nodes", [node(name) for name in NODES])
             served = wait_for_usage(client)
             note = readyz(client)
-        logs = server.logs()
+        logs = logs_with(server, "first kubelet scrape round done")
     finally:
         server.stop()
     assert served - appeared < SOON, (served - appeared, logs)
@@ -140,7 +152,7 @@ def test_usage_comes_within_a_second_of_a_node_list_that_answers_late(
         with server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
             waiting = client.get("/readyz", params={"verbose": "1"})
             served = wait_for_usage(client)
-        logs = server.logs()
+        logs = logs_with(server, "first kubelet scrape round done")
     finally:
         server.stop()
     # Not ready while the node list is late, and /readyz?verbose names it.

@@ -27,7 +27,11 @@ What it serves, for a configurable set of resources (`ResourceType`):
   Compaction never takes events from watches already open, as with the watch cache.
 * GET of one object; discovery (`/api`, `/api/v1`, `/apis`, `/apis/{g}`, `/apis/{g}/{v}`) built
   from the registered resources, with subresources and preferred versions; the node proxy
-  `GET /api/v1/nodes/{node}/proxy/{path}` serving configured bodies (kubelet expositions).
+  `GET /api/v1/nodes/{node}/proxy/{path}` serving configured bodies (kubelet expositions);
+  the pod proxy `GET /api/v1/namespaces/{ns}/pods/[https:]{pod}[:{port}]/proxy/{path}`
+  forwarding to the pod's `status.podIP` (plain HTTP; `https:` with no verification, as
+  kube-apiserver does) and relaying the answer, or 503 when the pod cannot be reached and 404
+  when it does not exist, with kube-apiserver's messages.
 * Writes as a Lease holder makes them: POST to a collection creates (409 `AlreadyExists`),
   PUT to an object replaces it (404 when absent, 409 `Conflict` on a stale
   `metadata.resourceVersion`); both take a new resourceVersion and reach the watches.
@@ -229,6 +233,8 @@ class RecordedRequest:
     params: Mapping[str, str]
     #: "list", "watch", "get", "discovery", "proxy", "create", "replace" or "other"
     kind: str
+    #: the Authorization header the client sent
+    authorization: str = ""
     #: `time.monotonic()` when the request head was read
     at: float = 0.0
 
@@ -1026,7 +1032,12 @@ class FakeKubeApiServer:
         with self._lock:
             self._requests.append(
                 RecordedRequest(
-                    request.method, request.path, dict(request.params), kind, time.monotonic()
+                    request.method,
+                    request.path,
+                    dict(request.params),
+                    kind,
+                    authorization=request.headers.get("authorization", ""),
+                    at=time.monotonic(),
                 )
             )
         delay = self._take_delay(kind, request.path)
@@ -1056,6 +1067,8 @@ class FakeKubeApiServer:
             )
         if kind == "discovery":
             return await self._serve_discovery(writer, route[1])
+        if kind == "proxy" and isinstance(route[1], tuple):
+            return await self._serve_pod_proxy(writer, route[1][1], route[1][2], route[2])
         if kind == "proxy":
             return await self._serve_proxy(writer, route[1], route[2])
         if kind in ("list", "watch", "get"):
@@ -1107,6 +1120,10 @@ class FakeKubeApiServer:
             return ("other",)
         if len(rest) >= 3 and group == "" and rest[0] == "nodes" and rest[2] == "proxy":
             return ("proxy", rest[1], "/".join(rest[3:]))
+        if len(rest) >= 3 and group == "" and rest[0] == "pods" and rest[2] == "proxy":
+            query = "&".join(f"{k}={v}" for k, v in request.params.items())
+            path = "/" + "/".join(rest[3:]) + (f"?{query}" if query else "")
+            return ("proxy", ("pod", namespace or "default", rest[1]), path)
         if len(rest) == 2:
             return ("get", resource_type, namespace, rest[1])
         if len(rest) == 1:
@@ -1222,6 +1239,64 @@ class FakeKubeApiServer:
         if answer.delay:
             await asyncio.sleep(answer.delay)
         return await self._respond(writer, answer.code, answer.body, answer.content_type)
+
+    async def _serve_pod_proxy(
+        self, writer: asyncio.StreamWriter, namespace: str, target: str, path: str
+    ) -> bool:
+        """Forward a GET to the pod, as kube-apiserver's pod proxy does."""
+        scheme, name, port = "http", target, "80"
+        if target.count(":") == 2:
+            scheme, name, port = target.split(":")
+        elif ":" in target:
+            name, port = target.split(":")
+        with self._lock:
+            found = self._objects.get("pods", {}).get((namespace, name))
+            address = str(((found or {}).get("status") or {}).get("podIP") or "")
+        if found is None:
+            return await self._respond_status(writer, 404, "NotFound", f'pods "{name}" not found')
+        if not address:
+            return await self._respond_status(
+                writer, 503, "ServiceUnavailable", f"pod {name} has no IP address"
+            )
+        try:
+            context = None
+            if scheme == "https":
+                import ssl  # noqa: PLC0415 - only for https pods
+
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            reader, upstream = await asyncio.wait_for(
+                asyncio.open_connection(address, int(port), ssl=context), 5
+            )
+            upstream.write(
+                f"GET {path} HTTP/1.1\r\nHost: {address}:{port}\r\nConnection: close\r\n"
+                "Accept: text/plain\r\n\r\n".encode()
+            )
+            raw = await asyncio.wait_for(reader.read(-1), 30)
+            upstream.close()
+        except (OSError, TimeoutError, ValueError) as err:
+            return await self._respond_status(
+                writer, 503, "ServiceUnavailable",
+                f"error trying to reach service: dial tcp {address}:{port}: {err}",
+            )  # fmt: skip
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        code = int(lines[0].split()[1])
+        headers = {
+            k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])
+        }
+        if "chunked" in headers.get("transfer-encoding", ""):
+            decoded, rest = b"", body
+            while rest:
+                size_line, _, rest = rest.partition(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                if not size:
+                    break
+                decoded, rest = decoded + rest[:size], rest[size + 2 :]
+            body = decoded
+        content_type = headers.get("content-type", "text/plain")
+        return await self._respond(writer, code, body, content_type)
 
     async def _serve_write(
         self,

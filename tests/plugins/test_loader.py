@@ -97,7 +97,9 @@ def test_a_plugin_that_fails_to_import_is_one_line_naming_it_and_the_exception()
 def test_an_unknown_type_lists_what_is_known() -> None:
     (line,) = failure("backends: [{name: x, type: nosuch}]")
     assert line.startswith("backends[0] 'x' (type nosuch): no backend type 'nosuch' (built-in: ")
-    assert "demo, fixture, kubernetes, memory, passthrough, prometheus, simulated" in line
+    assert (
+        "demo, fixture, kubernetes, memory, passthrough, pod-metrics, prometheus, simulated" in line
+    )
 
 
 def test_a_plugin_for_a_newer_contract_is_refused() -> None:

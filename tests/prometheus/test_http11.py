@@ -1,8 +1,7 @@
-"""The lean HTTP/1.1 pool (`runtime/http11.py`: the Prometheus client's, the pass-through's and
-the kubelet scraper's) against scripted servers on real sockets: framing (Content-Length,
-chunked, end of connection), gzip,
-keep-alive reuse and its stale-connection race, timeouts, cancellation, the connection limit
-and TLS."""
+"""The lean HTTP/1.1 pool (`runtime/http11.py`: the Prometheus client's, the pass-through's,
+the kubelet scraper's and the pod scraper's) against scripted servers on real sockets: framing
+(Content-Length, chunked, end of connection), gzip, keep-alive reuse and its stale-connection
+race, timeouts, cancellation, a body over the call's limit, the connection limit and TLS."""
 
 from __future__ import annotations
 

@@ -34,12 +34,13 @@ Cost of `fetch`: O(objects x pods held x resources); no allocation beyond the an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from types import TracebackType
 from typing import Final, Protocol, Self
 
 from custom_metrics_server.compute.exposition import PodResources, render_pod_resources
+from custom_metrics_server.compute.exposition_stream import stream_pod_resources
 from custom_metrics_server.compute.lifecycle import resource_unit
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
@@ -423,4 +424,14 @@ def render_state_exposition(state: ClusterState) -> bytes:
             if pod.lifecycle != "Completed"
         ),
         unit=resource_unit,
+    )
+
+
+def stream_state_exposition(state: ClusterState) -> Iterator[bytes]:
+    """The bytes of `render_state_exposition`, in chunks of about 256 KiB: the pods are
+    snapshotted (one reference each) when the first chunk is asked for, and only one group's
+    text and one chunk are alive at a time (`exposition_stream`). The caller must ask for
+    the first chunk on the thread that changes the state (the event loop)."""
+    return stream_pod_resources(
+        (pod for pod in state.pods.values() if pod.lifecycle != "Completed"), unit=resource_unit
     )

@@ -46,7 +46,7 @@ __all__ = ["CHUNK_BYTES", "PodResourceRecord", "stream_pod_resources"]
 #: group's text).
 CHUNK_BYTES: Final = 256 * 1024
 #: Pods of one namespace rendered as one group; a bigger namespace is split by node.
-_GROUP_PODS: Final = 4096
+_GROUP_PODS: Final = 256
 #: Distinct resource mappings whose rendered tails are kept at once.
 _PARTS_LIMIT: Final = 4096
 
@@ -157,7 +157,7 @@ class _Family:
 
     def text(self, group: list[PodResourceRecord]) -> str:
         """The group's series lines, sorted, each ending in a newline ("" if none)."""
-        blocks = []
+        blocks: list[str] = []
         append = blocks.append
         cache = self.parts
         limits = self.limits

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import hashlib
 import os
@@ -39,7 +40,14 @@ from custom_metrics_server.compute.metrics import (  # noqa: E402
     render_state_exposition,
     stream_state_exposition,
 )
-from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState  # noqa: E402
+from custom_metrics_server.compute.records import (  # noqa: E402
+    NAMESPACES,
+    NODES,
+    PODS,
+    WATCHED,
+    ClusterState,
+)
+from custom_metrics_server.domain import GroupResource  # noqa: E402
 from tests.fakes.envelope_world import (  # noqa: E402
     WorldPlan,
     make_node,
@@ -47,18 +55,27 @@ from tests.fakes.envelope_world import (  # noqa: E402
     namespace_name,
     plan_world,
     scale_shape,
+    workload_objects,
 )
 
 
 def build_state(pods: int) -> tuple[ClusterState, WorldPlan]:
-    """The envelope world's namespaces, nodes and pods in a `ClusterState` (workload
-    objects are not needed by either path measured here)."""
+    """The envelope world (namespaces, nodes, workloads, pods) in a `ClusterState`."""
     plan = plan_world(scale_shape(pods))
     state = ClusterState()
     shape = plan.shape
+    workloads: dict[GroupResource, list[dict[str, Any]]] = {gr: [] for gr in WATCHED}
+    for resource, obj in workload_objects(plan):
+        name, _, group = resource.partition(".")
+        workloads[GroupResource(group, name)].append(obj)
     for gr, objects in (
         (NAMESPACES, ({"metadata": {"name": namespace_name(i)}} for i in range(shape.namespaces))),
         (NODES, (make_node(i) for i in range(shape.nodes))),
+        *(
+            (gr, iter(objs))
+            for gr, objs in workloads.items()
+            if gr not in (PODS, NODES, NAMESPACES)
+        ),
         (PODS, (make_pod(plan, i) for i in range(len(plan.pods)))),
     ):
         sink = state.sink(gr)
@@ -113,6 +130,113 @@ def measure_exposition(state: ClusterState, repeat: int) -> dict[str, Any]:
     return out
 
 
+PODS_PATH = (
+    "/apis/custom.metrics.k8s.io/v1beta2/namespaces/{ns}/pods/*/kube_running_pod_resource_usage"
+)
+
+
+def _scope(path: str, query: bytes, accept: bytes) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "https",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1:6443"), (b"accept", accept)],
+        "server": ("127.0.0.1", 6443),
+        "client": ("127.0.0.1", 40000),
+    }
+
+
+async def _answers(app: Any, scope: dict[str, Any], count: int) -> tuple[float, int, bytes]:
+    """CPU seconds of `count` answers; the status and body of the last."""
+    status = 0
+    body = b""
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status, body
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        else:
+            body = message.get("body", b"")
+
+    started = time.process_time()
+    for _ in range(count):
+        await app(dict(scope, headers=list(scope["headers"])), receive, send)
+    return time.process_time() - started, status, body
+
+
+async def measure_pods(state: ClusterState, plan: WorldPlan, count: int) -> dict[str, Any]:
+    """CPU ms of one `pods/*` answer over the biggest namespace, JSON and protobuf: warm
+    (usage unchanged since the last answer) and after one node's usage changed (what `wrk`
+    sees: some node is scraped every few ms, which bumps the store's generation)."""
+    from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+    from custom_metrics_server.compute.metrics import ResourceMetricsBackend
+    from custom_metrics_server.compute.usage import UsageStore
+    from custom_metrics_server.server.app import create_app
+    from tests.fakes.envelope_world import KubeletFarm
+
+    farm = KubeletFarm(plan)
+    store = UsageStore()
+    now = time.time()
+    for at in (now - 15, now):
+        for node in farm.nodes:
+            body = farm.body(node, at)
+            assert body is not None
+            store.apply(node, parse_resource_metrics(body, default_time=at), at)
+    backend = ResourceMetricsBackend(state, store)
+    app = create_app(cluster=state, backends=[backend])
+    namespace = max(
+        {pod.namespace for pod in state.pods.values()},
+        key=lambda ns: len(state.pods_in_namespace(ns)),
+    )
+    path = PODS_PATH.format(ns=namespace)
+    query = b"metricLabelSelector=resource%3Dcpu"
+    # One node re-scraped between two answers: a later body (counters moved) applied.
+    nodes = list(farm.nodes)
+    turn = [0]
+
+    def scrape_one() -> None:
+        node = nodes[turn[0] % len(nodes)]
+        turn[0] += 1
+        at = now + 15 * (1 + turn[0] // len(nodes))
+        body = farm.body(node, at)
+        assert body is not None
+        store.apply(node, parse_resource_metrics(body, default_time=at), at)
+
+    out: dict[str, Any] = {"namespace": namespace, "pods": len(state.pods_in_namespace(namespace))}
+    for name, accept in (
+        ("json", b"application/json"),
+        ("protobuf", b"application/vnd.kubernetes.protobuf"),
+    ):
+        scope = _scope(path, query, accept)
+        await _answers(app, scope, 3)
+        warm = []
+        churn = []
+        for _ in range(count):
+            seconds, status, body = await _answers(app, scope, 1)
+            assert status == 200, (status, body[:200])
+            warm.append(seconds)
+            scrape_one()
+            seconds, _, body = await _answers(app, scope, 1)
+            churn.append(seconds)
+        out[name] = {
+            "bytes": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "warm_ms": round(min(warm) * 1e3, 3),
+            "after_a_scrape_ms": round(min(churn) * 1e3, 3),
+            "after_a_scrape_median_ms": round(sorted(churn)[len(churn) // 2] * 1e3, 3),
+        }
+    return out
+
+
 def machine() -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {load}"
@@ -123,6 +247,9 @@ def main() -> int:
     parser.add_argument("--pods", type=int, action="append", help="world size (repeatable)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--smoke", action="store_true", help="3,000 pods, one repeat")
+    parser.add_argument(
+        "--pods-answers", type=int, default=200, help="pods/* answers per variant (0: skip)"
+    )
     args = parser.parse_args()
     scales = [3000] if args.smoke else (args.pods or [10_000, 50_000, 150_000])
     repeat = 1 if args.smoke else args.repeat
@@ -144,6 +271,19 @@ def main() -> int:
             failed = True
         del state
         gc.collect()
+    if args.pods_answers:
+        # The envelope's 10k-pod proportions with a 3,000-pod namespace (12,000 pods).
+        state, plan = build_state(400 if args.smoke else 12_000)
+        answers = asyncio.run(measure_pods(state, plan, 5 if args.smoke else args.pods_answers))
+        print(f"\npods/* over {answers['namespace']} ({answers['pods']} pods), CPU ms an answer:")
+        print("| body | bytes | warm | after one node's scrape (best / median) | sha256 |")
+        print("|---|---|---|---|---|")
+        for name in ("json", "protobuf"):
+            a = answers[name]
+            print(
+                f"| {name} | {a['bytes']:,} | {a['warm_ms']} | {a['after_a_scrape_ms']} / "
+                f"{a['after_a_scrape_median_ms']} | {a['sha256'][:16]} |"
+            )
     print(f"load after: {machine()}")
     return 1 if failed else 0
 

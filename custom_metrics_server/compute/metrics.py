@@ -78,6 +78,8 @@ POD_METRICS: Final = (
 NODE_METRICS: Final = (ALLOCATABLE, AVAILABLE)
 #: Metrics whose value for an object is a sum over the pods it holds (0 over none).
 _SUMS: Final = frozenset({REQUEST, LIMIT, HPA_REQUEST})
+#: Metrics computed from the usage source.
+_USAGE_METRICS: Final = frozenset({USAGE, UTILIZATION, HPA_UTILIZATION})
 #: The `requests` label of a utilization series: which request it divides by.
 _REQUESTS_VIEW: Final = {UTILIZATION: "kep-1748", HPA_UTILIZATION: "hpa"}
 
@@ -150,7 +152,7 @@ class ResourceMetricsBackend:
         self._metrics = frozenset(infos)
         self._answers: dict[
             tuple[str, GroupResource, Selector],
-            dict[ObjectKey, tuple[object, int, float, Sample | None]],
+            dict[ObjectKey, tuple[object, object, float, Sample | None]],
         ] = {}
 
     def list_metrics(self) -> Collection[MetricInfo]:
@@ -199,28 +201,43 @@ class ResourceMetricsBackend:
         table = self._answers.setdefault((request.metric.metric, gr, selector), {})
         if len(table) > _CACHE_LIMIT:
             table.clear()
-        usage_generation = (
-            getattr(self.usage, "generation", 0)
-            if metric in (USAGE, UTILIZATION, HPA_UTILIZATION)
-            else 0
-        )
+        usage_generation = getattr(self.usage, "generation", 0) if metric in _USAGE_METRICS else 0
         state_generation = self.state.generation
         pods = self.state.pods
         records = self.state.inventory.table(gr)
+        # A pod's usage answer depends on its record and its own usage only (timestamps
+        # included), not on `now`: validated by its node's last scrape (`last_seen`, one
+        # call per node per request), not by the store's generation, which moves with every
+        # node scraped (so every `pods/*` answer recomputed every item).
+        tokens = (
+            _UsageTokens(self.usage)
+            if gr == PODS and self.usage is not None and metric in _USAGE_METRICS
+            else None
+        )
         found: list[Sample] = []
         append = found.append
         for key in request.objects:
-            source: object = pods.get(key) if gr == PODS else state_generation
             hit = table.get(key)
-            if (
-                hit is not None
-                and hit[0] is source
-                and hit[1] == usage_generation
-                and now - hit[2] < _FRESH
-            ):
-                if hit[3] is not None:
-                    append(hit[3])
-                continue
+            if tokens is not None:
+                pod = pods.get(key)
+                source: object = pod
+                token: object = tokens(pod, key)
+                if hit is not None and hit[0] is source and hit[1] == token:
+                    if hit[3] is not None:
+                        append(hit[3])
+                    continue
+            else:
+                source = pods.get(key) if gr == PODS else state_generation
+                token = usage_generation
+                if (
+                    hit is not None
+                    and hit[0] is source
+                    and hit[1] == token
+                    and now - hit[2] < _FRESH
+                ):
+                    if hit[3] is not None:
+                        append(hit[3])
+                    continue
             record = records.get(key)
             if record is None:
                 continue
@@ -233,7 +250,7 @@ class ResourceMetricsBackend:
                 selector=selector,
                 now=now,
             )
-            table[key] = (source, usage_generation, now, sample)
+            table[key] = (source, token, now, sample)
             if sample is not None:
                 append(sample)
         return found
@@ -368,6 +385,32 @@ class ResourceMetricsBackend:
                     if resource in allocatable:
                         allocatable[resource] -= value
         return [(_labels(resource), value) for resource, value in sorted(allocatable.items())]
+
+
+class _UsageTokens:
+    """Per request: what tells whether a pod's memoised usage answer still holds. Usage
+    changes only when the node's kubelet answers or the node is forgotten, so the token is
+    the store's `last_seen` of the pod's node (asked once per node per request; two scrapes
+    of one node at the same instant are not told apart), or the pod's usage itself for a pod
+    not yet bound to a node or from a source without `last_seen`. O(1) a pod."""
+
+    __slots__ = ("_last_seen", "_pod_usage", "_seen")
+
+    def __init__(self, usage: UsageSource) -> None:
+        self._last_seen: Callable[[str], float | None] | None = getattr(usage, "last_seen", None)
+        self._pod_usage = usage.pod_usage
+        self._seen: dict[str, object] = {}
+
+    def __call__(self, record: PodRecord | None, key: ObjectKey) -> object:
+        if record is None:
+            return None
+        node = record.node
+        if not node or self._last_seen is None:
+            return self._pod_usage(*key)
+        token = self._seen.get(node, self)
+        if token is self:
+            token = self._seen[node] = self._last_seen(node)
+        return token
 
 
 def _allocation(metric: str, pod: PodRecord) -> Mapping[str, Decimal]:

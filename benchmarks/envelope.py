@@ -1008,7 +1008,6 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
     import orjson
 
     from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-    from custom_metrics_server.compute.metrics import render_state_exposition
     from custom_metrics_server.compute.records import (
         NAMESPACES,
         NODES,
@@ -1016,6 +1015,7 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
         WATCHED,
         ClusterState,
     )
+    from custom_metrics_server.compute.state_exposition import render_state_exposition
     from custom_metrics_server.compute.usage import UsageStore
     from custom_metrics_server.domain import GroupResource
     from tests.fakes.envelope_world import (

@@ -26,6 +26,7 @@ import gc
 import hashlib
 import os
 import platform
+import statistics
 import sys
 import time
 import tracemalloc
@@ -36,16 +37,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from custom_metrics_server.compute.metrics import (  # noqa: E402
-    render_state_exposition,
-    stream_state_exposition,
-)
 from custom_metrics_server.compute.records import (  # noqa: E402
     NAMESPACES,
     NODES,
     PODS,
     WATCHED,
     ClusterState,
+)
+from custom_metrics_server.compute.state_exposition import (  # noqa: E402
+    render_state_exposition,
+    stream_state_exposition,
 )
 from custom_metrics_server.domain import GroupResource  # noqa: E402
 from tests.fakes.envelope_world import (  # noqa: E402
@@ -173,14 +174,69 @@ async def _answers(app: Any, scope: dict[str, Any], count: int) -> tuple[float, 
     return time.process_time() - started, status, body
 
 
-async def measure_pods(state: ClusterState, plan: WorldPlan, count: int) -> dict[str, Any]:
-    """CPU ms of one `pods/*` answer over the biggest namespace, JSON and protobuf: warm
-    (usage unchanged since the last answer) and after one node's usage changed (what `wrk`
-    sees: some node is scraped every few ms, which bumps the store's generation)."""
+async def _old_fetch(self: Any, request: Any) -> Any:
+    """`ResourceMetricsBackend.fetch` as it was before issue 17 (5f0a28e^), verbatim: every
+    answer validated by the usage store's generation."""
+    from custom_metrics_server.compute import metrics as m
+
+    metric = m.ALIASES.get(request.metric.metric, request.metric.metric)
+    gr = request.metric.group_resource
+    selector = request.metric_selector
+    now = float(int(self._clock()))
+    if len(self._answers) > m._TABLE_LIMIT:
+        self._answers.clear()
+    table = self._answers.setdefault((request.metric.metric, gr, selector), {})
+    if len(table) > m._CACHE_LIMIT:
+        table.clear()
+    usage_generation = (
+        getattr(self.usage, "generation", 0)
+        if metric in (m.USAGE, m.UTILIZATION, m.HPA_UTILIZATION)
+        else 0
+    )
+    state_generation = self.state.generation
+    pods = self.state.pods
+    records = self.state.inventory.table(gr)
+    found: list[Any] = []
+    append = found.append
+    for key in request.objects:
+        source: object = pods.get(key) if gr == m.PODS else state_generation
+        hit = table.get(key)
+        if (
+            hit is not None
+            and hit[0] is source
+            and hit[1] == usage_generation
+            and now - hit[2] < m._FRESH
+        ):
+            if hit[3] is not None:
+                append(hit[3])
+            continue
+        record = records.get(key)
+        if record is None:
+            continue
+        sample = self._sample(
+            name=request.metric.metric,
+            metric=metric,
+            gr=gr,
+            key=key,
+            ref=record.ref,
+            selector=selector,
+            now=now,
+        )
+        table[key] = (source, usage_generation, now, sample)
+        if sample is not None:
+            append(sample)
+    return found
+
+
+def _old_joined(head: bytes, items: list[bytes], tail: bytes) -> bytes:
+    """`wire`'s list body as it was: three copies of the body."""
+    return head + b",".join(items) + tail
+
+
+def _usage(plan: WorldPlan) -> tuple[Any, Any, float]:
+    """The fake kubelets and a `UsageStore` fed two rounds of their text (rates for all)."""
     from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-    from custom_metrics_server.compute.metrics import ResourceMetricsBackend
     from custom_metrics_server.compute.usage import UsageStore
-    from custom_metrics_server.server.app import create_app
     from tests.fakes.envelope_world import KubeletFarm
 
     farm = KubeletFarm(plan)
@@ -191,19 +247,38 @@ async def measure_pods(state: ClusterState, plan: WorldPlan, count: int) -> dict
             body = farm.body(node, at)
             assert body is not None
             store.apply(node, parse_resource_metrics(body, default_time=at), at)
-    backend = ResourceMetricsBackend(state, store)
-    app = create_app(cluster=state, backends=[backend])
+    return farm, store, now
+
+
+async def measure_pods(state: ClusterState, plan: WorldPlan, count: int) -> dict[str, Any]:
+    """CPU ms of one `pods/*` answer over the biggest namespace, JSON and protobuf, old and
+    new code alternated on the same state and usage store: warm (no node scraped since the
+    last answer) and after one node's scrape (what `wrk` sees: at 10k pods some node is
+    scraped every 45 ms, at 150k every 3 ms, and each bumps the store's generation). Old and
+    new answers of the same moment are compared byte for byte."""
+    from custom_metrics_server.api import wire
+    from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+    from custom_metrics_server.compute.metrics import ResourceMetricsBackend
+    from custom_metrics_server.server.app import create_app
+
+    farm, store, now = _usage(plan)
+    new_fetch, new_joined = ResourceMetricsBackend.fetch, wire._joined
+    patches = {"old": (_old_fetch, _old_joined), "new": (new_fetch, new_joined)}
+    apps = {
+        name: create_app(cluster=state, backends=[ResourceMetricsBackend(state, store)])
+        for name in patches
+    }
     namespace = max(
         {pod.namespace for pod in state.pods.values()},
         key=lambda ns: len(state.pods_in_namespace(ns)),
     )
     path = PODS_PATH.format(ns=namespace)
     query = b"metricLabelSelector=resource%3Dcpu"
-    # One node re-scraped between two answers: a later body (counters moved) applied.
     nodes = list(farm.nodes)
     turn = [0]
 
     def scrape_one() -> None:
+        """One node scraped again: a later body (counters moved) applied."""
         node = nodes[turn[0] % len(nodes)]
         turn[0] += 1
         at = now + 15 * (1 + turn[0] // len(nodes))
@@ -211,29 +286,44 @@ async def measure_pods(state: ClusterState, plan: WorldPlan, count: int) -> dict
         assert body is not None
         store.apply(node, parse_resource_metrics(body, default_time=at), at)
 
+    async def answer(name: str, scope: dict[str, Any]) -> tuple[float, bytes]:
+        fetch, joined = patches[name]
+        ResourceMetricsBackend.fetch, wire._joined = fetch, joined  # type: ignore[method-assign]
+        try:
+            seconds, status, body = await _answers(apps[name], scope, 1)
+        finally:
+            ResourceMetricsBackend.fetch, wire._joined = new_fetch, new_joined  # type: ignore[method-assign]
+        assert status == 200, (status, body[:200])
+        return seconds, body
+
     out: dict[str, Any] = {"namespace": namespace, "pods": len(state.pods_in_namespace(namespace))}
-    for name, accept in (
+    for encoding, accept in (
         ("json", b"application/json"),
         ("protobuf", b"application/vnd.kubernetes.protobuf"),
     ):
         scope = _scope(path, query, accept)
-        await _answers(app, scope, 3)
-        warm = []
-        churn = []
+        times: dict[str, dict[str, list[float]]] = {n: {"warm": [], "churn": []} for n in patches}
+        bodies: dict[str, bytes] = {}
+        same = True
+        for name in patches:
+            await answer(name, scope)
         for _ in range(count):
-            seconds, status, body = await _answers(app, scope, 1)
-            assert status == 200, (status, body[:200])
-            warm.append(seconds)
-            scrape_one()
-            seconds, _, body = await _answers(app, scope, 1)
-            churn.append(seconds)
-        out[name] = {
-            "bytes": len(body),
-            "sha256": hashlib.sha256(body).hexdigest(),
-            "warm_ms": round(min(warm) * 1e3, 3),
-            "after_a_scrape_ms": round(min(churn) * 1e3, 3),
-            "after_a_scrape_median_ms": round(sorted(churn)[len(churn) // 2] * 1e3, 3),
-        }
+            for phase in ("warm", "churn"):
+                for name in patches:
+                    seconds, bodies[name] = await answer(name, scope)
+                    times[name][phase].append(seconds)
+                same = same and bodies["old"] == bodies["new"]
+                if phase == "warm":
+                    scrape_one()
+        out[encoding] = {"bytes": len(bodies["new"]), "same_bytes": same}
+        for name, runs in times.items():
+            out[encoding][name] = {
+                phase: {
+                    "best_ms": round(min(values) * 1e3, 3),
+                    "median_ms": round(statistics.median(values) * 1e3, 3),
+                }
+                for phase, values in runs.items()
+            }
     return out
 
 
@@ -276,14 +366,22 @@ def main() -> int:
         state, plan = build_state(400 if args.smoke else 12_000)
         answers = asyncio.run(measure_pods(state, plan, 5 if args.smoke else args.pods_answers))
         print(f"\npods/* over {answers['namespace']} ({answers['pods']} pods), CPU ms an answer:")
-        print("| body | bytes | warm | after one node's scrape (best / median) | sha256 |")
-        print("|---|---|---|---|---|")
+        print(
+            "| body | bytes | same bytes | old warm | new warm | old after a scrape | new after a scrape |"
+        )
+        print("|---|---|---|---|---|---|---|")
         for name in ("json", "protobuf"):
             a = answers[name]
+            cells = [
+                f"{a[v][p]['best_ms']} (median {a[v][p]['median_ms']})"
+                for p in ("warm", "churn")
+                for v in ("old", "new")
+            ]
             print(
-                f"| {name} | {a['bytes']:,} | {a['warm_ms']} | {a['after_a_scrape_ms']} / "
-                f"{a['after_a_scrape_median_ms']} | {a['sha256'][:16]} |"
+                f"| {name} | {a['bytes']:,} | {a['same_bytes']} | {cells[0]} | {cells[1]} | "
+                f"{cells[2]} | {cells[3]} |"
             )
+            failed = failed or not a["same_bytes"]
     print(f"load after: {machine()}")
     return 1 if failed else 0
 

@@ -18,8 +18,11 @@ from custom_metrics_server.compute import exposition_stream
 from custom_metrics_server.compute.exposition import PodResources, render_pod_resources
 from custom_metrics_server.compute.exposition_stream import stream_pod_resources
 from custom_metrics_server.compute.lifecycle import resource_unit
-from custom_metrics_server.compute.metrics import render_state_exposition, stream_state_exposition
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.compute.state_exposition import (
+    render_state_exposition,
+    stream_state_exposition,
+)
 from custom_metrics_server.server.app import AppSettings, create_app
 from custom_metrics_server.server.observability import EXPOSITION_CONTENT_TYPE
 from tests.fakes.envelope_world import make_node, make_pod, namespace_name, plan_world, scale_shape

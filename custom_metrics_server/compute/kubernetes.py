@@ -37,15 +37,15 @@ from typing import Any, Final, Literal, Self
 import httpx
 
 from custom_metrics_server.compute.exposition import render_pod_resource_metrics
-from custom_metrics_server.compute.metrics import (
-    ResourceMetricsBackend,
-    render_state_exposition,
-    stream_state_exposition,
-)
+from custom_metrics_server.compute.metrics import ResourceMetricsBackend
 from custom_metrics_server.compute.node_agents import AgentDirectory, agent_http_client
 from custom_metrics_server.compute.records import NODES, WATCHED, ClusterState
 from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY, KubeletScraper
 from custom_metrics_server.compute.scraper_metrics import ScraperCollector
+from custom_metrics_server.compute.state_exposition import (
+    render_state_exposition,
+    stream_state_exposition,
+)
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient

@@ -34,14 +34,13 @@ Cost of `fetch`: O(objects x pods held x resources); no allocation beyond the an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from decimal import Decimal
 from types import TracebackType
 from typing import Final, Protocol, Self
 
-from custom_metrics_server.compute.exposition import PodResources, render_pod_resources
-from custom_metrics_server.compute.exposition_stream import stream_pod_resources
 from custom_metrics_server.compute.lifecycle import resource_unit
+from custom_metrics_server.compute.pod_usage_answers import Answers, pod_usage_samples
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -150,10 +149,7 @@ class ResourceMetricsBackend:
         node = next(m for m in resources if m.group_resource == NODES)
         infos |= {MetricInfo(NODES, node.namespaced, metric) for metric in NODE_METRICS}
         self._metrics = frozenset(infos)
-        self._answers: dict[
-            tuple[str, GroupResource, Selector],
-            dict[ObjectKey, tuple[object, object, float, Sample | None]],
-        ] = {}
+        self._answers: dict[tuple[str, GroupResource, Selector], Answers] = {}
 
     def list_metrics(self) -> Collection[MetricInfo]:
         """See `MetricsBackend.list_metrics`."""
@@ -186,74 +182,82 @@ class ResourceMetricsBackend:
         """See `MetricsBackend.fetch`; 400 when the answer would mix units.
 
         Answers are memoised per (metric, object, selector) while what they were computed
-        from is unchanged (the pod's record, or the state's generation for objects that sum
-        pods; the usage store's generation for usage) and for at most `_FRESH` seconds, so the
-        HPA's repeated queries reuse the same samples and their rendered JSON: O(objects)
-        dictionary lookups on a hit.
+        from is unchanged and for at most `_FRESH` seconds, so the HPA's repeated queries
+        reuse the same samples and their rendered JSON: O(objects) dictionary lookups on a
+        hit. What "unchanged" means: the state's generation for objects that sum pods; for a
+        pod, its record, and for usage the store's generation, except for a pod's usage,
+        which depends on its own usage only (`pod_usage_answers`): the store's generation
+        moves with every node scraped, so every `pods/*` answer recomputed every pod.
         """
         metric = ALIASES.get(request.metric.metric, request.metric.metric)
         gr = request.metric.group_resource
-        selector = request.metric_selector
-        now = float(int(self._clock()))
         if len(self._answers) > _TABLE_LIMIT:
             self._answers.clear()
         # One table per (metric, resource, selector): the selector is hashed once per request.
-        table = self._answers.setdefault((request.metric.metric, gr, selector), {})
+        table = self._answers.setdefault((request.metric.metric, gr, request.metric_selector), {})
         if len(table) > _CACHE_LIMIT:
             table.clear()
+        now = float(int(self._clock()))
+        if gr == PODS and self.usage is not None and metric in _USAGE_METRICS:
+            return pod_usage_samples(
+                request.objects,
+                table,
+                self.state.pods,
+                self.usage,
+                lambda key, pod, token: self._memoised(
+                    request, metric, table, key, source=pod, token=token, now=now
+                ),
+            )
         usage_generation = getattr(self.usage, "generation", 0) if metric in _USAGE_METRICS else 0
         state_generation = self.state.generation
         pods = self.state.pods
-        records = self.state.inventory.table(gr)
-        # A pod's usage answer depends on its record and its own usage only (timestamps
-        # included), not on `now`: validated by its node's last scrape (`last_seen`, one
-        # call per node per request), not by the store's generation, which moves with every
-        # node scraped (so every `pods/*` answer recomputed every item).
-        tokens = (
-            _UsageTokens(self.usage)
-            if gr == PODS and self.usage is not None and metric in _USAGE_METRICS
-            else None
-        )
         found: list[Sample] = []
         append = found.append
         for key in request.objects:
+            source: object = pods.get(key) if gr == PODS else state_generation
             hit = table.get(key)
-            if tokens is not None:
-                pod = pods.get(key)
-                source: object = pod
-                token: object = tokens(pod, key)
-                if hit is not None and hit[0] is source and hit[1] == token:
-                    if hit[3] is not None:
-                        append(hit[3])
-                    continue
-            else:
-                source = pods.get(key) if gr == PODS else state_generation
-                token = usage_generation
-                if (
-                    hit is not None
-                    and hit[0] is source
-                    and hit[1] == token
-                    and now - hit[2] < _FRESH
-                ):
-                    if hit[3] is not None:
-                        append(hit[3])
-                    continue
-            record = records.get(key)
-            if record is None:
+            if (
+                hit is not None
+                and hit[0] is source
+                and hit[1] == usage_generation
+                and now - hit[2] < _FRESH
+            ):
+                if hit[3] is not None:
+                    append(hit[3])
                 continue
-            sample = self._sample(
-                name=request.metric.metric,
-                metric=metric,
-                gr=gr,
-                key=key,
-                ref=record.ref,
-                selector=selector,
-                now=now,
+            sample = self._memoised(
+                request, metric, table, key, source=source, token=usage_generation, now=now
             )
-            table[key] = (source, token, now, sample)
             if sample is not None:
                 append(sample)
         return found
+
+    def _memoised(
+        self,
+        request: BackendRequest,
+        metric: str,
+        table: Answers,
+        key: ObjectKey,
+        *,
+        source: object,
+        token: object,
+        now: float,
+    ) -> Sample | None:
+        """Compute one object's sample and memoise it under (source, token, now)."""
+        record = self.state.inventory.table(request.metric.group_resource).get(key)
+        if record is None:
+            return None
+        sample = self._sample(
+            name=request.metric.metric,
+            metric=metric,
+            gr=request.metric.group_resource,
+            key=key,
+            ref=record.ref,
+            selector=request.metric_selector,
+            now=now,
+        )
+        table[key] = (source, token, now, sample)
+        return sample
 
     def _sample(
         self,
@@ -387,32 +391,6 @@ class ResourceMetricsBackend:
         return [(_labels(resource), value) for resource, value in sorted(allocatable.items())]
 
 
-class _UsageTokens:
-    """Per request: what tells whether a pod's memoised usage answer still holds. Usage
-    changes only when the node's kubelet answers or the node is forgotten, so the token is
-    the store's `last_seen` of the pod's node (asked once per node per request; two scrapes
-    of one node at the same instant are not told apart), or the pod's usage itself for a pod
-    not yet bound to a node or from a source without `last_seen`. O(1) a pod."""
-
-    __slots__ = ("_last_seen", "_pod_usage", "_seen")
-
-    def __init__(self, usage: UsageSource) -> None:
-        self._last_seen: Callable[[str], float | None] | None = getattr(usage, "last_seen", None)
-        self._pod_usage = usage.pod_usage
-        self._seen: dict[str, object] = {}
-
-    def __call__(self, record: PodRecord | None, key: ObjectKey) -> object:
-        if record is None:
-            return None
-        node = record.node
-        if not node or self._last_seen is None:
-            return self._pod_usage(*key)
-        token = self._seen.get(node, self)
-        if token is self:
-            token = self._seen[node] = self._last_seen(node)
-        return token
-
-
 def _allocation(metric: str, pod: PodRecord) -> Mapping[str, Decimal]:
     """The pod's values of a summed metric."""
     if metric == REQUEST:
@@ -445,36 +423,3 @@ def _check_units(metric: str, ref: ObjectRef, series: list[Series]) -> None:
             f"metric {metric} of {where} has series in different units: {choices}; "
             f"choose one with metricLabelSelector, for example resource={resources[0]}"
         )
-
-
-def render_state_exposition(state: ClusterState) -> bytes:
-    """`/metrics/resources` of every non-completed pod, walked at scrape time without copying
-    the records: the requests and limits kube-scheduler's own collector reports
-    (`PodResourcesOptions{}`: the spec, pod-level resources included, resize status not).
-    O(pods x resources) plus the sort of the rendered lines."""
-    return render_pod_resources(
-        (
-            PodResources(
-                pod.namespace,
-                pod.name,
-                pod.node,
-                pod.scheduler,
-                pod.priority,
-                {k: float(v) for k, v in pod.metric_requests.items()},
-                {k: float(v) for k, v in pod.metric_limits.items()},
-            )
-            for pod in state.pods.values()
-            if pod.lifecycle != "Completed"
-        ),
-        unit=resource_unit,
-    )
-
-
-def stream_state_exposition(state: ClusterState) -> Iterator[bytes]:
-    """The bytes of `render_state_exposition`, in chunks of about 256 KiB: the pods are
-    snapshotted (one reference each) when the first chunk is asked for, and only one group's
-    text and one chunk are alive at a time (`exposition_stream`). The caller must ask for
-    the first chunk on the thread that changes the state (the event loop)."""
-    return stream_pod_resources(
-        (pod for pod in state.pods.values() if pod.lifecycle != "Completed"), unit=resource_unit
-    )

@@ -33,9 +33,10 @@ from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
-from custom_metrics_server.compute.metrics import ResourceMetricsBackend, stream_state_exposition
+from custom_metrics_server.compute.metrics import ResourceMetricsBackend
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, ResourceUsageSource
 from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY
+from custom_metrics_server.compute.state_exposition import stream_state_exposition
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,

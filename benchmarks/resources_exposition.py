@@ -95,6 +95,12 @@ def _new(state: ClusterState) -> Iterable[bytes]:
     return stream_state_exposition(state)
 
 
+def _gzip(state: ClusterState) -> Iterable[bytes]:
+    from custom_metrics_server.server.streaming import gzipped
+
+    return gzipped(stream_state_exposition(state))
+
+
 def _consume(chunks: Iterable[bytes]) -> tuple[int, int, str]:
     """(bytes, chunks, sha256) of a body, each chunk dropped once hashed (as sent)."""
     digest = hashlib.sha256()
@@ -108,7 +114,11 @@ def _consume(chunks: Iterable[bytes]) -> tuple[int, int, str]:
 
 def measure_exposition(state: ClusterState, repeat: int) -> dict[str, Any]:
     """Old and new, alternated: best CPU, tracemalloc peak, size, chunks, same bytes."""
-    variants: dict[str, Callable[[ClusterState], Iterable[bytes]]] = {"old": _old, "new": _new}
+    variants: dict[str, Callable[[ClusterState], Iterable[bytes]]] = {
+        "old": _old,
+        "new": _new,
+        "gzip": _gzip,
+    }
     out: dict[str, Any] = {name: {"cpu_s": []} for name in variants}
     for _ in range(repeat):
         for name, render in variants.items():
@@ -344,17 +354,21 @@ def main() -> int:
     scales = [3000] if args.smoke else (args.pods or [10_000, 50_000, 150_000])
     repeat = 1 if args.smoke else args.repeat
     print(f"machine: {machine()}; python {platform.python_version()}")
-    print("| pods | old CPU s | new CPU s | old peak MiB | new peak MiB | body MB | chunks |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| pods | old CPU s | new CPU s | new + gzip CPU s | old peak MiB | new peak MiB "
+        "| gzip peak MiB | body MB | gzipped MB | chunks |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     failed = False
     for pods in scales:
         state, _ = build_state(pods)
         result = measure_exposition(state, repeat)
-        old, new = result["old"], result["new"]
+        old, new, gz = result["old"], result["new"], result["gzip"]
         print(
             f"| {pods:,} | {old['cpu_best_s']} {old['cpu_s']} | {new['cpu_best_s']} "
-            f"{new['cpu_s']} | {old['peak_mib']} | {new['peak_mib']} | "
-            f"{new['bytes'] / 1e6:.1f} | {new['chunks']} |"
+            f"{new['cpu_s']} | {gz['cpu_best_s']} {gz['cpu_s']} | {old['peak_mib']} | "
+            f"{new['peak_mib']} | {gz['peak_mib']} | {new['bytes'] / 1e6:.1f} | "
+            f"{gz['bytes'] / 1e6:.2f} | {new['chunks']} |"
         )
         if not result["same_bytes"]:
             print(f"  DIFFERENT BYTES at {pods} pods", file=sys.stderr)

@@ -5,9 +5,11 @@ and the server sends it in several ASGI body messages."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import httpx
 import pytest
@@ -163,25 +165,24 @@ def test_any_pods_stream_the_renderer_s_bytes(pods: list[Pod], group_pods: int) 
     assert b"".join(chunks) == old
 
 
-async def test_the_server_sends_the_body_in_several_messages(cluster: ClusterState) -> None:
-    app = create_app(
-        cluster=cluster,
-        backends=[],
-        settings=AppSettings(resource_exposition=lambda: stream_state_exposition(cluster)),
-    )
-    messages: list[dict[str, object]] = []
+async def scrape(app: Any, accept_encoding: bytes | None) -> list[dict[str, Any]]:
+    """The ASGI messages of one `GET /metrics/resources`."""
+    messages: list[dict[str, Any]] = []
     requested = False
 
-    async def receive() -> dict[str, object]:
+    async def receive() -> dict[str, Any]:
         nonlocal requested
         if requested:  # as a server does: the next message is the client going away
             await asyncio.Event().wait()
         requested = True
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message: dict[str, object]) -> None:
+    async def send(message: dict[str, Any]) -> None:
         messages.append(message)
 
+    headers = [(b"host", b"t")]
+    if accept_encoding is not None:
+        headers.append((b"accept-encoding", accept_encoding))
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -192,18 +193,50 @@ async def test_the_server_sends_the_body_in_several_messages(cluster: ClusterSta
         "raw_path": b"/metrics/resources",
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"t"), (b"accept-encoding", b"gzip")],
+        "headers": headers,
         "server": ("127.0.0.1", 6443),
         "client": ("127.0.0.1", 40000),
     }
     await app(scope, receive, send)
-    start, *bodies = messages
+    return messages
+
+
+@pytest.mark.parametrize(
+    ("accept_encoding", "compressed"),
+    [
+        (b"gzip", True),  # Prometheus: Accept-Encoding: gzip
+        (b"br, gzip;q=0.5", True),
+        (b"*", True),
+        (None, False),
+        (b"identity", False),
+        (b"gzip;q=0", False),
+        (b"gzip;q=0, *", False),
+    ],
+)
+async def test_the_server_streams_the_body_in_several_messages(
+    cluster: ClusterState, accept_encoding: bytes | None, compressed: bool
+) -> None:
+    app = create_app(
+        cluster=cluster,
+        backends=[],
+        settings=AppSettings(resource_exposition=lambda: stream_state_exposition(cluster)),
+    )
+    start, *bodies = await scrape(app, accept_encoding)
     assert start["status"] == 200
-    headers = dict(start["headers"])  # type: ignore[call-overload]
+    headers = dict(start["headers"])
     assert headers[b"content-type"] == EXPOSITION_CONTENT_TYPE.encode()
-    assert b"content-encoding" not in headers  # served uncompressed, as before
+    assert headers[b"vary"] == b"Accept-Encoding"
+    assert b"content-length" not in headers  # chunked: the length is not known beforehand
     assert len(bodies) > 4
-    assert b"".join(m["body"] for m in bodies) == render_state_exposition(cluster)  # type: ignore[misc]
+    assert all(m["more_body"] for m in bodies[:-1])
+    body = b"".join(m["body"] for m in bodies)
+    if compressed:
+        assert headers[b"content-encoding"] == b"gzip"
+        assert len(body) < 300_000  # 2.9 MB of text
+        body = gzip.decompress(body)
+    else:
+        assert b"content-encoding" not in headers
+    assert body == render_state_exposition(cluster)
 
 
 async def test_a_standby_replica_streams_an_empty_body(cluster: ClusterState) -> None:

@@ -8,11 +8,10 @@ a Kubernetes API server's surface. Errors are `Status` bodies from the one rende
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import platform
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -29,6 +28,7 @@ from custom_metrics_server.errors import BadRequest, StatusError, internal_error
 from custom_metrics_server.runtime.asgi import NOT_FOUND_TEXT
 from custom_metrics_server.server import health
 from custom_metrics_server.server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
+from custom_metrics_server.server.streaming import accepts_gzip, gzipped, paced
 
 __all__ = ["build_shell", "version_info"]
 
@@ -49,17 +49,6 @@ def _not_found() -> Response:
 
 def _json_response(document: Any) -> Response:
     return Response(wire.dumps(document), media_type="application/json", headers=_JSON_HEADERS)
-
-
-async def _paced(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-    """Chunks rendered on the event loop one at a time (the first one snapshots the state,
-    which only the loop changes), giving the loop a turn after each: a 150,000-pod body is
-    about 400 chunks of a few ms each, so health checks and metric requests are served
-    meanwhile. The transport's flow control holds the next chunk back while the client is
-    slow, so at most one chunk waits in memory beyond the socket's buffer."""
-    for chunk in chunks:
-        yield chunk
-        await asyncio.sleep(0)
 
 
 def version_info() -> dict[str, str]:
@@ -156,10 +145,16 @@ def build_shell(
         return Response(metrics.exposition(), media_type=EXPOSITION_CONTENT_TYPE)
 
     @shell.get("/metrics/resources", include_in_schema=False)
-    async def resource_metrics() -> Response:
+    async def resource_metrics(request: Request) -> Response:
         if resource_exposition is None:
             return _not_found()
-        return StreamingResponse(_paced(resource_exposition()), media_type=EXPOSITION_CONTENT_TYPE)
+        # Streamed (never a whole body in memory) and gzipped for Prometheus, which asks for it.
+        chunks = resource_exposition()
+        headers = {"vary": "Accept-Encoding"}
+        if accepts_gzip(request.headers.get("accept-encoding", "")):
+            chunks = gzipped(chunks)
+            headers["content-encoding"] = "gzip"
+        return StreamingResponse(paced(chunks), media_type=EXPOSITION_CONTENT_TYPE, headers=headers)
 
     spec_v2 = orjson.dumps(openapi.build_v2(title=title, metrics_api=with_metrics_api))
     spec_v3 = {

@@ -112,6 +112,11 @@ def _consume(chunks: Iterable[bytes]) -> tuple[int, int, str]:
     return size, count, digest.hexdigest()
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def measure_exposition(state: ClusterState, repeat: int) -> dict[str, Any]:
     """Old and new, alternated: best CPU, tracemalloc peak, size, chunks, same bytes."""
     variants: dict[str, Callable[[ClusterState], Iterable[bytes]]] = {
@@ -120,6 +125,14 @@ def measure_exposition(state: ClusterState, repeat: int) -> dict[str, Any]:
         "gzip": _gzip,
     }
     out: dict[str, Any] = {name: {"cpu_s": []} for name in variants}
+    # RSS growth of the first render of each (new ones first: the old one's freed 5x-the-body
+    # garbage would hide theirs), as the server's RSS grew with its first scrape.
+    for name in ("new", "gzip", "old"):
+        gc.collect()
+        before = _rss_mib()
+        _consume(variants[name](state))
+        gc.collect()
+        out[name]["rss_growth_mib"] = round(_rss_mib() - before, 1)
     for _ in range(repeat):
         for name, render in variants.items():
             gc.collect()
@@ -356,9 +369,9 @@ def main() -> int:
     print(f"machine: {machine()}; python {platform.python_version()}")
     print(
         "| pods | old CPU s | new CPU s | new + gzip CPU s | old peak MiB | new peak MiB "
-        "| gzip peak MiB | body MB | gzipped MB | chunks |"
+        "| gzip peak MiB | RSS growth MiB old / new / gzip | body MB | gzipped MB | chunks |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     failed = False
     for pods in scales:
         state, _ = build_state(pods)
@@ -367,7 +380,8 @@ def main() -> int:
         print(
             f"| {pods:,} | {old['cpu_best_s']} {old['cpu_s']} | {new['cpu_best_s']} "
             f"{new['cpu_s']} | {gz['cpu_best_s']} {gz['cpu_s']} | {old['peak_mib']} | "
-            f"{new['peak_mib']} | {gz['peak_mib']} | {new['bytes'] / 1e6:.1f} | "
+            f"{new['peak_mib']} | {gz['peak_mib']} | {old['rss_growth_mib']} / "
+            f"{new['rss_growth_mib']} / {gz['rss_growth_mib']} | {new['bytes'] / 1e6:.1f} | "
             f"{gz['bytes'] / 1e6:.2f} | {new['chunks']} |"
         )
         if not result["same_bytes"]:

@@ -89,6 +89,7 @@ bench-smoke: install
 	$(BIN)/python benchmarks/pod_metrics.py --smoke  # pod-metrics rounds, 100 pods (~40 s)
 	$(BIN)/python benchmarks/passthrough.py --smoke  # the pass-through's added latency (~15 s)
 	$(BIN)/python benchmarks/workers.py --smoke  # serve --workers 1 against 2 (~25 s)
+	$(BIN)/python benchmarks/resources_exposition.py --smoke  # /metrics/resources and pods/* in process, old vs new (~10 s)
 
 bench-routing: install  ## routing cost per request: 20 backends, 1,000 routes (in process)
 	$(BIN)/python benchmarks/routing.py $(ARGS)

@@ -1009,7 +1009,6 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
 
     from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
     from custom_metrics_server.compute.kubelet_rows import read_usage_rows
-    from custom_metrics_server.compute.metrics import render_state_exposition
     from custom_metrics_server.compute.records import (
         NAMESPACES,
         NODES,
@@ -1017,6 +1016,7 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
         WATCHED,
         ClusterState,
     )
+    from custom_metrics_server.compute.state_exposition import render_state_exposition
     from custom_metrics_server.compute.usage import UsageStore
     from custom_metrics_server.domain import GroupResource
     from tests.fakes.envelope_world import (

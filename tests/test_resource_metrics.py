@@ -10,11 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server.compute.metrics import (
-    ResourceMetricsBackend,
-    render_state_exposition,
-)
+from custom_metrics_server.compute.metrics import ResourceMetricsBackend
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.compute.state_exposition import render_state_exposition
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.server.app import create_app
 

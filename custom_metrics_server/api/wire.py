@@ -141,7 +141,18 @@ def metric_value_list(
     items = fragments(
         samples, cache_key, lambda sample: go_escape(orjson.dumps(render(sample, selector)))
     )
-    return head + b",".join(items) + b"]}\n"
+    return _joined(head, items, b"]}\n")
+
+
+def _joined(head: bytes, items: list[bytes], tail: bytes) -> bytes:
+    """`head + b",".join(items) + tail`, copying the body once: a 3,000-item answer is
+    ~840 kB, and each extra copy is a fresh large allocation (0.4 ms with its page faults,
+    measured). `items` is the caller's own list (its ends are replaced)."""
+    if not items:
+        return head + tail
+    items[0] = head + items[0]
+    items[-1] += tail
+    return b",".join(items)
 
 
 def _external_item(sample: ExternalSample) -> bytes:
@@ -160,9 +171,11 @@ def _external_item(sample: ExternalSample) -> bytes:
 def external_metric_value_list(samples: Sequence[ExternalSample]) -> bytes:
     """An `ExternalMetricValueList` body; items cached per sample like custom items."""
     items = fragments(samples, "external", _external_item)
-    return (
+    return _joined(
         b'{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1",'
-        b'"metadata":{},"items":[' + b",".join(items) + b"]}\n"
+        b'"metadata":{},"items":[',
+        items,
+        b"]}\n",
     )
 
 

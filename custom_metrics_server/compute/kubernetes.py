@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, Self
@@ -37,14 +37,15 @@ from typing import Any, Final, Literal, Self
 import httpx
 
 from custom_metrics_server.compute.exposition import render_pod_resource_metrics
-from custom_metrics_server.compute.metrics import (
-    ResourceMetricsBackend,
-    render_state_exposition,
-)
+from custom_metrics_server.compute.metrics import ResourceMetricsBackend
 from custom_metrics_server.compute.node_agents import AgentDirectory, agent_http_client
 from custom_metrics_server.compute.records import NODES, WATCHED, ClusterState
 from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY, KubeletScraper
 from custom_metrics_server.compute.scraper_metrics import ScraperCollector
+from custom_metrics_server.compute.state_exposition import (
+    render_state_exposition,
+    stream_state_exposition,
+)
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient
@@ -287,7 +288,15 @@ class KubernetesBackend(ResourceMetricsBackend):
         return self.elector is None or self.elector.is_leader
 
     def resource_exposition(self) -> bytes:
-        """The KEP-1748 `/metrics/resources` text (empty on a standby replica)."""
+        """The KEP-1748 `/metrics/resources` text (empty on a standby replica), in one piece."""
         if not self.serves_resource_series():
             return render_pod_resource_metrics((), ())
         return render_state_exposition(self.state)
+
+    def resource_exposition_chunks(self) -> Iterator[bytes]:
+        """The same bytes as `resource_exposition`, streamed (`stream_state_exposition`):
+        what the server sends. Leadership is decided when the scrape starts; a standby
+        replica streams an empty body."""
+        if not self.serves_resource_series():
+            return iter(())
+        return stream_state_exposition(self.state)

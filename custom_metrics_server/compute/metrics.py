@@ -39,8 +39,8 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Final, Protocol, Self
 
-from custom_metrics_server.compute.exposition import PodResources, render_pod_resources
 from custom_metrics_server.compute.lifecycle import resource_unit
+from custom_metrics_server.compute.pod_usage_answers import Answers, pod_usage_samples
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -77,6 +77,8 @@ POD_METRICS: Final = (
 NODE_METRICS: Final = (ALLOCATABLE, AVAILABLE)
 #: Metrics whose value for an object is a sum over the pods it holds (0 over none).
 _SUMS: Final = frozenset({REQUEST, LIMIT, HPA_REQUEST})
+#: Metrics computed from the usage source.
+_USAGE_METRICS: Final = frozenset({USAGE, UTILIZATION, HPA_UTILIZATION})
 #: The `requests` label of a utilization series: which request it divides by.
 _REQUESTS_VIEW: Final = {UTILIZATION: "kep-1748", HPA_UTILIZATION: "hpa"}
 
@@ -147,10 +149,7 @@ class ResourceMetricsBackend:
         node = next(m for m in resources if m.group_resource == NODES)
         infos |= {MetricInfo(NODES, node.namespaced, metric) for metric in NODE_METRICS}
         self._metrics = frozenset(infos)
-        self._answers: dict[
-            tuple[str, GroupResource, Selector],
-            dict[ObjectKey, tuple[object, int, float, Sample | None]],
-        ] = {}
+        self._answers: dict[tuple[str, GroupResource, Selector], Answers] = {}
 
     def list_metrics(self) -> Collection[MetricInfo]:
         """See `MetricsBackend.list_metrics`."""
@@ -183,29 +182,35 @@ class ResourceMetricsBackend:
         """See `MetricsBackend.fetch`; 400 when the answer would mix units.
 
         Answers are memoised per (metric, object, selector) while what they were computed
-        from is unchanged (the pod's record, or the state's generation for objects that sum
-        pods; the usage store's generation for usage) and for at most `_FRESH` seconds, so the
-        HPA's repeated queries reuse the same samples and their rendered JSON: O(objects)
-        dictionary lookups on a hit.
+        from is unchanged and for at most `_FRESH` seconds, so the HPA's repeated queries
+        reuse the same samples and their rendered JSON: O(objects) dictionary lookups on a
+        hit. What "unchanged" means: the state's generation for objects that sum pods; for a
+        pod, its record, and for usage the store's generation, except for a pod's usage,
+        which depends on its own usage only (`pod_usage_answers`): the store's generation
+        moves with every node scraped, so every `pods/*` answer recomputed every pod.
         """
         metric = ALIASES.get(request.metric.metric, request.metric.metric)
         gr = request.metric.group_resource
-        selector = request.metric_selector
-        now = float(int(self._clock()))
         if len(self._answers) > _TABLE_LIMIT:
             self._answers.clear()
         # One table per (metric, resource, selector): the selector is hashed once per request.
-        table = self._answers.setdefault((request.metric.metric, gr, selector), {})
+        table = self._answers.setdefault((request.metric.metric, gr, request.metric_selector), {})
         if len(table) > _CACHE_LIMIT:
             table.clear()
-        usage_generation = (
-            getattr(self.usage, "generation", 0)
-            if metric in (USAGE, UTILIZATION, HPA_UTILIZATION)
-            else 0
-        )
+        now = float(int(self._clock()))
+        if gr == PODS and self.usage is not None and metric in _USAGE_METRICS:
+            return pod_usage_samples(
+                request.objects,
+                table,
+                self.state.pods,
+                self.usage,
+                lambda key, pod, token: self._memoised(
+                    request, metric, table, key, source=pod, token=token, now=now
+                ),
+            )
+        usage_generation = getattr(self.usage, "generation", 0) if metric in _USAGE_METRICS else 0
         state_generation = self.state.generation
         pods = self.state.pods
-        records = self.state.inventory.table(gr)
         found: list[Sample] = []
         append = found.append
         for key in request.objects:
@@ -220,22 +225,39 @@ class ResourceMetricsBackend:
                 if hit[3] is not None:
                     append(hit[3])
                 continue
-            record = records.get(key)
-            if record is None:
-                continue
-            sample = self._sample(
-                name=request.metric.metric,
-                metric=metric,
-                gr=gr,
-                key=key,
-                ref=record.ref,
-                selector=selector,
-                now=now,
+            sample = self._memoised(
+                request, metric, table, key, source=source, token=usage_generation, now=now
             )
-            table[key] = (source, usage_generation, now, sample)
             if sample is not None:
                 append(sample)
         return found
+
+    def _memoised(
+        self,
+        request: BackendRequest,
+        metric: str,
+        table: Answers,
+        key: ObjectKey,
+        *,
+        source: object,
+        token: object,
+        now: float,
+    ) -> Sample | None:
+        """Compute one object's sample and memoise it under (source, token, now)."""
+        record = self.state.inventory.table(request.metric.group_resource).get(key)
+        if record is None:
+            return None
+        sample = self._sample(
+            name=request.metric.metric,
+            metric=metric,
+            gr=request.metric.group_resource,
+            key=key,
+            ref=record.ref,
+            selector=request.metric_selector,
+            now=now,
+        )
+        table[key] = (source, token, now, sample)
+        return sample
 
     def _sample(
         self,
@@ -401,26 +423,3 @@ def _check_units(metric: str, ref: ObjectRef, series: list[Series]) -> None:
             f"metric {metric} of {where} has series in different units: {choices}; "
             f"choose one with metricLabelSelector, for example resource={resources[0]}"
         )
-
-
-def render_state_exposition(state: ClusterState) -> bytes:
-    """`/metrics/resources` of every non-completed pod, walked at scrape time without copying
-    the records: the requests and limits kube-scheduler's own collector reports
-    (`PodResourcesOptions{}`: the spec, pod-level resources included, resize status not).
-    O(pods x resources) plus the sort of the rendered lines."""
-    return render_pod_resources(
-        (
-            PodResources(
-                pod.namespace,
-                pod.name,
-                pod.node,
-                pod.scheduler,
-                pod.priority,
-                {k: float(v) for k, v in pod.metric_requests.items()},
-                {k: float(v) for k, v in pod.metric_limits.items()},
-            )
-            for pod in state.pods.values()
-            if pod.lifecycle != "Completed"
-        ),
-        unit=resource_unit,
-    )

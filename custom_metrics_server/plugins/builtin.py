@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import ssl
 import time
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -43,9 +43,10 @@ from custom_metrics_server.backends.pod_metrics.backend import PodMetricsBackend
 from custom_metrics_server.backends.pod_metrics.settings import PodMetricsSettings
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
-from custom_metrics_server.compute.metrics import ResourceMetricsBackend, render_state_exposition
+from custom_metrics_server.compute.metrics import ResourceMetricsBackend
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, ResourceUsageSource
 from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY
+from custom_metrics_server.compute.state_exposition import stream_state_exposition
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -89,7 +90,8 @@ class Provision:
     backend: MetricsBackend
     what: str = ""
     cluster: ClusterView | None = None
-    exposition: Callable[[], bytes] | None = None
+    #: The `/metrics/resources` body, streamed (chunks of bytes).
+    exposition: Callable[[], Iterator[bytes]] | None = None
     #: The Resource Metrics API over this backend's cluster (served per the server's flags).
     metrics_api: ResourceMetricsApi | None = None
     demo_core_api: DemoCoreApi | None = None
@@ -175,7 +177,7 @@ def kubernetes(settings: KubernetesPluginSettings, *, context: BackendContext) -
         backend,
         what=f"the cluster at {connection.host}",
         cluster=backend.state,
-        exposition=backend.resource_exposition,
+        exposition=backend.resource_exposition_chunks,
         metrics_api=ResourceMetricsApi(backend.state, backend.usage_store),
     )
 
@@ -263,7 +265,7 @@ def demo(settings: DemoBackendSettings, *, context: BackendContext) -> Provision
         _Composite(context.name, simulated, resources),
         what=f"the simulated cluster ({settings.pods} pods)",
         cluster=simulated.cluster,
-        exposition=functools.partial(render_state_exposition, simulated.cluster),
+        exposition=functools.partial(stream_state_exposition, simulated.cluster),
         metrics_api=ResourceMetricsApi(simulated.cluster, simulated.usage),
         demo_core_api=DemoCoreApi({str(gr): objs for gr, objs in simulated.world.objects.items()}),
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -103,7 +103,7 @@ class Loaded:
         return None
 
     @property
-    def exposition(self) -> Callable[[], bytes] | None:
+    def exposition(self) -> Callable[[], Iterator[bytes]] | None:
         """The `/metrics/resources` exposition of the cluster's backend, if it has one."""
         provider = self._provider()
         return provider.exposition if provider is not None else None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,7 +74,7 @@ class AppSettings:
     #: `--request-timeout` in seconds: the whole request's deadline, then 504 (0: none).
     request_timeout: float = 60.0
     #: Renders the KEP-1748 `/metrics/resources` exposition; None: the endpoint is a 404.
-    resource_exposition: Callable[[], bytes] | None = None
+    resource_exposition: Callable[[], Iterator[bytes]] | None = None
     #: Serves `metrics.k8s.io` v1 and v1beta1 (`kubectl top`); None: the group is not served.
     metrics_api: ResourceMetricsApi | None = None
     #: The demo's read-only `/api` nodes and pods (what `kubectl top` reads besides

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import platform
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from custom_metrics_server import __version__
@@ -28,6 +28,7 @@ from custom_metrics_server.errors import BadRequest, StatusError, internal_error
 from custom_metrics_server.runtime.asgi import NOT_FOUND_TEXT
 from custom_metrics_server.server import health
 from custom_metrics_server.server.observability import EXPOSITION_CONTENT_TYPE, ServerMetrics
+from custom_metrics_server.server.streaming import accepts_gzip, gzipped, paced
 
 __all__ = ["build_shell", "version_info"]
 
@@ -72,7 +73,7 @@ def build_shell(
     title: str,
     metrics: ServerMetrics,
     checks: Callable[[str], Mapping[str, Readiness]],
-    resource_exposition: Callable[[], bytes] | None,
+    resource_exposition: Callable[[], Iterator[bytes]] | None,
     with_metrics_api: bool,
 ) -> FastAPI:
     """The FastAPI app of the cold routes. `checks(endpoint)` gives the named checks of
@@ -144,10 +145,16 @@ def build_shell(
         return Response(metrics.exposition(), media_type=EXPOSITION_CONTENT_TYPE)
 
     @shell.get("/metrics/resources", include_in_schema=False)
-    async def resource_metrics() -> Response:
+    async def resource_metrics(request: Request) -> Response:
         if resource_exposition is None:
             return _not_found()
-        return Response(resource_exposition(), media_type=EXPOSITION_CONTENT_TYPE)
+        # Streamed (never a whole body in memory) and gzipped for Prometheus, which asks for it.
+        chunks = resource_exposition()
+        headers = {"vary": "Accept-Encoding"}
+        if accepts_gzip(request.headers.get("accept-encoding", "")):
+            chunks = gzipped(chunks)
+            headers["content-encoding"] = "gzip"
+        return StreamingResponse(paced(chunks), media_type=EXPOSITION_CONTENT_TYPE, headers=headers)
 
     spec_v2 = orjson.dumps(openapi.build_v2(title=title, metrics_api=with_metrics_api))
     spec_v3 = {

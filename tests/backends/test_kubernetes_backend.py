@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -16,8 +17,9 @@ from custom_metrics_server.compute.kubernetes import KubernetesBackend, Kubernet
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.machinery.quantity import Quantity
-from custom_metrics_server.server.app import create_app
+from custom_metrics_server.server.app import AppSettings, create_app
 from tests.fakes.kube_apiserver import FakeKubeApiServer, ResourceType
 
 P = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -205,6 +207,33 @@ async def test_node_capacity_and_exposition(
     assert 'resource="cpu",scheduler="default-scheduler",unit="cores"} 0.35' in text
     assert "reindex" in text  # pending pods count (Schedulable) with an empty node label
     assert "nightly" not in text  # completed pods do not
+    # What the server sends: the same bytes, streamed, while this replica serves the series.
+    assert b"".join(backend.resource_exposition_chunks()) == text.encode()
+
+
+async def test_a_standby_replica_serves_no_resource_series(backend: KubernetesBackend) -> None:
+    backend.elector = cast("LeaderElector", SimpleNamespace(is_leader=False))
+    try:
+        assert not backend.serves_resource_series()
+        assert list(backend.resource_exposition_chunks()) == []
+        assert backend.resource_exposition() == b""
+        app = create_app(
+            cluster=backend.state,
+            backends=[backend],
+            settings=AppSettings(resource_exposition=backend.resource_exposition_chunks),
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="https://t"
+        ) as http:
+            standby = await http.get("/metrics/resources")
+            backend.elector = cast("LeaderElector", SimpleNamespace(is_leader=True))
+            leader = await http.get("/metrics/resources")
+    finally:
+        backend.elector = None
+    assert (standby.status_code, standby.content) == (200, b"")
+    assert leader.status_code == 200
+    assert leader.content == backend.resource_exposition()
+    assert leader.content.startswith(b"# HELP kube_pod_resource_limit")
 
 
 async def test_unknown_crd_resolves_after_discovery_refresh(

@@ -7,8 +7,8 @@ by its own pydantic model) and a `BackendContext`.
 | `prometheus` | prometheus-adapter rules over PromQL; its listing is discovered at run time | no |
 | `demo` (`simulated`) | the embedded simulated cluster and its resource metrics | yes |
 | `fixture` (`memory`) | objects and values from a YAML fixture (`serve --demo-file`) | yes |
-| `pod-metrics` | pods' own `/metrics`, scraped; Pods and workload Object metrics | no |
-| `passthrough` | another metrics server's answers, forwarded (listed by its discovery) | no |
+| `pod-metrics` | pods' own `/metrics`: Pods and workload Object metrics (`builtin_remote`) | no |
+| `passthrough` | another metrics server's answers, forwarded (`builtin_remote`) | no |
 
 A built-in factory may return a `Provision` instead of a bare backend: the backend plus what
 the server serves beside it when the entry provides the cluster view (the `/metrics/resources`
@@ -21,7 +21,6 @@ Settings are camelCase, as the flags they mirror are named (docs/backends.md lis
 from __future__ import annotations
 
 import functools
-import ssl
 import time
 from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,17 +29,10 @@ from types import TracebackType
 from typing import Annotated, Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.backends.memory import load_fixture
-from custom_metrics_server.backends.passthrough import (
-    PassthroughBackend,
-    PassthroughSettings,
-    UpstreamConfig,
-)
-from custom_metrics_server.backends.pod_metrics.backend import PodMetricsBackend
-from custom_metrics_server.backends.pod_metrics.settings import PodMetricsSettings
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.compute.metrics import ResourceMetricsBackend
@@ -65,18 +57,17 @@ from custom_metrics_server.sdk import BackendContext, factory
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 
 __all__ = [
+    "BuiltinSettings",
     "DemoBackendSettings",
     "FixtureSettings",
     "KubernetesPluginSettings",
-    "PassthroughPluginSettings",
     "PrometheusPluginSettings",
     "Provision",
     "demo",
     "fixture",
     "kubernetes",
-    "passthrough",
-    "pod_metrics",
     "prometheus",
+    "resolve_path",
 ]
 
 
@@ -99,11 +90,11 @@ class Provision:
     resource_usage: ResourceUsageSource | None = None
 
 
-class _Settings(BaseModel):
+class BuiltinSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
-def _path(base: Path, value: str | None) -> str | None:
+def resolve_path(base: Path, value: str | None) -> str | None:
     """A settings path, relative to the backends file's directory."""
     if value is None:
         return None
@@ -113,7 +104,7 @@ def _path(base: Path, value: str | None) -> str | None:
 # -- kubernetes -------------------------------------------------------------------------------
 
 
-class KubernetesPluginSettings(_Settings):
+class KubernetesPluginSettings(BuiltinSettings):
     """The Kubernetes backend (the flags of `serve` without --demo, camelCased)."""
 
     kubeconfig: str | None = None
@@ -149,13 +140,13 @@ class KubernetesPluginSettings(_Settings):
 @factory(settings=KubernetesPluginSettings)
 def kubernetes(settings: KubernetesPluginSettings, *, context: BackendContext) -> Provision:
     """The resource model of the cluster the kubeconfig (or the pod's account) reaches."""
-    connection = load_connection(_path(context.base_dir, settings.kubeconfig))
+    connection = load_connection(resolve_path(context.base_dir, settings.kubeconfig))
     backend = KubernetesBackend(
         KubeClient(connection),
         KubernetesSettings(
             kubelet_source=settings.kubelet_source,
             kubelet_port=settings.kubelet_port,
-            kubelet_ca_file=_path(context.base_dir, settings.kubelet_certificate_authority),
+            kubelet_ca_file=resolve_path(context.base_dir, settings.kubelet_certificate_authority),
             kubelet_insecure_tls=settings.kubelet_insecure_tls,
             scrape_interval=settings.metric_resolution,
             scrape_timeout=settings.kubelet_request_timeout,
@@ -168,7 +159,9 @@ def kubernetes(settings: KubernetesPluginSettings, *, context: BackendContext) -
             node_agent_namespace=settings.node_agent_namespace,
             node_agent_selector=settings.node_agent_selector,
             node_agent_port=settings.node_agent_port,
-            node_agent_ca_file=_path(context.base_dir, settings.node_agent_certificate_authority),
+            node_agent_ca_file=resolve_path(
+                context.base_dir, settings.node_agent_certificate_authority
+            ),
             node_agent_insecure_tls=settings.node_agent_insecure_tls,
         ),
         name=context.name,
@@ -185,7 +178,7 @@ def kubernetes(settings: KubernetesPluginSettings, *, context: BackendContext) -
 # -- demo -------------------------------------------------------------------------------------
 
 
-class DemoBackendSettings(_Settings):
+class DemoBackendSettings(BuiltinSettings):
     """The simulated cluster (the `--demo-*` flags)."""
 
     seed: int = 42
@@ -274,7 +267,7 @@ def demo(settings: DemoBackendSettings, *, context: BackendContext) -> Provision
 # -- fixture ----------------------------------------------------------------------------------
 
 
-class FixtureSettings(_Settings):
+class FixtureSettings(BuiltinSettings):
     """Objects and values from a fixture (docs/demo.md): a `file`, or the document inline."""
 
     file: str | None = None
@@ -292,7 +285,7 @@ def fixture(settings: FixtureSettings, *, context: BackendContext) -> Provision:
     if settings.file is not None:
         if inline:
             raise ValueError(f"give a file or the fixture inline, not both ({sorted(inline)})")
-        path = Path(_path(context.base_dir, settings.file) or "")
+        path = Path(resolve_path(context.base_dir, settings.file) or "")
         document = yaml.safe_load(path.read_text()) or {}
         what = f"the fixture {settings.file}"
     else:
@@ -312,7 +305,7 @@ def _load_fixture() -> Callable[..., Any]:
 # -- prometheus -------------------------------------------------------------------------------
 
 
-class PrometheusPluginSettings(_Settings):
+class PrometheusPluginSettings(BuiltinSettings):
     """The Prometheus backend (prometheus-adapter's flags, camelCased; docs/prometheus.md)."""
 
     url: str | None = Field(None, pattern=r"^https?://")
@@ -342,8 +335,8 @@ def prometheus(settings: PrometheusPluginSettings, *, context: BackendContext) -
         raise ConfigError("give url, or a config (rules file) naming its servers")
     if settings.config is not None and settings.rules is not None:
         raise ConfigError("give config (a rules file) or rules (inline), not both")
-    token_file = _path(base, settings.token_file)
-    ca_file = _path(base, settings.ca_file)
+    token_file = resolve_path(base, settings.token_file)
+    ca_file = resolve_path(base, settings.ca_file)
     if settings.auth_in_cluster:
         token_file = token_file or IN_CLUSTER_TOKEN
         ca_file = ca_file or IN_CLUSTER_CA
@@ -355,10 +348,10 @@ def prometheus(settings: PrometheusPluginSettings, *, context: BackendContext) -
             ca_file=ca_file,
             token_file=token_file,
             headers=tuple(settings.headers.items()),
-            client_cert_file=_path(base, settings.client_cert_file),
-            client_key_file=_path(base, settings.client_key_file),
+            client_cert_file=resolve_path(base, settings.client_cert_file),
+            client_key_file=resolve_path(base, settings.client_key_file),
         )
-    config_path = _path(base, settings.config)
+    config_path = resolve_path(base, settings.config)
     backend = PrometheusBackend(
         context.cluster,
         PrometheusSettings(
@@ -384,116 +377,3 @@ def prometheus(settings: PrometheusPluginSettings, *, context: BackendContext) -
             )
         usage = backend.resource_usage
     return Provision(backend, what="Prometheus metrics", resource_usage=usage)
-
-
-# -- pod-metrics ------------------------------------------------------------------------------
-
-
-@factory(settings=PodMetricsSettings)
-def pod_metrics(settings: PodMetricsSettings, *, context: BackendContext) -> Provision:
-    """Pods' own Prometheus `/metrics` (docs/backends.md, "Pods' own metrics"): the pods are
-    found with a watch of the cluster the kubeconfig (or the pod's account) reaches."""
-    connection = load_connection(_path(context.base_dir, settings.kubeconfig))
-    config = settings.to_config(context.base_dir)
-    backend = PodMetricsBackend(config, KubeClient(connection), name=context.name)
-    chosen = [scrape.name for scrape in config.scrape]
-    if config.annotations is not None:
-        chosen.append(f"annotations {config.annotations.prefix}/scrape")
-    return Provision(
-        backend,
-        what=f"pods' own metrics ({', '.join(chosen)}; {config.source} every {config.interval:g}s)",
-    )
-
-
-# -- passthrough ------------------------------------------------------------------------------
-
-
-class PassthroughPluginSettings(_Settings):
-    """Another metrics server to forward to (docs/backends.md, "Pass-through")."""
-
-    url: str = Field(pattern=r"^https://[^/?#\s]+(/[^?#\s]*)?$")
-    ca_file: str | None = Field(None, alias="caFile")
-    client_cert_file: str | None = Field(None, alias="clientCertFile")
-    client_key_file: str | None = Field(None, alias="clientKeyFile")
-    token_file: str | None = Field(None, alias="tokenFile")
-    tls_server_name: str | None = Field(None, alias="tlsServerName", min_length=1)
-    insecure_skip_tls_verify: bool = Field(False, alias="insecureSkipTlsVerify")
-    #: Deadline of one upstream call; default 80 % of the backend's deadline, and below it.
-    request_timeout: Seconds | None = Field(None, alias="requestTimeout", gt=0)
-    connect_timeout: Seconds = Field(2.0, alias="connectTimeout", gt=0)
-    custom_version: Literal["v1beta2", "v1beta1", "none"] | None = Field(
-        None, alias="customVersion"
-    )
-    external_version: Literal["v1beta1", "none"] | None = Field(None, alias="externalVersion")
-    discovery_interval: Seconds = Field(60.0, alias="discoveryInterval", gt=0)
-    fan_out_concurrency: int = Field(8, alias="fanOutConcurrency", ge=1, le=256)
-    max_connections: int = Field(16, alias="maxConnections", ge=1, le=1024)
-
-    @model_validator(mode="after")
-    def _pairs(self) -> PassthroughPluginSettings:
-        if self.client_key_file and not self.client_cert_file:
-            raise ValueError("clientKeyFile needs clientCertFile")
-        if self.insecure_skip_tls_verify and self.ca_file:
-            raise ValueError("caFile and insecureSkipTlsVerify exclude each other")
-        return self
-
-
-@factory(settings=PassthroughPluginSettings)
-def passthrough(settings: PassthroughPluginSettings, *, context: BackendContext) -> Provision:
-    """Forwards the metrics its routes claim to the upstream at `url`; its files (CA bundle,
-    client certificate and key, token) are read now (a missing one fails the start naming it)
-    and again whenever they change."""
-    deadline = context.timeout
-    request_timeout = settings.request_timeout
-    if request_timeout is None:
-        request_timeout = round(deadline * 0.8, 3)
-    elif request_timeout >= deadline:
-        raise ValueError(
-            f"requestTimeout ({request_timeout:g}s) must be below the backend's deadline "
-            f"({deadline:g}s, its `timeout`), so that a slow upstream is a 504 naming it"
-        )
-    base = context.base_dir
-    upstream = UpstreamConfig(
-        url=settings.url,
-        ca_file=_path(base, settings.ca_file),
-        client_cert_file=_path(base, settings.client_cert_file),
-        client_key_file=_path(base, settings.client_key_file),
-        token_file=_path(base, settings.token_file),
-        tls_server_name=settings.tls_server_name,
-        insecure_skip_tls_verify=settings.insecure_skip_tls_verify,
-        request_timeout=request_timeout,
-        connect_timeout=min(settings.connect_timeout, request_timeout),
-        max_connections=settings.max_connections,
-    )
-    if settings.insecure_skip_tls_verify:
-        context.logger.warning(
-            "backend %s: insecureSkipTlsVerify: the upstream %s is not authenticated",
-            context.name,
-            settings.url,
-        )
-    try:
-        backend = PassthroughBackend(
-            PassthroughSettings(
-                upstream=upstream,
-                custom_version=settings.custom_version,
-                external_version=settings.external_version,
-                discovery_interval=settings.discovery_interval,
-                fan_out_concurrency=settings.fan_out_concurrency,
-            ),
-            name=context.name,
-            cluster=context.cluster,
-            logger=context.logger,
-        )
-    except (OSError, ssl.SSLError) as err:
-        files = ", ".join(
-            f"{field} {path}"
-            for field, path in (
-                ("caFile", upstream.ca_file),
-                ("clientCertFile", upstream.client_cert_file),
-                ("clientKeyFile", upstream.client_key_file),
-                ("tokenFile", upstream.token_file),
-            )
-            if path
-        )
-        raise ValueError(f"cannot load {files}: {err}") from err
-    return Provision(backend, what=f"the metrics server at {settings.url}")

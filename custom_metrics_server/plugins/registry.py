@@ -50,10 +50,12 @@ BUILTIN_TYPES: Final[dict[str, _Builtin]] = {
     "simulated": _Builtin("custom_metrics_server.plugins.builtin:demo", cluster=True),
     "fixture": _Builtin("custom_metrics_server.plugins.builtin:fixture", cluster=True),
     "memory": _Builtin("custom_metrics_server.plugins.builtin:fixture", cluster=True),
-    "pod-metrics": _Builtin("custom_metrics_server.plugins.builtin:pod_metrics", dynamic=True),
+    "pod-metrics": _Builtin(
+        "custom_metrics_server.plugins.builtin_remote:pod_metrics", dynamic=True
+    ),
     # An upstream that is down fails its own metrics (503), not the whole replica.
     "passthrough": _Builtin(
-        "custom_metrics_server.plugins.builtin:passthrough", dynamic=True, gates=False
+        "custom_metrics_server.plugins.builtin_remote:passthrough", dynamic=True, gates=False
     ),
 }
 

@@ -17,7 +17,7 @@ from custom_metrics_server.domain import (
 )
 from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.machinery.labels import EVERYTHING
-from custom_metrics_server.plugins.builtin import PassthroughPluginSettings, passthrough
+from custom_metrics_server.plugins.builtin_remote import PassthroughPluginSettings, passthrough
 from custom_metrics_server.sdk import BackendContext
 
 

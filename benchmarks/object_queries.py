@@ -122,43 +122,99 @@ def _target(state: ClusterState, plan: WorldPlan) -> Any:
     return w, members
 
 
+class Changes:
+    """The cluster changing under the queries: node scrapes and pod watch events."""
+
+    def __init__(self, state: ClusterState, plan: WorldPlan, members: list[Any]) -> None:
+        self.state, self.plan, self.members = state, plan, members
+        self.farm, self.store, self.now = _usage(plan)
+        member_nodes = {p.node for p in members}
+        self.others = [n for n in self.farm.nodes if n not in member_nodes]
+        namespace = members[0].namespace
+        self.other_pods = [
+            i for i, (wi, _, _) in enumerate(plan.pods) if plan.workloads[wi].namespace != namespace
+        ]
+        self.turn = 0
+
+    def scrape(self, node: str) -> None:
+        """`node`'s kubelet answers again, later (its counters moved)."""
+        from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+
+        self.turn += 1
+        at = self.now + 15 * self.turn
+        body = self.farm.body(node, at)
+        assert body is not None
+        self.store.apply(node, parse_resource_metrics(body, default_time=at), at)
+
+    def unrelated(self) -> None:
+        """A node holding none of the members scraped, and a pod of another namespace
+        modified (a new label value: a new record, as any update)."""
+        self.scrape(self.others[self.turn % len(self.others)])
+        index = self.other_pods[self.turn % len(self.other_pods)]
+        obj = copy.deepcopy(make_pod(self.plan, index))
+        obj["metadata"]["labels"]["bench-turn"] = str(self.turn)
+        self.state.sink(PODS).event("MODIFIED", obj)
+
+    def member(self) -> None:
+        """The node of one member scraped."""
+        self.scrape(self.members[self.turn % len(self.members)].node)
+
+
+VARIANTS = {"old": _old_fetch, "new": NEW_FETCH, "fresh": _fresh_fetch}
+
+
+async def _answer(app: Any, name: str, scope: dict[str, Any]) -> tuple[float, bytes]:
+    ResourceMetricsBackend.fetch = VARIANTS[name]  # type: ignore[method-assign]
+    try:
+        seconds, status, body = await _answers(app, scope, 1)
+    finally:
+        ResourceMetricsBackend.fetch = NEW_FETCH  # type: ignore[method-assign]
+    assert status == 200, (status, body[:300])
+    return seconds, body
+
+
+async def _query(
+    apps: dict[str, Any], scope: dict[str, Any], changes: Changes, count: int
+) -> tuple[dict[str, dict[str, list[float]]], list[str]]:
+    """CPU seconds per (code, moment) of `count` answers; the moments whose bodies differed."""
+    times: dict[str, dict[str, list[float]]] = {
+        n: {"warm": [], "unrelated": [], "member": []} for n in VARIANTS
+    }
+    differed: list[str] = []
+    for name in VARIANTS:
+        await _answer(apps[name], name, scope)
+    for _ in range(count):
+        for phase, change in (
+            ("warm", None),
+            ("unrelated", changes.unrelated),
+            ("member", changes.member),
+        ):
+            if change is not None:
+                change()
+            bodies = set()
+            # Rotated: the first answer after a change pays the shared caches' misses.
+            order = list(VARIANTS)
+            order = order[changes.turn % 3 :] + order[: changes.turn % 3]
+            for name in order:
+                seconds, body = await _answer(apps[name], name, scope)
+                times[name][phase].append(seconds)
+                bodies.add(body)
+            if len(bodies) != 1:
+                differed.append(phase)
+    return times, differed
+
+
 async def measure(pods: int, count: int) -> dict[str, Any]:
-    state, plan = build_state(pods)
-    farm, store, now = _usage(plan)
-    w, members = _target(state, plan)
-    member_nodes = {p.node for p in members}
-    others = [n for n in farm.nodes if n not in member_nodes]
-    other_pods = [i for i, (wi, _, _) in enumerate(plan.pods) if plan.workloads[wi] is not w]
-    other_pods = [i for i in other_pods if plan.workloads[plan.pods[i][0]].namespace != w.namespace]
-    variants = {"old": _old_fetch, "new": NEW_FETCH, "fresh": _fresh_fetch}
-    apps = {}
+    """Every (query, body, code, moment): (best, median) CPU us of `count` answers."""
     from custom_metrics_server.server.app import create_app
 
-    for name in variants:
-        apps[name] = create_app(cluster=state, backends=[ResourceMetricsBackend(state, store)])
-    turn = [0]
-    from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-
-    def scrape(node: str) -> None:
-        turn[0] += 1
-        at = now + 15 * turn[0]
-        body = farm.body(node, at)
-        assert body is not None
-        store.apply(node, parse_resource_metrics(body, default_time=at), at)
-
-    def event() -> None:
-        """One unrelated pod modified (a new label value: a new record, as any update)."""
-        obj = copy.deepcopy(make_pod(plan, other_pods[turn[0] % len(other_pods)]))
-        obj["metadata"]["labels"]["bench-turn"] = str(turn[0])
-        state.sink(PODS).event("MODIFIED", obj)
-
-    def unrelated() -> None:
-        scrape(others[turn[0] % len(others)])
-        event()
-
-    def member() -> None:
-        scrape(members[turn[0] % len(members)].node)
-
+    state, plan = build_state(pods)
+    w, members = _target(state, plan)
+    changes = Changes(state, plan, members)
+    apps = {
+        name: create_app(cluster=state, backends=[ResourceMetricsBackend(state, changes.store)])
+        for name in VARIANTS
+    }
     paths = {
         "object": (
             f"{API}/namespaces/{w.namespace}/deployments.apps/{w.name}/{METRIC}",
@@ -176,47 +232,13 @@ async def measure(pods: int, count: int) -> dict[str, Any]:
             ("json", b"application/json"),
             ("protobuf", b"application/vnd.kubernetes.protobuf"),
         ):
-            scope = _scope(path, qs, accept)
-            times: dict[str, dict[str, list[float]]] = {
-                n: {"warm": [], "unrelated": [], "member": []} for n in variants
-            }
-
-            async def answer(name: str, scope: dict[str, Any] = scope) -> tuple[float, bytes]:
-                ResourceMetricsBackend.fetch = variants[name]  # type: ignore[method-assign]
-                try:
-                    seconds, status, body = await _answers(apps[name], scope, 1)
-                finally:
-                    ResourceMetricsBackend.fetch = NEW_FETCH  # type: ignore[method-assign]
-                assert status == 200, (status, body[:300])
-                return seconds, body
-
-            for name in variants:
-                await answer(name)
-            for _ in range(count):
-                for phase, change in (
-                    ("warm", None),
-                    ("unrelated", unrelated),
-                    ("member", member),
-                ):
-                    if change is not None:
-                        change()
-                    bodies = set()
-                    order = list(variants)
-                    # Rotated: the first answer after a change pays the shared caches' misses.
-                    order = order[turn[0] % 3 :] + order[: turn[0] % 3]
-                    for name in order:
-                        seconds, body = await answer(name)
-                        times[name][phase].append(seconds)
-                        bodies.add(body)
-                    if len(bodies) != 1:
-                        failed = True
-                        print(f"DIFFERENT BODIES: {query} {encoding} {phase}", file=sys.stderr)
+            times, differed = await _query(apps, _scope(path, qs, accept), changes, count)
+            for phase in differed:
+                failed = True
+                print(f"DIFFERENT BODIES: {query} {encoding} {phase}", file=sys.stderr)
             out[(query, encoding)] = {
                 name: {
-                    phase: (
-                        round(min(v) * 1e6),
-                        round(statistics.median(v) * 1e6),
-                    )
+                    phase: (round(min(v) * 1e6), round(statistics.median(v) * 1e6))
                     for phase, v in runs.items()
                 }
                 for name, runs in times.items()
@@ -235,7 +257,9 @@ def main() -> int:
     print(f"machine: {machine()}; python {sys.version.split()[0]}")
     started = time.process_time()
     result = asyncio.run(measure(pods, count))
-    print(f"{result['pods']:,} pods, {result['deployment']} (30 pods); CPU us an answer, best (median) of {count}")
+    print(
+        f"{result['pods']:,} pods, {result['deployment']} (30 pods); CPU us an answer, best (median) of {count}"
+    )
     print("| query | body | code | warm | after unrelated node + pod | after a member's node |")
     print("|---|---|---|---|---|---|")
     for key, runs in result.items():

@@ -34,12 +34,24 @@ Cost of `fetch`: O(objects x pods held x resources); no allocation beyond the an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from decimal import Decimal
+from functools import partial
+from operator import attrgetter
 from types import TracebackType
 from typing import Final, Protocol, Self
 
-from custom_metrics_server.compute.lifecycle import resource_unit
+from custom_metrics_server.cluster.inventory import ObjectRecord
+from custom_metrics_server.compute.metric_series import (
+    Series,
+    allocation_series,
+    check_units,
+    node_series,
+    total,
+    usage_series,
+    utilization_series,
+)
+from custom_metrics_server.compute.object_answers import Held, held_by, object_samples
 from custom_metrics_server.compute.pod_usage_answers import Answers, pod_usage_samples
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
@@ -53,7 +65,6 @@ from custom_metrics_server.domain import (
     Readiness,
     Sample,
 )
-from custom_metrics_server.errors import BadRequest
 from custom_metrics_server.machinery.labels import Selector
 
 REQUEST: Final = "kube_pod_resource_request"
@@ -81,13 +92,17 @@ _SUMS: Final = frozenset({REQUEST, LIMIT, HPA_REQUEST})
 _USAGE_METRICS: Final = frozenset({USAGE, UTILIZATION, HPA_UTILIZATION})
 #: The `requests` label of a utilization series: which request it divides by.
 _REQUESTS_VIEW: Final = {UTILIZATION: "kep-1748", HPA_UTILIZATION: "hpa"}
+#: The pod's values of a summed metric.
+_ALLOCATION: Final = {
+    REQUEST: attrgetter("requests"),
+    LIMIT: attrgetter("limits"),
+    HPA_REQUEST: attrgetter("hpa_requests"),
+}
 
-Number = Decimal | float
 _ZERO: Final = Decimal(0)
 _FRESH: Final = 10.0  # seconds a memoised answer (and its timestamp) may be reused
 _CACHE_LIMIT: Final = 200_000  # answers per (metric, resource, selector)
 _TABLE_LIMIT: Final = 1_000  # distinct (metric, resource, selector) combinations
-Series = tuple[Mapping[str, str], Number]
 
 
 class PodUsage(Protocol):
@@ -110,17 +125,6 @@ class UsageSource(Protocol):
     """Current usage per pod (the kubelet scraper's store, or the simulated one)."""
 
     def pod_usage(self, namespace: str, pod: str) -> PodUsage | None: ...
-
-
-def selectable(resource: str) -> str:
-    """The `resource` label value of a resource name: label values cannot hold `/`, so
-    extended resources are written with `_` (`nvidia.com/gpu` -> `nvidia.com_gpu`) and stay
-    selectable with `metricLabelSelector=resource=nvidia.com_gpu`."""
-    return resource.replace("/", "_")
-
-
-def _labels(resource: str, **extra: str) -> dict[str, str]:
-    return {"resource": selectable(resource), "unit": resource_unit(resource), **extra}
 
 
 class ResourceMetricsBackend:
@@ -182,12 +186,12 @@ class ResourceMetricsBackend:
         """See `MetricsBackend.fetch`; 400 when the answer would mix units.
 
         Answers are memoised per (metric, object, selector) while what they were computed
-        from is unchanged and for at most `_FRESH` seconds, so the HPA's repeated queries
-        reuse the same samples and their rendered JSON: O(objects) dictionary lookups on a
-        hit. What "unchanged" means: the state's generation for objects that sum pods; for a
-        pod, its record, and for usage the store's generation, except for a pod's usage,
-        which depends on its own usage only (`pod_usage_answers`): the store's generation
-        moves with every node scraped, so every `pods/*` answer recomputed every pod.
+        from is unchanged, so the HPA's repeated queries reuse the same samples and their
+        rendered JSON. What "unchanged" means: for a pod, its record, and for usage its
+        node's `last_seen` (`pod_usage_answers`); for an object that holds pods, the records
+        of those pods and their usage tokens (`object_answers`: O(pods held), or O(1) while
+        neither the state's nor the usage store's generation moved). Not for the global
+        generations alone: at 150,000 pods they move every few milliseconds.
         """
         metric = ALIASES.get(request.metric.metric, request.metric.metric)
         gr = request.metric.group_resource
@@ -209,12 +213,15 @@ class ResourceMetricsBackend:
                 ),
             )
         usage_generation = getattr(self.usage, "generation", 0) if metric in _USAGE_METRICS else 0
-        state_generation = self.state.generation
+        if gr != PODS:
+            return self._objects(
+                request, metric, table, (self.state.generation, usage_generation), now
+            )
         pods = self.state.pods
         found: list[Sample] = []
         append = found.append
         for key in request.objects:
-            source: object = pods.get(key) if gr == PODS else state_generation
+            source = pods.get(key)
             hit = table.get(key)
             if (
                 hit is not None
@@ -231,6 +238,52 @@ class ResourceMetricsBackend:
             if sample is not None:
                 append(sample)
         return found
+
+    def _objects(
+        self,
+        request: BackendRequest,
+        metric: str,
+        table: Answers,
+        generations: tuple[int, int],
+        now: float,
+    ) -> list[Sample]:
+        """Samples of objects that are not pods: memoised while the pods they hold, their
+        usage and (for node metrics) the node are unchanged (`object_answers`)."""
+        gr = request.metric.group_resource
+        held = partial(
+            held_by,
+            self.state,
+            self.usage,
+            gr,
+            node_metric=metric in NODE_METRICS,
+            needs_pods=metric == AVAILABLE,
+            needs_usage=metric in _USAGE_METRICS,
+        )
+
+        def compute(key: ObjectKey, record: ObjectRecord, held: Held) -> Sample | None:
+            sample = self._sample(
+                name=request.metric.metric,
+                metric=metric,
+                gr=gr,
+                key=key,
+                ref=record.ref,
+                selector=request.metric_selector,
+                now=now,
+                held=held,
+            )
+            table[key] = (held, record.ref, now, sample)
+            return sample
+
+        return object_samples(
+            request.objects,
+            table,
+            self.state.inventory.table(gr),
+            held,
+            compute,
+            generations=generations,
+            now=now,
+            fresh=_FRESH,
+        )
 
     def _memoised(
         self,
@@ -269,22 +322,24 @@ class ResourceMetricsBackend:
         ref: ObjectRef,
         selector: Selector,
         now: float,
+        held: Held | None = None,
     ) -> Sample | None:
-        """The value of one object, or None when it has none."""
-        series, timestamp, window, held = self._series(metric, gr, key)
+        """The value of one object, or None when it has none; from what `held` found when
+        given (the pods it holds, the node), else from the state."""
+        series, timestamp, window, zero = self._series(metric, gr, key, held)
         chosen = (
             series if selector.is_everything() else [s for s in series if selector.matches(s[0])]
         )
         if not chosen:
-            if not held:
+            if not zero:
                 return None
             # A sum over nothing: the object holds no pod, or none with a matching series.
             return Sample(described=ref, metric=name, value=_ZERO, timestamp=now)
-        _check_units(name, ref, chosen)
+        check_units(name, ref, chosen)
         return Sample(
             described=ref,
             metric=name,
-            value=_sum(value for _, value in chosen),
+            value=total(value for _, value in chosen),
             timestamp=timestamp or now,
             window=window,
             labels=chosen[0][0] if len(chosen) == 1 else {},
@@ -293,7 +348,7 @@ class ResourceMetricsBackend:
     # Series per object -----------------------------------------------------------------------
 
     def _series(
-        self, metric: str, gr: GroupResource, key: ObjectKey
+        self, metric: str, gr: GroupResource, key: ObjectKey, held: Held | None
     ) -> tuple[list[Series], float, int | None, bool]:
         """(series, timestamp or 0 for "now", window, whether no series means 0) of one object.
 
@@ -302,42 +357,28 @@ class ResourceMetricsBackend:
         usage sample yet, the usage is unknown, not 0).
         """
         if metric in NODE_METRICS:
-            return self._node_series(metric, key[1]), 0.0, None, False
-        pods = self.state.pods_of(gr, key)
+            return self._node_series(metric, key[1], held), 0.0, None, False
+        pods = self.state.pods_of(gr, key) if held is None else held.pods
         if not pods:
-            held = pods is not None and gr != PODS and metric in (*_SUMS, USAGE)
-            return [], 0.0, None, held
+            zero = pods is not None and gr != PODS and metric in (*_SUMS, USAGE)
+            return [], 0.0, None, zero
         if metric in _SUMS:
-            return self._allocation_series(metric, gr, pods), 0.0, None, gr != PODS
+            values = _ALLOCATION[metric]
+            return allocation_series(pods, values, pod=gr == PODS), 0.0, None, gr != PODS
         usages = self._usages(pods)
         if not usages:
             return [], 0.0, None, False
         timestamp = min(u.timestamp for _, u in usages)
         window = round(max(u.window for _, u in usages))
         if metric == USAGE:
-            return self._usage_series(gr, usages), timestamp, window, False
-        return self._utilization_series(metric, gr, usages), timestamp, window, False
-
-    def _allocation_series(
-        self, metric: str, gr: GroupResource, pods: list[PodRecord]
-    ) -> list[Series]:
-        if gr == PODS:
-            pod = pods[0]
-            values = _allocation(metric, pod)
-            return [
-                (
-                    _labels(
-                        resource, node=pod.node, scheduler=pod.scheduler, priority=pod.priority
-                    ),
-                    value,
-                )
-                for resource, value in sorted(values.items())
-            ]
-        totals: dict[str, Decimal] = {}
-        for pod in pods:
-            for resource, value in _allocation(metric, pod).items():
-                totals[resource] = totals.get(resource, _ZERO) + value
-        return [(_labels(resource), value) for resource, value in sorted(totals.items())]
+            return usage_series(usages, node=gr == PODS), timestamp, window, False
+        view = _REQUESTS_VIEW[metric]
+        return (
+            utilization_series(usages, view, hpa=metric == HPA_UTILIZATION, node=gr == PODS),
+            timestamp,
+            window,
+            False,
+        )
 
     def _usages(self, pods: Iterable[PodRecord]) -> list[tuple[PodRecord, PodUsage]]:
         if self.usage is None:
@@ -348,78 +389,9 @@ class ResourceMetricsBackend:
             if (usage := self.usage.pod_usage(pod.namespace, pod.name)) is not None
         ]
 
-    @staticmethod
-    def _usage_series(gr: GroupResource, usages: list[tuple[PodRecord, PodUsage]]) -> list[Series]:
-        # Micro-cores and whole bytes: finer digits are noise from float rates.
-        cpu = round(sum(u.cpu_cores for _, u in usages), 6)
-        memory = float(round(sum(u.memory_bytes for _, u in usages)))
-        extra = {"node": usages[0][0].node} if gr == PODS else {}
-        return [(_labels("cpu", **extra), cpu), (_labels("memory", **extra), memory)]
-
-    @staticmethod
-    def _utilization_series(
-        metric: str, gr: GroupResource, usages: list[tuple[PodRecord, PodUsage]]
-    ) -> list[Series]:
-        extra = {"node": usages[0][0].node} if gr == PODS else {}
-        view = _REQUESTS_VIEW[metric]
-        found: list[Series] = []
-        for resource in ("cpu", "memory"):
-            used = requested = 0.0
-            for pod, usage in usages:
-                request = (pod.hpa_requests if metric == HPA_UTILIZATION else pod.requests).get(
-                    resource
-                )
-                if request:
-                    used += usage.cpu_cores if resource == "cpu" else usage.memory_bytes
-                    requested += float(request)
-            if requested:
-                # Three decimals: a ratio is read as a percentage, not to the nano.
-                labels = {"resource": resource, "unit": "ratio", "requests": view, **extra}
-                found.append((labels, round(used / requested, 3)))
-        return found
-
-    def _node_series(self, metric: str, node: str) -> list[Series]:
-        record = self.state.nodes.get(node)
-        if record is None:
-            return []
-        allocatable = dict(record.allocatable)
-        if metric == AVAILABLE:
-            for pod in self.state.pods_on_node(node):
-                for resource, value in pod.requests.items():
-                    if resource in allocatable:
-                        allocatable[resource] -= value
-        return [(_labels(resource), value) for resource, value in sorted(allocatable.items())]
-
-
-def _allocation(metric: str, pod: PodRecord) -> Mapping[str, Decimal]:
-    """The pod's values of a summed metric."""
-    if metric == REQUEST:
-        return pod.requests
-    if metric == LIMIT:
-        return pod.limits
-    return pod.hpa_requests
-
-
-def _sum(values: Iterable[Number]) -> Number:
-    total: Number = _ZERO
-    for value in values:
-        if isinstance(total, Decimal) and isinstance(value, float):
-            total = float(total)
-        total = total + value  # type: ignore[operator]
-    return total
-
-
-def _check_units(metric: str, ref: ObjectRef, series: list[Series]) -> None:
-    """Summing cores with bytes (or ratios of different resources) is meaningless: 400."""
-    units = {labels.get("unit", "") for labels, _ in series}
-    resources = sorted({labels.get("resource", "") for labels, _ in series})
-    if len(units) > 1 or ("ratio" in units and len(resources) > 1):
-        pairs = sorted(
-            {(labels.get("resource", ""), labels.get("unit", "")) for labels, _ in series}
-        )
-        choices = ", ".join(f"{resource} ({unit})" for resource, unit in pairs)
-        where = f"{ref.kind.lower()} {ref.namespace + '/' if ref.namespace else ''}{ref.name}"
-        raise BadRequest(
-            f"metric {metric} of {where} has series in different units: {choices}; "
-            f"choose one with metricLabelSelector, for example resource={resources[0]}"
-        )
+    def _node_series(self, metric: str, node: str, held: Held | None) -> list[Series]:
+        record = self.state.nodes.get(node) if held is None else held.node
+        if metric != AVAILABLE:
+            return node_series(record, ())
+        pods = self.state.pods_on_node(node) if held is None or held.pods is None else held.pods
+        return node_series(record, pods)

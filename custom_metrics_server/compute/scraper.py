@@ -16,9 +16,10 @@ Scheduling, built so that no number of failing or hanging kubelets can starve th
 
 * **Rounds never overlap.** Round *k* starts at its tick ``start + k * interval``; the first
   one as soon as ``nodes_synced`` returns (the Kubernetes backend: every watched list has
-  synced, so the first round does not compete with the initial list of the pods). A round that is still running at
-  the next tick (the loop was stalled, or every slot was taken) delays the next round until it
-  ends, and the ticks it missed are skipped (counted as overruns), so work never piles up.
+  synced, so the first round does not compete with the initial list of the pods). A round
+  that is still running at the next tick (the loop was stalled, or every slot was taken)
+  delays the next round until it ends, and the ticks it missed are skipped (counted as
+  overruns), so work never piles up.
 * **New nodes at once.** Between rounds, nodes that were never scraped (the node list was
   empty when it synced, or a node joined) are scraped as soon as the node watch reports them
   (``notice_nodes``), not at the next tick: usage after a start or a scale-up does not wait a

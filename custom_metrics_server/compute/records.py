@@ -23,6 +23,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from sys import intern
 from typing import Any, Final, Protocol
 
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
@@ -48,6 +49,8 @@ WORKLOADS: Final = (
 )
 WATCHED: Final = (PODS, NODES, NAMESPACES, *WORKLOADS)
 DEFAULT_SCHEDULER: Final = "default-scheduler"
+#: Distinct controllers whose tuple is shared before the table starts over.
+_OWNERS: Final = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +163,11 @@ class ClusterState(InMemoryCluster):
         self.nodes: dict[str, NodeRecord] = {}
         self._by_node: dict[str, set[ObjectKey]] = {}
         self._by_namespace: dict[str, set[ObjectKey]] = {}
-        # (namespace, owner kind, owner name) -> {(child kind, child name)}
+        # (namespace, owner kind, owner name) -> {(child kind, child name)}, and for pods
+        # -> {pod key}
         self._children: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+        self._child_pods: dict[tuple[str, str, str], set[ObjectKey]] = {}
+        self._owners: dict[tuple[str, str], tuple[tuple[str, str]]] = {}
         self._sinks = {gr: _Sink(self, gr) for gr in WATCHED}
         self._shapes = ResourceShapes()
         self.generation = 0
@@ -210,25 +216,23 @@ class ClusterState(InMemoryCluster):
     # Ingestion ------------------------------------------------------------------------------
 
     def apply(self, group_resource: GroupResource, obj: Mapping[str, Any]) -> ObjectKey | None:
-        """Add or replace one object from its JSON; returns its key (None if unusable)."""
+        """Add or replace one object from its JSON; returns its key (None if unusable).
+        Namespaces, node names, schedulers and controllers are interned: 150,000 pods hold a
+        few thousand distinct strings of them, not 150,000 copies each."""
         metadata = obj.get("metadata") or {}
         name = metadata.get("name")
         if not name:
             return None
-        namespace = (
-            metadata.get("namespace", "") if group_resource not in (NODES, NAMESPACES) else ""
-        )
-        owner = _controller(metadata)
-        previous = self.inventory.get(group_resource, (namespace, name))
+        mapping = self._by_kind[group_resource]
+        namespace = intern(metadata.get("namespace") or "") if mapping.namespaced else ""
+        if not namespace and mapping.namespaced:
+            raise ValueError(f"{group_resource} is namespaced; namespace '' does not fit")
+        key = (namespace, name)
+        owners = self._shared_owners(_controller(metadata))
+        owner = owners[0] if owners else None
+        previous = self.inventory.get(group_resource, key)
         old_owner = previous.owners[0] if previous is not None and previous.owners else None
-        record = self.add(
-            str(group_resource),
-            name,
-            namespace=namespace,
-            labels=metadata.get("labels") or {},
-            owners=(owner,) if owner else (),
-        )
-        key = record.key  # the one shared tuple
+        self.put(mapping, key, metadata.get("labels"), owners)
         if owner != old_owner:
             self._move_child(group_resource, key, old_owner, owner)
         if group_resource == PODS:
@@ -238,6 +242,17 @@ class ClusterState(InMemoryCluster):
         self.generation += 1
         return key
 
+    def _shared_owners(self, owner: tuple[str, str] | None) -> tuple[tuple[str, str], ...]:
+        """`(controller,)`, one tuple per distinct controller (a ReplicaSet's pods share it)."""
+        if owner is None:
+            return ()
+        found = self._owners.get(owner)
+        if found is None:
+            if len(self._owners) >= _OWNERS:
+                self._owners.clear()  # only sharing is lost
+            found = self._owners[owner] = ((intern(owner[0]), intern(owner[1])),)
+        return found
+
     def _move_child(
         self,
         gr: GroupResource,
@@ -246,14 +261,21 @@ class ClusterState(InMemoryCluster):
         new: tuple[str, str] | None,
     ) -> None:
         """Re-file an object under its new controller (the owner index has no reverse map:
-        the previous controller is read from the object's previous record)."""
-        child = (self._kind(gr), key[1])
+        the previous controller is read from the object's previous record). Pods are filed
+        by their key (the record's own tuple), other objects by (kind, name)."""
+        if gr == PODS:
+            index, child = self._child_pods, key
+        else:
+            index, child = self._children, (self._kind(gr), key[1])
         if old is not None:
-            siblings = self._children.get((key[0], *old))
+            owner = (key[0], *old)
+            siblings = index.get(owner)
             if siblings is not None:
                 siblings.discard(child)
+                if not siblings:
+                    del index[owner]
         if new is not None:
-            self._children.setdefault((key[0], *new), set()).add(child)
+            index.setdefault((key[0], *new), set()).add(child)
 
     def _kind(self, gr: GroupResource) -> str:
         mapping = self._by_kind.get(gr)
@@ -268,9 +290,9 @@ class ClusterState(InMemoryCluster):
         record = PodRecord(
             namespace=key[0],
             name=key[1],
-            node=str(spec.get("nodeName") or ""),
-            scheduler=str(spec.get("schedulerName") or DEFAULT_SCHEDULER),
-            priority="" if priority is None else str(priority),
+            node=intern(str(spec.get("nodeName") or "")),
+            scheduler=intern(str(spec.get("schedulerName") or DEFAULT_SCHEDULER)),
+            priority="" if priority is None else intern(str(priority)),
             lifecycle=pod_lifecycle(pod),
             requests=requests,
             limits=limits,
@@ -348,13 +370,12 @@ class ClusterState(InMemoryCluster):
             if current in visited:
                 continue
             visited.add(current)
-            for child_kind, child_name in self._children.get((namespace, *current), ()):
-                if child_kind == "Pod":
-                    pod = self.pods.get((namespace, child_name))
-                    if pod is not None and pod.lifecycle != "Completed":
-                        found.append(pod)
-                else:
-                    pending.append((child_kind, child_name))
+            owner = (namespace, *current)
+            for key in self._child_pods.get(owner, ()):
+                pod = self.pods.get(key)
+                if pod is not None and pod.lifecycle != "Completed":
+                    found.append(pod)
+            pending.extend(self._children.get(owner, ()))
         return found
 
     def pods_of(self, group_resource: GroupResource, key: ObjectKey) -> list[PodRecord] | None:

@@ -182,6 +182,11 @@ class Inventory:
         """Every object of a resource by key (a read-only view for bulk lookups)."""
         return MappingProxyType(self._objects.get(group_resource, {}))
 
+    def keys_in(self, group_resource: GroupResource, namespace: str) -> Iterator[ObjectKey]:
+        """Keys of every object of a resource in one namespace, by group. O(result)."""
+        for members in self._groups.get(group_resource, {}).get(namespace, {}).values():
+            yield from _values(members)
+
     def records(self, group_resource: GroupResource) -> Iterator[ObjectRecord]:
         """Every object of a resource, in insertion order."""
         return iter(self._objects.get(group_resource, {}).values())

@@ -19,6 +19,7 @@ O(objects) plus the deletions of objects not seen again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -161,8 +162,9 @@ class ClusterState(InMemoryCluster):
         self._resolver = resolver
         self.pods: dict[ObjectKey, PodRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
-        self._by_node: dict[str, set[ObjectKey]] = {}
-        self._by_namespace: dict[str, set[ObjectKey]] = {}
+        # A list per node (~30-110 pods: removal is a short scan, and a list of 30 keys is
+        # ~300 bytes where a set is ~2 KiB); pods by namespace come from the inventory.
+        self._by_node: dict[str, list[ObjectKey]] = {}
         # (namespace, owner kind, owner name) -> {(child kind, child name)}, and for pods
         # -> {pod key}
         self._children: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
@@ -301,11 +303,13 @@ class ClusterState(InMemoryCluster):
             metric_limits=metric_limits,
             hpa_requests=hpa,
         )
-        self._unindex_pod(key)
+        old = self.pods.get(key)
         self.pods[key] = record
-        self._by_namespace.setdefault(key[0], set()).add(key)
+        if old is not None and old.node == record.node:
+            return  # filed already (most updates: status changes on the same node)
+        self._unindex_pod(key, old)
         if record.node:
-            self._by_node.setdefault(record.node, set()).add(key)
+            self._by_node.setdefault(record.node, []).append(key)
 
     def _apply_node(self, name: str, node: Mapping[str, Any]) -> None:
         status = node.get("status") or {}
@@ -328,19 +332,20 @@ class ClusterState(InMemoryCluster):
             self._move_child(group_resource, key, previous.owners[0], None)
         self.inventory.delete(group_resource, key)
         if group_resource == PODS:
-            self._unindex_pod(key)
-            self.pods.pop(key, None)
+            self._unindex_pod(key, self.pods.pop(key, None))
         elif group_resource == NODES:
             self.nodes.pop(key[1], None)
         self.generation += 1
 
-    def _unindex_pod(self, key: ObjectKey) -> None:
-        old = self.pods.get(key)
+    def _unindex_pod(self, key: ObjectKey, old: PodRecord | None) -> None:
         if old is None:
             return
-        self._by_namespace.get(old.namespace, set()).discard(key)
-        if old.node:
-            self._by_node.get(old.node, set()).discard(key)
+        on_node = self._by_node.get(old.node) if old.node else None
+        if on_node is not None:
+            with contextlib.suppress(ValueError):
+                on_node.remove(key)
+            if not on_node:
+                del self._by_node[old.node]
 
     # Queries --------------------------------------------------------------------------------
 
@@ -356,8 +361,8 @@ class ClusterState(InMemoryCluster):
         """Schedulable and Runnable pods of a namespace (the quota view)."""
         return [
             pod
-            for key in self._by_namespace.get(namespace, ())
-            if (pod := self.pods[key]).lifecycle != "Completed"
+            for key in self.inventory.keys_in(PODS, namespace)
+            if (pod := self.pods.get(key)) is not None and pod.lifecycle != "Completed"
         ]
 
     def pods_owned_by(self, namespace: str, kind: str, name: str) -> list[PodRecord]:

@@ -30,6 +30,8 @@ kubelets (scrapes per node per interval), measured at the fake.
     python benchmarks/envelope.py --pods 150000 --nodes 5000 --namespaces 3000 --workloads 15000
     python benchmarks/envelope.py --scale 10k --replicas 3 # scale-out figures
     python benchmarks/envelope.py --smoke                  # ~30 s at small scale (CI)
+    python benchmarks/envelope.py --scale 150k --ingest-only --repeat 2 --compare /tmp/old
+                                               # ingest and RSS alone, old and new alternated
 
 Options: `--profile` (py-spy, if installed: `pip install py-spy`), `--window` (seconds of the
 events and serving windows, default 60), `--interval` (scrape interval, default 15).
@@ -194,7 +196,14 @@ class Server:
     """`custom-metrics-server serve` against the world, over TLS with delegated auth."""
 
     def __init__(
-        self, workdir: Path, kubeconfig: Path, auth: Path, interval: float, extra: list[str]
+        self,
+        workdir: Path,
+        kubeconfig: Path,
+        auth: Path,
+        interval: float,
+        extra: list[str],
+        *,
+        pythonpath: str | None = None,
     ) -> None:
         self.workdir = workdir
         certs = workdir / "certs"
@@ -221,6 +230,8 @@ class Server:
             *extra,
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if pythonpath:  # another tree of the package (an A/B against older code): before ours
+            env["PYTHONPATH"] = pythonpath
         self.spawned = time.monotonic()
         self.spawned_wall = time.time()
         self.process = subprocess.Popen(
@@ -934,6 +945,90 @@ def run_events_only(args: argparse.Namespace, pods: int) -> dict[str, Any]:
     return out
 
 
+# ---------------------------------------------------------------------- ingest alone
+
+
+def run_ingest(args: argparse.Namespace, pods: int) -> dict[str, Any]:
+    """(a) and (d) alone: spawn -> `/readyz` 200 (CPU, RSS, the fake's first LIST -> ready),
+    then RSS after two scrape rounds; one world, `--repeat` servers one after the other, and
+    with `--compare TREE` alternating with a server running the package from TREE (an
+    extracted older commit: `git archive <commit> custom_metrics_server | tar -x -C TREE`), so
+    old and new are measured in one run under the same load."""
+    shape = shape_for(args, pods)
+    variants = ["new", "base"] if args.compare else ["new"]
+    out: dict[str, Any] = {"shape": shape, "runs": []}
+    with tempfile.TemporaryDirectory(prefix="envelope-ingest-") as tmp:
+        workdir = Path(tmp)
+        world = World(workdir, shape, extra=world_flags(args))
+        try:
+            for i in range(args.repeat):
+                for variant in variants if i % 2 == 0 else variants[::-1]:
+                    world.ask("reset")
+                    world_cpu = world.stats()["cpu_seconds"]
+                    run_dir = workdir / f"{variant}-{i}"
+                    run_dir.mkdir()
+                    server = Server(
+                        run_dir,
+                        world.kubeconfig,
+                        world.auth,
+                        args.interval,
+                        args.server_arg,
+                        pythonpath=str(args.compare) if variant == "base" else None,
+                    )
+                    try:
+                        load_before = load()
+                        ready_at = server.wait_ready(timeout=600)
+                        cpu = server.cpu()
+                        rss_ready = server.rss()
+                        everything = world.stats()
+                        stats = everything["clients"].get("ZmFrZQ==", {})
+                        first = stats.get("first_request")
+                        kinds = stats.get("kinds", {})
+                        run = {
+                            "variant": variant,
+                            "first_request_to_ready_s": round(
+                                server.spawned_wall + (ready_at - server.spawned) - first, 2
+                            )
+                            if first
+                            else None,
+                            "spawn_to_ready_s": round(ready_at - server.spawned, 2),
+                            "cpu_s": round(cpu, 2),
+                            "rss_ready_mib": round(rss_ready, 1),
+                            "proxy_before_ready": kinds.get("proxy", {}).get("requests", 0),
+                            "list_requests": kinds.get("list", {}).get("requests", 0),
+                            # the fake's CPU meanwhile: near the wall time, the fake was the
+                            # bottleneck (it serves every page from one process)
+                            "world_cpu_s": round(everything["cpu_seconds"] - world_cpu, 2),
+                            "load": f"{load_before} -> {load()}",
+                        }
+                        wait_rounds(server, 2, timeout=6 * args.interval + 120)
+                        run["rss_after_rounds_mib"] = round(server.rss(), 1)
+                        run["cpu_after_rounds_s"] = round(server.cpu(), 2)
+                    finally:
+                        server.close()
+                    log(f"ingest {pods:,} pods, {variant}: {run}")
+                    out["runs"].append(run)
+        finally:
+            world.close()
+    return out
+
+
+def ingest_table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| pods | code | first LIST -> ready (s) | CPU to ready (s) | RSS ready (MiB) | "
+        "RSS after 2 rounds (MiB) | scrapes before ready | load |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines.extend(
+        f"| {r['shape']['pods']:,} | {run['variant']} | {run['first_request_to_ready_s']}"
+        f" | {run['cpu_s']} | {run['rss_ready_mib']} | {run['rss_after_rounds_mib']} | "
+        f"{run['proxy_before_ready']} | {run['load']} |"
+        for r in results
+        for run in r["runs"]
+    )
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------- scale-out
 
 
@@ -1459,6 +1554,17 @@ def main() -> int:  # noqa: PLR0915
     parser.add_argument(
         "--gzip", action="store_true", help="the fake gzips list pages and kubelet answers"
     )
+    parser.add_argument(
+        "--ingest-only",
+        action="store_true",
+        help="(a) and RSS alone: start the server --repeat times against one world",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="servers per --ingest-only run")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        help="--ingest-only: alternate with a server importing the package from this tree",
+    )
     parser.add_argument("--smoke", action="store_true", help="~30 s at small scale (CI)")
     parser.add_argument("--server-arg", action="append", default=[], help="extra serve flag")
     parser.add_argument("--breakdown-only", help=argparse.SUPPRESS)
@@ -1520,7 +1626,18 @@ def main() -> int:  # noqa: PLR0915
         "args": {k: str(v) for k, v in vars(args).items()},
     }
     path = args.out / f"envelope-{'smoke-' if args.smoke else ''}{stamp}.json"
-    if args.events_only:
+    if args.ingest_only:
+        results = [run_ingest(args, pods) for pods in pod_counts]
+        for r in results:
+            if args.breakdown:
+                log("in-process breakdown")
+                r["breakdown"] = breakdown_subprocess(args, r["shape"]["pods"])
+        document["ingest_only"] = results
+        text = ingest_table(results)
+        for r in results:
+            if "breakdown" in r:
+                text += "\n\n" + json.dumps(r["breakdown"], indent=1)
+    elif args.events_only:
         results = [run_events_only(args, pods) for pods in pod_counts]
         document["events_only"] = results
         text = "\n".join(
@@ -1551,7 +1668,7 @@ def main() -> int:  # noqa: PLR0915
         f"\nMachine: {document['machine']}; load {document['load_start']} -> {document['load_end']}\n"
     )
     print(text)
-    print(f"\nJSON: {path.relative_to(ROOT)}")
+    print(f"\nJSON: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     if args.smoke:
         failures = []
         for r in results:

@@ -89,3 +89,52 @@ def test_indexed_select_equals_a_full_scan(
         if (namespace is None or ns == namespace) and selector.matches(labels)
     )
     assert cluster.list_objects(PODS, namespace, selector) == expected
+
+
+def test_groups_follow_relabels_reorders_and_deletes() -> None:
+    """Objects sharing a label set share a group; a relabel, the same labels in another order
+    and a delete each leave the index as a fresh build of the same objects would be."""
+    cluster = cluster_with(
+        ("a", "p1", {"app": "web", "tier": "backend"}),
+        ("a", "p2", {"app": "web", "tier": "backend"}),
+        ("b", "p3", {"app": "web", "tier": "backend"}),
+    )
+    inventory = cluster.inventory
+    cluster.add("pods", "p1", namespace="a", labels={"tier": "backend", "app": "web"})
+    assert cluster.list_objects(PODS, "a", parse_selector("app=web")) == [("a", "p1"), ("a", "p2")]
+    inventory.delete(PODS, ("a", "p1"))
+    inventory.delete(PODS, ("a", "p2"))
+    assert cluster.list_objects(PODS, None, parse_selector("tier=backend")) == [("b", "p3")]
+    assert cluster.list_objects(PODS, "a", EVERYTHING) == []
+    inventory.delete(PODS, ("b", "p3"))
+    assert inventory._postings == {}  # no empty posting or group is kept
+    assert inventory._groups == {PODS: {}}
+    assert len(inventory) == 0
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(0, 6), st.sampled_from(["a", "b"]), label_sets),
+        max_size=40,
+    ),
+    selectors,
+    st.sampled_from([None, "a", "b"]),
+)
+def test_select_after_updates_and_deletes_equals_a_full_scan(
+    ops: list[tuple[bool, int, str, dict[str, str]]], selector: Selector, namespace: str | None
+) -> None:
+    cluster = InMemoryCluster()
+    alive: dict[tuple[str, str], dict[str, str]] = {}
+    for delete, index, ns, labels in ops:
+        key = (ns, f"p{index}")
+        if delete:
+            cluster.inventory.delete(PODS, key)
+            alive.pop(key, None)
+        else:
+            cluster.add("pods", key[1], namespace=ns, labels=labels)
+            alive[key] = labels
+        expected = sorted(
+            k for k, v in alive.items() if namespace in (None, k[0]) and selector.matches(v)
+        )
+        assert cluster.list_objects(PODS, namespace, selector) == expected

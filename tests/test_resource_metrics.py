@@ -157,6 +157,32 @@ def test_relist_removes_objects_not_seen_again_and_reindexes() -> None:
     assert state.inventory.get(PODS, ("ns", "a")) is None
 
 
+def test_indexes_follow_updates_moves_owner_changes_and_deletes() -> None:
+    """The node, namespace and owner indexes after a same-node update, a move, a new
+    controller and a delete are what a fresh load of the final objects gives."""
+    state = ClusterState()
+    load(state, {PODS: [pod("a"), pod("b"), pod("c", ns="other")]})
+    sink = state.sink(PODS)
+    sink.event("MODIFIED", pod("a", cpu="500m"))  # same node: stays filed once
+    sink.event("MODIFIED", pod("b", node="n2", owner=("ReplicaSet", "web-def")))
+    sink.event("DELETED", {"metadata": {"name": "c", "namespace": "other"}})
+    sink.event("ADDED", pod("d", ns="other", node="n2", labels={"app": "db"}))
+    assert [p.name for p in state.pods_on_node("n1")] == ["a"]
+    assert state.pods_on_node("n1")[0].requests["cpu"] == Decimal("0.5")
+    assert sorted(p.name for p in state.pods_on_node("n2")) == ["b", "d"]
+    assert sorted(p.name for p in state.pods_in_namespace("ns")) == ["a", "b"]
+    assert [p.name for p in state.pods_in_namespace("other")] == ["d"]
+    assert [p.name for p in state.pods_owned_by("ns", "ReplicaSet", "web-abc")] == ["a"]
+    assert [p.name for p in state.pods_owned_by("ns", "ReplicaSet", "web-def")] == ["b"]
+    for name, ns in (("a", "ns"), ("b", "ns"), ("d", "other")):
+        sink.event("DELETED", {"metadata": {"name": name, "namespace": ns}})
+    assert state.pods_on_node("n2") == []
+    assert state.pods_in_namespace("other") == []
+    assert state.pods_owned_by("ns", "ReplicaSet", "web-def") == []
+    assert state._by_node == {}
+    assert state._child_pods == {}
+
+
 def test_readiness_waits_for_every_watched_resource() -> None:
     state = ClusterState()
     assert not state.ready().ready

@@ -12,13 +12,7 @@ from typing import Final
 
 from custom_metrics_server.cluster.inventory import Inventory, ObjectRecord
 from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS, RestMapper
-from custom_metrics_server.domain import (
-    GroupResource,
-    ObjectKey,
-    ObjectRef,
-    Readiness,
-    ResourceMapping,
-)
+from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
 from custom_metrics_server.machinery.labels import Selector
 
 _NO_LABELS: Final[Mapping[str, str]] = MappingProxyType({})
@@ -80,21 +74,17 @@ class InMemoryCluster:
         if mapping.namespaced != bool(namespace):
             scope = "namespaced" if mapping.namespaced else "cluster-scoped"
             raise ValueError(f"{resource} is {scope}; namespace {namespace!r} does not fit")
-        previous = self.inventory.get(mapping.group_resource, (namespace, name))
-        record = ObjectRecord(
-            group_resource=mapping.group_resource,
-            namespace=namespace,
-            name=name,
-            labels=self._intern(labels),
-            ref=previous.ref
-            if previous is not None
-            else ObjectRef(
-                kind=mapping.kind,
-                namespace=namespace,
-                name=name,
-                api_version=mapping.api_version,
-            ),
-            owners=owners,
-        )
+        return self.put(mapping, (namespace, name), labels, owners)
+
+    def put(
+        self,
+        mapping: ResourceMapping,
+        key: ObjectKey,
+        labels: Mapping[str, str] | None,
+        owners: tuple[tuple[str, str], ...] = (),
+    ) -> ObjectRecord:
+        """Add or replace one object whose mapping and scope the caller has checked (the
+        watch sinks: one event = one call, no mapping lookup). O(labels)."""
+        record = ObjectRecord(mapping, key, self._intern(labels), owners)
         self.inventory.upsert(record)
         return record

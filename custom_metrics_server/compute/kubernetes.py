@@ -18,9 +18,12 @@ line naming the call and the fix, instead of readiness that never comes; with
 `--leader-elect`, the first Lease round runs there too (`LeaderElector.first_round`).
 
 Readiness: false until the first list of every watched resource has synced. Usage never
-fails readiness; until the kubelets have answered (the first round starts as soon as the node
-list has synced, and nodes that join are scraped at once), the scraper's note says so under
-`/readyz?verbose` (`[+]backend-kubernetes ok (usage not available yet: ...)`).
+fails readiness; until the kubelets have answered (the first round starts as soon as every
+watched list has synced, i.e. when the backend turns ready, and nodes that join later are
+scraped at once), the scraper's note says so under `/readyz?verbose`
+(`[+]backend-kubernetes ok (usage not available yet: ...)`). Not at the node list's sync:
+at 150,000 pods the first round would then run while the pods are still being listed, and
+took ~40 % of the ingest's CPU (docs/envelope-draft.md).
 """
 
 from __future__ import annotations
@@ -158,7 +161,6 @@ class KubernetesBackend(ResourceMetricsBackend):
             )
             for gr in WATCHED
         ]
-        nodes_reflector = self.reflectors[WATCHED.index(NODES)]
         self.agents: AgentDirectory | None = None
         self._agent_client: httpx.AsyncClient | None = None
         watches = list(self.reflectors)
@@ -198,7 +200,7 @@ class KubernetesBackend(ResourceMetricsBackend):
             interval=self.settings.scrape_interval,
             timeout=self.settings.scrape_timeout,
             concurrency=self.settings.scrape_concurrency,
-            nodes_synced=nodes_reflector.wait_synced,
+            nodes_synced=self._listed,
             source=source,
             kubelet_port=port,
             kubelet_ca_file=self.settings.kubelet_ca_file,
@@ -217,6 +219,12 @@ class KubernetesBackend(ResourceMetricsBackend):
             )
         self._stack = contextlib.AsyncExitStack()
         self._tasks = BackgroundTasks()
+
+    async def _listed(self) -> None:
+        """Return once every watched collection (the agents' too) has listed once: the
+        first scrape round waits for the whole cluster view, not only the node list."""
+        for reflector in self.watches:
+            await reflector.wait_synced()
 
     def _notice_nodes(self) -> None:
         self.scraper.notice_nodes()

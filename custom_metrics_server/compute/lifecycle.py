@@ -58,6 +58,16 @@ def pod_lifecycle(pod: Mapping[str, Any]) -> Lifecycle:
     every init and regular container reported terminated. Otherwise Schedulable until
     ``spec.nodeName`` is set, then Runnable.
     """
+    if type(pod) is dict:  # decoded JSON, the usual pod: neither terminal nor deleted
+        spec, status, metadata = pod.get("spec"), pod.get("status"), pod.get("metadata")
+        if (
+            type(spec) is dict
+            and type(status) is dict
+            and type(metadata) is dict
+            and status.get("phase") not in _TERMINAL_PHASES
+            and metadata.get("deletionTimestamp") is None
+        ):
+            return "Runnable" if spec.get("nodeName") else "Schedulable"
     pod = json_object(pod, "pod")
     spec = json_object(pod.get("spec"), "spec")
     status = json_object(pod.get("status"), "status")

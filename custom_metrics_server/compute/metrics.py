@@ -271,7 +271,7 @@ class ResourceMetricsBackend:
                 now=now,
                 held=held,
             )
-            table[key] = (held, record.ref, now, sample)
+            table[key] = (held, record, now, sample)
             return sample
 
         return object_samples(

@@ -95,8 +95,9 @@ def object_samples(
             continue
         hit = table_get(key)
         current: Held | None = None
-        # A memoised entry: (Held, the record's ref, when, the sample or None).
-        if hit is not None and hit[1] is record.ref and now - hit[2] < fresh:
+        # A memoised entry: (Held, the object's record, when, the sample or None); a watch
+        # event replaces the record, so identity says the object did not change.
+        if hit is not None and hit[1] is record and now - hit[2] < fresh:
             was = hit[0]
             assert isinstance(was, Held)
             if was.generations != generations:

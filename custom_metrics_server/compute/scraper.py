@@ -12,7 +12,8 @@ It must not parse text or compute rates (that is :mod:`.kubelet_reader` and :mod
 and does not decide what the usage means for any API.
 
 Scheduling is :mod:`.scrape_rounds`'s (shared with the pod scraper): rounds never overlap,
-the first one starts as soon as the node list has synced (``nodes_synced``), nodes that join
+the first one starts as soon as ``nodes_synced`` returns (the Kubernetes backend: every watched
+list has synced, so the first round does not compete with the pods' initial list), nodes that join
 between rounds are scraped at once (``notice_nodes``, called by the node watch's sink), starts
 are spread over the first half of the interval except in the first round and in those
 catch-ups, which are only paced at ``FIRST_STARTS_PER_SECOND`` (1,000 a second) so that usage

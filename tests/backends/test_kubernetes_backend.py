@@ -14,7 +14,7 @@ import pytest
 
 from custom_metrics_server.backends import demo_kubelets, demo_workloads, demo_world
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
-from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
+from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, WATCHED
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.lease import LeaderElector
@@ -274,3 +274,28 @@ async def test_no_kubelet_answering_is_a_readiness_note_not_a_failure(
         "[+]backend-kubernetes ok (usage not available: no kubelet answered the first scrape "
         "round" in verbose.text
     )
+
+
+async def test_the_first_scrape_round_waits_for_every_watched_list(
+    api: FakeKubeApiServer,
+) -> None:
+    """The node list syncs while the pods are still being listed: no kubelet is scraped until
+    every list is in (the first round would compete with the pods' initial list), then at
+    once, with no interval in between."""
+    settings = KubernetesSettings(
+        scrape_interval=30.0, scrape_timeout=2.0, discovery_interval=60, discovery_min_refresh=0
+    )
+    kubelet_text(api, time.time() - 30, 10.0)
+    # The start-up probe (limit=1) and then the reflector's first page of pods come late.
+    api.delay_next(kind="list", path="/api/v1/pods", seconds=1.0, count=2)
+    backend = KubernetesBackend(KubeClient(api.connection()), settings)
+    async with backend:
+        pods, nodes = (backend.reflectors[WATCHED.index(gr)] for gr in (PODS, NODES))
+        await until(lambda: nodes.synced)
+        assert not pods.synced
+        await asyncio.sleep(0.3)
+        assert api.count("proxy") == 0
+        assert not backend.ready().ready
+        await until(lambda: backend.ready().ready)
+        # Not a whole interval (30 s) later: as soon as the pods have listed.
+        await until(lambda: api.count("proxy") == len(api.objects("nodes")), within=5.0)

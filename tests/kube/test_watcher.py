@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from custom_metrics_server.kube.client import GoneError, KubeApiError, KubeClient
-from custom_metrics_server.kube.watcher import Reflector
+from custom_metrics_server.kube.watcher import FEED_CHUNK, Reflector
 from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod, status
 
 Key = tuple[str, str]
@@ -897,3 +897,32 @@ async def test_fake_watch_from_no_version_starts_with_every_object_as_added(
         async for e in client.watch(PODS, {"watch": "1"}, read_timeout=5)
     ]
     assert seen == [("ADDED", "p000"), ("ADDED", "p001"), ("ADDED", "p002")]
+
+
+async def test_the_next_page_is_requested_while_this_one_is_fed_to_the_sink() -> None:
+    """The API server prepares page 2 while page 1 is decoded and applied: its request is out
+    before page 1's last object reaches the sink (and the list still arrives whole, once)."""
+    first = [f"a{i:03d}" for i in range(3 * FEED_CHUNK)]
+    client = ScriptedClient([a_list(10, *first, token="next"), a_list(10, "b")], [[]])
+    requests_seen: list[int] = []
+    sink = DictSink(on_listed=lambda obj: requests_seen.append(len(client.list_params)))
+    reflector = await play(client, sink)
+    assert requests_seen[0] == 1  # page 2 is not asked for before page 1 has arrived
+    assert requests_seen[len(first) - 1] == 2  # ...but before page 1 is all in the sink
+    assert client.list_params[1]["continue"] == "next"
+    assert set(sink.objects) == {("ns", name) for name in [*first, "b"]}
+    assert sink.violations == []
+    assert reflector.stats.pages == 2
+
+
+async def test_cancelled_mid_list_leaves_no_page_request_behind() -> None:
+    first = [f"a{i:03d}" for i in range(2 * FEED_CHUNK)]
+    client = ScriptedClient([a_list(10, *first, token="next")], [])  # page 2 never comes
+    sink = DictSink()
+    reflector = reflector_for(client, sink)
+    before = set(asyncio.all_tasks())
+    async with running(reflector):
+        await asyncio.wait_for(client.exhausted.wait(), 5)
+    await asyncio.sleep(0)
+    assert set(asyncio.all_tasks()) - before == set()
+    assert sink.lists_finished == 0

@@ -29,9 +29,9 @@ import httpx
 import orjson
 
 from custom_metrics_server import __version__
-from custom_metrics_server.prometheus.http11 import Http11Pool, TransportError, TransportTimeout
 from custom_metrics_server.prometheus.registry import SeriesShape, series_shape
 from custom_metrics_server.prometheus.rules import ServerConfig
+from custom_metrics_server.runtime.http11 import Http11Pool, TransportError, TransportTimeout
 from custom_metrics_server.runtime.tls import client_context
 
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
@@ -182,7 +182,7 @@ def _header_problem(name: str, value: str) -> str | None:
 class PrometheusClient:
     """One Prometheus-compatible server.
 
-    Calls go through :class:`~.http11.Http11Pool` (a lean keep-alive HTTP/1.1 pool) unless the
+    Calls go through `runtime.http11.Http11Pool` (a lean keep-alive HTTP/1.1 pool) unless the
     environment names a proxy for the server or a test passes an httpx `transport`; then
     through httpx, as before.
     """

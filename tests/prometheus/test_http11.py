@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 pool of the Prometheus client (`prometheus/http11.py`) against scripted
+"""The lean HTTP/1.1 pool (`runtime/http11.py`, used by the Prometheus client) against scripted
 servers on real sockets: framing (Content-Length, chunked, end of connection), gzip,
 keep-alive reuse and its stale-connection race, timeouts, cancellation, the connection limit
 and TLS."""
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trustme
 
-from custom_metrics_server.prometheus.http11 import (
+from custom_metrics_server.runtime.http11 import (
     Http11Pool,
     TransportError,
     TransportTimeout,

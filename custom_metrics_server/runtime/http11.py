@@ -1,5 +1,6 @@
-"""A lean HTTP/1.1 keep-alive client for one Prometheus-compatible server: a small pool of
-connections, each an `asyncio.Protocol` whose responses `httptools` parses.
+"""A lean HTTP/1.1 keep-alive client for one origin (a Prometheus-compatible server, the API
+server, a pod's metrics endpoint): a small pool of connections, each an `asyncio.Protocol`
+whose responses `httptools` parses.
 
 Why not httpx here: per call httpx builds `Request`/`Response`/`URL`/`Headers` objects, walks
 its connection pool under anyio locks and events, and logs the call at INFO. That was about
@@ -19,8 +20,8 @@ closed it while idle) is sent once more on a new connection. A caller cancelled 
 closes its connection (its answer would be out of step with the next request).
 
 Answers are framed by Content-Length, chunked transfer coding or the end of the connection,
-and `Content-Encoding: gzip` is decoded. It must not know the Prometheus API (:mod:`.client`
-builds requests and reads answers).
+and `Content-Encoding: gzip` is decoded. It must not know any API: its callers
+(`prometheus.client`, `backends.pod_metrics`) build requests and read answers.
 
 Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
 timer and one future; a new connection adds a TCP connect (and a TLS handshake).

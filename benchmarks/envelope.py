@@ -299,6 +299,10 @@ def scrape_figures(m: dict[str, float]) -> dict[str, float]:
         "lag_count": m.get("custom_metrics_server_event_loop_lag_seconds_count", 0.0),
         "lag_sum": m.get("custom_metrics_server_event_loop_lag_seconds_sum", 0.0),
     }
+    for generation in range(3):  # the cyclic GC's pauses (custom_metrics_server_gc_pause_seconds)
+        series = f'custom_metrics_server_gc_pause_seconds_%s{{generation="{generation}"}}'
+        out[f"gc{generation}_count"] = m.get(series % "count", 0.0)
+        out[f"gc{generation}_sum"] = m.get(series % "sum", 0.0)
     lag = "custom_metrics_server_event_loop_lag_seconds_bucket"
     out["lag_le_25ms"] = m.get(f'{lag}{{le="0.025"}}', 0.0)
     out["lag_le_50ms"] = m.get(f'{lag}{{le="0.05"}}', 0.0)
@@ -813,7 +817,7 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
     return result
 
 
-def serve_phases(
+def serve_phases(  # noqa: PLR0915 - the (f) phase, one step after another
     args: argparse.Namespace,
     *,
     result: dict[str, Any],
@@ -877,6 +881,13 @@ def serve_phases(
         "over_50ms": lag_samples - (metrics1["lag_le_50ms"] - metrics0["lag_le_50ms"]),
         "over_100ms": lag_samples - (metrics1["lag_le_100ms"] - metrics0["lag_le_100ms"]),
         "over_1s": lag_samples - (metrics1["lag_le_1s"] - metrics0["lag_le_1s"]),
+    }
+    serving["gc_pauses"] = {  # collections by generation: count and total ms
+        f"gen{g}": {
+            "count": metrics1[f"gc{g}_count"] - metrics0[f"gc{g}_count"],
+            "total_ms": round(1000 * (metrics1[f"gc{g}_sum"] - metrics0[f"gc{g}_sum"]), 1),
+        }
+        for g in range(3)
     }
     serving["scrape_rounds_overrun"] = metrics1["overruns"] - metrics0["overruns"]
     if stats0.get("auth") and stats1.get("auth"):

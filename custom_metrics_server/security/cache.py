@@ -4,9 +4,9 @@
 by their own TTL, the cache holds at most `capacity` entries (the oldest inserted is dropped
 first, and a full cache first drops the expired entries at its old end), and `get` never
 returns an expired entry. An expired entry behind a live one stays until it is read or reaches
-the old end (with one TTL per cache, insertion order is expiry order). `SingleFlight` makes concurrent identical
-lookups share one call, run as a detached task so one cancelled request does not fail the
-others (upstream: a detached 30 s context).
+the old end (with one TTL per cache, insertion order is expiry order). `SingleFlight` makes
+concurrent identical lookups share one call, run as a detached task so one cancelled request
+does not fail the others (upstream: a detached 30 s context).
 
 Must not: cache errors (callers only `put` answers). `get`/`put` are O(1) amortised.
 """
@@ -85,7 +85,10 @@ class SingleFlight(Generic[K, V]):
 
             async def run() -> V:
                 try:
-                    return await asyncio.wait_for(call(), self._timeout)
+                    # asyncio.timeout, not wait_for: no second task per call (3.11's wait_for
+                    # runs the call in a task of its own).
+                    async with asyncio.timeout(self._timeout):
+                        return await call()
                 finally:
                     self._running.pop(key, None)
 

@@ -72,6 +72,7 @@ bench-smoke: install
 	$(BIN)/python benchmarks/routing.py --smoke
 	$(BIN)/python benchmarks/envelope.py --smoke  # issue 17's envelope at 1,200 pods (~30 s)
 	$(BIN)/python benchmarks/scrape_client.py --smoke  # one kubelet scrape's HTTP cost (~7 s)
+	$(BIN)/python benchmarks/review_client.py --smoke  # a SubjectAccessReview's CPU, httpx vs lean (~5 s)
 
 bench-routing: install  ## routing cost per request: 20 backends, 1,000 routes (in process)
 	$(BIN)/python benchmarks/routing.py $(ARGS)

@@ -310,7 +310,13 @@ def scrape_figures(m: dict[str, float]) -> dict[str, float]:
         "lag_count": m.get("custom_metrics_server_event_loop_lag_seconds_count", 0.0),
         "lag_sum": m.get("custom_metrics_server_event_loop_lag_seconds_sum", 0.0),
     }
+    for generation in range(3):  # the cyclic GC's pauses (custom_metrics_server_gc_pause_seconds)
+        series = f'custom_metrics_server_gc_pause_seconds_%s{{generation="{generation}"}}'
+        out[f"gc{generation}_count"] = m.get(series % "count", 0.0)
+        out[f"gc{generation}_sum"] = m.get(series % "sum", 0.0)
     lag = "custom_metrics_server_event_loop_lag_seconds_bucket"
+    out["lag_le_25ms"] = m.get(f'{lag}{{le="0.025"}}', 0.0)
+    out["lag_le_50ms"] = m.get(f'{lag}{{le="0.05"}}', 0.0)
     out["lag_le_100ms"] = m.get(f'{lag}{{le="0.1"}}', 0.0)
     out["lag_le_1s"] = m.get(f'{lag}{{le="1.0"}}', 0.0)
     for series, value in m.items():
@@ -711,6 +717,25 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             )
             # (c) scrape rounds: the first two give every pod usage; then a quiet window.
             wait_rounds(server, 2, timeout=6 * interval + 120)
+            if args.serving_only:
+                # (f) alone: the event stream on, one scrape interval as the baseline that
+                # `cpu_per_request_ms` removes, then the HPA load (and wrk unless 0 s).
+                world.stream(args.event_rate)
+                time.sleep(5)
+                events = window_rounds(server, 1, timeout=4 * interval + 120, world=world)
+                events["cpu_share"] = events["cpu_s"] / events["wall_s"]
+                result["events"] = events
+                serve_phases(
+                    args,
+                    result=result,
+                    server=server,
+                    world=world,
+                    events=events,
+                    profiler=profiler,
+                    profiles=profiles,
+                    pods=pods,
+                )
+                return result
             rounds_window = args.rounds * interval
             log(f"scrape-only window: {rounds_window:g}s")
             if args.profile:
@@ -783,100 +808,16 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             log(
                 f"events: {events['event_rate']:.0f}/s, total {events['cpu_share']:.1%} of a core, events alone {events['events_cpu_share']:.1%}"
             )
-            # (f) serving while events and scrapes run
-            paths = hpa_paths(plan)
-            if args.hpa_warmup:  # one unmeasured pass: warm authorization and answer caches
-                asyncio.run(
-                    fixed_rate(
-                        server.host,
-                        server.port,
-                        server.ssl,
-                        paths,
-                        rate=args.hpa_rate,
-                        duration=args.hpa_warmup,
-                    )
-                )
-            stats0 = world.stats()
-            metrics0 = scrape_figures(server.metrics())
-            cpu0, world_cpu0 = server.cpu(), stats0["cpu_seconds"]
-            if args.profile:
-                profiler.start(server.pid, f"{pods}-serving")
-            serving = asyncio.run(
-                fixed_rate(
-                    server.host,
-                    server.port,
-                    server.ssl,
-                    paths,
-                    rate=args.hpa_rate,
-                    duration=args.window,
-                )
+            serve_phases(
+                args,
+                result=result,
+                server=server,
+                world=world,
+                events=events,
+                profiler=profiler,
+                profiles=profiles,
+                pods=pods,
             )
-            profiles["serving"] = profiler.stop()
-            serving["server_cpu_s"] = round(server.cpu() - cpu0, 2)
-            serving["server_cpu_share"] = round(serving["server_cpu_s"] / serving["elapsed_s"], 3)
-            # CPU per request above the scrape + event baseline of the events window
-            serving["cpu_per_request_ms"] = round(
-                1000
-                * (serving["server_cpu_s"] - events["cpu_share"] * serving["elapsed_s"])
-                / max(1, sum(serving["statuses"].values())),
-                2,
-            )
-            serving["load"] = load()
-            stats1 = world.stats()
-            metrics1 = scrape_figures(server.metrics())
-            lag_samples = metrics1["lag_count"] - metrics0["lag_count"]
-            serving["loop_lag"] = {  # the server's own event-loop lag samples (every 0.25 s)
-                "samples": lag_samples,
-                "mean_ms": round(
-                    1000 * (metrics1["lag_sum"] - metrics0["lag_sum"]) / max(1.0, lag_samples), 1
-                ),
-                "over_100ms": lag_samples - (metrics1["lag_le_100ms"] - metrics0["lag_le_100ms"]),
-                "over_1s": lag_samples - (metrics1["lag_le_1s"] - metrics0["lag_le_1s"]),
-            }
-            serving["scrape_rounds_overrun"] = metrics1["overruns"] - metrics0["overruns"]
-            if stats0.get("auth") and stats1.get("auth"):
-                serving["access_reviews"] = (
-                    stats1["auth"]["access_reviews"] - stats0["auth"]["access_reviews"]
-                )
-                serving["token_reviews"] = (
-                    stats1["auth"]["token_reviews"] - stats0["auth"]["token_reviews"]
-                )
-                serving["auth_cpu_share"] = round(
-                    (stats1["auth"]["cpu_seconds"] - stats0["auth"]["cpu_seconds"])
-                    / serving["elapsed_s"],
-                    3,
-                )
-            serving["world_cpu_share"] = round(
-                (stats1["cpu_seconds"] - world_cpu0) / serving["elapsed_s"], 3
-            )
-            result["hpa"] = serving
-            log(
-                f"HPA load: {serving['achieved_rps']} req/s, p50 {serving['p50_ms']} ms, p99 {serving['p99_ms']} ms, {serving['statuses']}"
-            )
-            big = plan["big_namespace"]
-            wrk_url = f"{server.url}{API}/namespaces/{big}/pods/*/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dcpu"
-            check = server.http.get(wrk_url.removeprefix(server.url))
-            cpu0 = server.cpu()
-            if args.profile:
-                profiler.start(server.pid, f"{pods}-wrk")
-            wrk = run_wrk(wrk_url, args.wrk_seconds)
-            profiles["wrk"] = profiler.stop()
-            wrk["server_cpu_s"] = round(server.cpu() - cpu0, 2)
-            wrk["items"] = (
-                len(check.json().get("items", []))
-                if check.status_code == 200
-                else check.status_code
-            )
-            wrk["bytes"] = len(check.content)
-            wrk["load"] = load()
-            result["wrk"] = wrk
-            log(
-                f"wrk pods/* over {wrk['items']} pods: {wrk.get('rps')} req/s, p99 {wrk.get('p99_ms')} ms"
-            )
-            world.stream(0)
-            result["rss_end_mib"] = round(server.rss(), 1)
-            result["server_metrics_end"] = scrape_figures(server.metrics())
-            result["profiles"] = {k: v for k, v in profiles.items() if v}
         finally:
             if server is not None:
                 server.close()
@@ -885,6 +826,122 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
                 with contextlib.suppress(OSError):
                     shutil.copy(workdir / name, outdir / f"{pods}-{name}")
     return result
+
+
+def serve_phases(  # noqa: PLR0915 - the (f) phase, one step after another
+    args: argparse.Namespace,
+    *,
+    result: dict[str, Any],
+    server: Server,
+    world: World,
+    events: dict[str, Any],
+    profiler: Profiler,
+    profiles: dict[str, Any],
+    pods: int,
+) -> None:
+    """(f) serving while events and scrapes run, then `wrk` (unless `--wrk-seconds 0`)."""
+    plan = world.plan
+    # (f) serving while events and scrapes run
+    paths = hpa_paths(plan)
+    if args.hpa_warmup:  # one unmeasured pass: warm authorization and answer caches
+        asyncio.run(
+            fixed_rate(
+                server.host,
+                server.port,
+                server.ssl,
+                paths,
+                rate=args.hpa_rate,
+                duration=args.hpa_warmup,
+            )
+        )
+    stats0 = world.stats()
+    metrics0 = scrape_figures(server.metrics())
+    cpu0, world_cpu0 = server.cpu(), stats0["cpu_seconds"]
+    if args.profile:
+        profiler.start(server.pid, f"{pods}-serving")
+    serving = asyncio.run(
+        fixed_rate(
+            server.host,
+            server.port,
+            server.ssl,
+            paths,
+            rate=args.hpa_rate,
+            duration=args.window,
+        )
+    )
+    profiles["serving"] = profiler.stop()
+    serving["server_cpu_s"] = round(server.cpu() - cpu0, 2)
+    serving["server_cpu_share"] = round(serving["server_cpu_s"] / serving["elapsed_s"], 3)
+    # CPU per request above the scrape + event baseline of the events window
+    serving["cpu_per_request_ms"] = round(
+        1000
+        * (serving["server_cpu_s"] - events["cpu_share"] * serving["elapsed_s"])
+        / max(1, sum(serving["statuses"].values())),
+        2,
+    )
+    serving["load"] = load()
+    stats1 = world.stats()
+    metrics1 = scrape_figures(server.metrics())
+    lag_samples = metrics1["lag_count"] - metrics0["lag_count"]
+    serving["loop_lag"] = {  # the server's own event-loop lag samples (every 0.25 s)
+        "samples": lag_samples,
+        "mean_ms": round(
+            1000 * (metrics1["lag_sum"] - metrics0["lag_sum"]) / max(1.0, lag_samples), 1
+        ),
+        "over_25ms": lag_samples - (metrics1["lag_le_25ms"] - metrics0["lag_le_25ms"]),
+        "over_50ms": lag_samples - (metrics1["lag_le_50ms"] - metrics0["lag_le_50ms"]),
+        "over_100ms": lag_samples - (metrics1["lag_le_100ms"] - metrics0["lag_le_100ms"]),
+        "over_1s": lag_samples - (metrics1["lag_le_1s"] - metrics0["lag_le_1s"]),
+    }
+    serving["gc_pauses"] = {  # collections by generation: count and total ms
+        f"gen{g}": {
+            "count": metrics1[f"gc{g}_count"] - metrics0[f"gc{g}_count"],
+            "total_ms": round(1000 * (metrics1[f"gc{g}_sum"] - metrics0[f"gc{g}_sum"]), 1),
+        }
+        for g in range(3)
+    }
+    serving["scrape_rounds_overrun"] = metrics1["overruns"] - metrics0["overruns"]
+    if stats0.get("auth") and stats1.get("auth"):
+        serving["access_reviews"] = (
+            stats1["auth"]["access_reviews"] - stats0["auth"]["access_reviews"]
+        )
+        serving["token_reviews"] = stats1["auth"]["token_reviews"] - stats0["auth"]["token_reviews"]
+        serving["auth_cpu_share"] = round(
+            (stats1["auth"]["cpu_seconds"] - stats0["auth"]["cpu_seconds"]) / serving["elapsed_s"],
+            3,
+        )
+    serving["world_cpu_share"] = round(
+        (stats1["cpu_seconds"] - world_cpu0) / serving["elapsed_s"], 3
+    )
+    result["hpa"] = serving
+    log(
+        f"HPA load: {serving['achieved_rps']} req/s, p50 {serving['p50_ms']} ms, p99 {serving['p99_ms']} ms, {serving['statuses']}"
+    )
+    big = plan["big_namespace"]
+    if args.wrk_seconds <= 0:
+        world.stream(0)
+        result["rss_end_mib"] = round(server.rss(), 1)
+        result["profiles"] = {k: v for k, v in profiles.items() if v}
+        return
+    wrk_url = f"{server.url}{API}/namespaces/{big}/pods/*/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dcpu"
+    check = server.http.get(wrk_url.removeprefix(server.url))
+    cpu0 = server.cpu()
+    if args.profile:
+        profiler.start(server.pid, f"{pods}-wrk")
+    wrk = run_wrk(wrk_url, args.wrk_seconds)
+    profiles["wrk"] = profiler.stop()
+    wrk["server_cpu_s"] = round(server.cpu() - cpu0, 2)
+    wrk["items"] = (
+        len(check.json().get("items", [])) if check.status_code == 200 else check.status_code
+    )
+    wrk["bytes"] = len(check.content)
+    wrk["load"] = load()
+    result["wrk"] = wrk
+    log(f"wrk pods/* over {wrk['items']} pods: {wrk.get('rps')} req/s, p99 {wrk.get('p99_ms')} ms")
+    world.stream(0)
+    result["rss_end_mib"] = round(server.rss(), 1)
+    result["server_metrics_end"] = scrape_figures(server.metrics())
+    result["profiles"] = {k: v for k, v in profiles.items() if v}
 
 
 # ---------------------------------------------------------------------- events alone
@@ -1542,6 +1599,12 @@ def main() -> int:  # noqa: PLR0915
         "then sees warm caches)",
     )
     parser.add_argument("--replicas", type=int, default=0, help="scale-out run with N replicas")
+    parser.add_argument(
+        "--serving-only",
+        action="store_true",
+        help="(f) alone: ingest, two rounds, the event stream, then the HPA load and wrk "
+        "(skip wrk with --wrk-seconds 0); no scrape-only, /metrics/resources or events window",
+    )
     parser.add_argument(
         "--events-only",
         action="store_true",

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import time
 
 import pytest
 
+from custom_metrics_server.runtime.stalls import STALL_TRACE_ENV
 from custom_metrics_server.server.observability import ServerMetrics
 
 
@@ -49,3 +52,51 @@ async def test_a_blocked_event_loop_is_measured_and_logged(
     warnings = [r for r in caplog.records if "event loop was blocked" in r.getMessage()]
     assert len(warnings) == 1
     assert warnings[0].levelno == logging.WARNING
+
+
+async def test_gc_pauses_are_observed_by_generation() -> None:
+    metrics = ServerMetrics()
+    watcher = asyncio.create_task(metrics.watch_loop_lag(interval=0.01))
+    try:
+        await asyncio.sleep(0.02)  # the watcher has installed its gc callback
+        before = list(metrics.gc_pauses.count)
+        gc.collect(2)
+        gc.collect(0)
+        after = list(metrics.gc_pauses.count)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    assert after[2] == before[2] + 1
+    assert after[0] == before[0] + 1
+    text = metrics.exposition().decode()
+    assert 'custom_metrics_server_gc_pause_seconds_count{generation="2"}' in text
+    # Cancelled: the callback is gone, so later collections are not counted.
+    gc.collect(2)
+    assert metrics.gc_pauses.count[2] == after[2]
+
+
+async def test_the_stall_sampler_logs_the_stalled_stack(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STALL_TRACE_ENV, "50")
+    metrics = ServerMetrics()
+    watcher = asyncio.create_task(metrics.watch_loop_lag(interval=0.01))
+    try:
+        await asyncio.sleep(0.05)
+
+        def hold_the_loop() -> None:
+            time.sleep(0.3)  # releases the GIL: the sampler sees this frame
+
+        hold_the_loop()
+        for _ in range(300):  # reported once the loop runs again (the thread may be late)
+            await asyncio.sleep(0.01)
+            if any("stalled" in r.getMessage() for r in caplog.records):
+                break
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    stalls = [r.getMessage() for r in caplog.records if "event loop stalled" in r.getMessage()]
+    assert stalls
+    assert "hold_the_loop" in stalls[0]

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import ssl
 import zlib
 from collections.abc import Callable
@@ -41,6 +42,11 @@ from dataclasses import dataclass
 from typing import Final
 
 import httptools
+
+#: One INFO line per request, as httpx's ("HTTP Request: GET url "HTTP/1.1 200 OK""), enabled
+#: from `-v=6` by `runtime.logs` (klog's level for a client's requests).
+REQUEST_LOGGER: Final = "custom_metrics_server.http"
+_requests = logging.getLogger(REQUEST_LOGGER)
 
 __all__ = ["Answer", "BodyTooLarge", "Http11Pool", "TransportError", "TransportTimeout"]
 
@@ -321,10 +327,28 @@ class Http11Pool:
             raise TransportError("client closed")
         connection = await self._acquire()
         try:
-            return await self._exchange(connection, head, body, sink, limit)
+            answer = await self._exchange(connection, head, body, sink, limit)
         except _Stale:
             connection = await self._acquire(fresh=True)
-            return await self._exchange(connection, head, body, sink, limit)
+            answer = await self._exchange(connection, head, body, sink, limit)
+        if _requests.isEnabledFor(logging.INFO):
+            self._log(head, answer)
+        return answer
+
+    def _log(self, head: bytes, answer: Answer) -> None:
+        method, _, rest = head.partition(b" ")
+        target = rest.partition(b" ")[0].decode("latin-1")
+        scheme = "https" if self.ssl_context is not None else "http"
+        _requests.info(
+            'HTTP Request: %s %s://%s:%d%s "HTTP/1.1 %d %s"',
+            method.decode("latin-1"),
+            scheme,
+            self.host,
+            self.port,
+            target,
+            answer.status,
+            answer.reason,
+        )
 
     async def _exchange(
         self,

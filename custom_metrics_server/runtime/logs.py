@@ -8,7 +8,8 @@
   changes, reloads, certificate rotations, leader election, warnings and errors). Never a line
   per request served or per call made. |
 | 3-5 | DEBUG too: per-request and per-node detail, and the traceback of a start-up failure. |
-| 6-7 | also one line per HTTP request the server makes (httpx: TokenReview,
+| 6-7 | also one line per HTTP request the server makes (httpx and the lean pool of
+  `runtime/http11.py`, logger `custom_metrics_server.http`: TokenReview,
   SubjectAccessReview, list, watch, Lease, node proxy, Prometheus), as kube components log
   their requests from `-v=6`. |
 | 8+ | also the HTTP client's connection-level events (httpcore). |
@@ -53,6 +54,10 @@ def configure_logging(verbosity: int) -> None:
     )
     logging.getLogger("httpcore").setLevel(
         logging.DEBUG if verbosity >= CONNECTION_VERBOSITY else logging.WARNING
+    )
+    # The lean HTTP/1.1 pool's request lines (reviews, kubelets, Prometheus, pass-through).
+    logging.getLogger("custom_metrics_server.http").setLevel(
+        logging.INFO if verbosity >= REQUEST_VERBOSITY else logging.WARNING
     )
 
 

@@ -9,8 +9,16 @@ A union, first Allow or Deny wins (pkg/server/options/authorization.go):
 3. a SubjectAccessReview (`authorization.k8s.io/v1`) carrying the user, uid, groups, extra and
    the request's attributes (`requestinfo`) decides: `allowed` -> Allow, `denied` -> Deny,
    neither -> NoOpinion (403), both -> error (500). Answers are cached by the whole spec for
-   `--authorization-webhook-cache-authorized-ttl` / `-unauthorized-ttl` (10 s), at most 8192
-   entries, never for attributes over 10,000 bytes; errors are never cached.
+   `--authorization-webhook-cache-authorized-ttl` / `-unauthorized-ttl` (10 s), at most
+   `CACHE_CAPACITY` entries, never for attributes over 10,000 bytes; errors are never cached.
+
+Sizing. An HPA asks about the same attributes every sync period (15 s), so each HPA metric is
+one entry: upstream's 8,192 entries thrash from ~8,000 HPA metrics on, whatever the TTL; 65,536
+hold 50,000 HPAs with room (~45 MiB at 50,000 HPA-like entries, measured by
+`benchmarks/review_client.py --cache`). The TTLs stay upstream's (10 s), shorter than the HPA's
+period, so by default every HPA query is reviewed; docs/security.md recommends
+`--authorization-webhook-cache-authorized-ttl=5m` (kube-apiserver's own webhook default) from a
+few hundred HPAs on.
 
 Failures: `Forbidden` (403) carries upstream's exact message (HTML-escaped) and details; an
 authorizer error is `AuthorizationUnavailable` (500 InternalError Status: we answer a Status
@@ -44,6 +52,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_ALWAYS_ALLOW_PATHS: Final = ("/healthz", "/readyz", "/livez")
 DEFAULT_ALWAYS_ALLOW_GROUPS: Final = ("system:masters",)
 MAX_CACHED_ATTRIBUTE_BYTES: Final = 10_000
+CACHE_CAPACITY: Final = 65_536  # upstream: 8,192 (see "Sizing" above)
 
 
 class AuthorizationUnavailable(InternalError):
@@ -112,6 +121,9 @@ class Decision:
     reason: str
 
 
+_ALLOWED: Final = Decision(allowed=True, denied=False, reason="")
+
+
 def review_body(identity: Identity, attributes: RequestAttributes) -> dict[str, Any]:
     """The SubjectAccessReview sent for one decision (spec fields in Go's order, omitempty)."""
     kind, document = attributes.sar_attributes()
@@ -157,7 +169,7 @@ class Authorizer:
         allowed_ttl: float = 10.0,
         denied_ttl: float = 10.0,
         backoff: Backoff | None = None,
-        capacity: int = 8192,
+        capacity: int = CACHE_CAPACITY,
     ) -> None:
         self._client = client
         self._exact_paths, self._path_prefixes = _path_matcher(always_allow_paths)
@@ -222,10 +234,13 @@ class Authorizer:
         status = answer.get("status") or {}
         if not isinstance(status, dict):
             raise ReviewError("SubjectAccessReview answer has no status")
-        decision = Decision(
-            allowed=status.get("allowed") is True,
-            denied=status.get("denied") is True,
-            reason=str(status.get("reason") or ""),
+        allowed, denied = status.get("allowed") is True, status.get("denied") is True
+        reason = str(status.get("reason") or "")
+        # Nearly every answer is a reason-less allow: one shared object, not one per entry.
+        decision = (
+            _ALLOWED
+            if allowed and not denied and not reason
+            else Decision(allowed=allowed, denied=denied, reason=reason)
         )
         if attributes.controlled_size() < MAX_CACHED_ATTRIBUTE_BYTES:
             ttl = self._allowed_ttl if decision.allowed else self._denied_ttl

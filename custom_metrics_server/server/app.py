@@ -35,6 +35,7 @@ from custom_metrics_server.plugins.loader import Loaded
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.routing import Host, hosts_of
 from custom_metrics_server.runtime.asgi import Receive, Scope, Send, serve_lifespan
+from custom_metrics_server.runtime.heap import steady_gc
 from custom_metrics_server.runtime.tasks import background
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.gate import AllowAllGate, Gate
@@ -227,6 +228,8 @@ class Server:
             await stack.enter_async_context(self.backends)
             readiness = ReadinessLog(lambda: self._checks("readyz"))
             await stack.enter_async_context(background(readiness.run(), name="readiness-log"))
+            ready = lambda: all(c.ready for c in self._checks("readyz").values())  # noqa: E731
+            await stack.enter_async_context(background(steady_gc(ready), name="steady-gc"))
             yield
         logger.info("backends stopped")
 

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from custom_metrics_server.query.status import OUTCOMES, MetricStatus
 from custom_metrics_server.runtime.metric_vectors import CounterVec, HistogramVec
+from custom_metrics_server.runtime.stalls import GcPauses, StallSampler, stall_threshold_from_env
 
 EXPOSITION_CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
@@ -96,6 +97,19 @@ class ServerMetrics:
             registry=self.registry,
         )
 
+        self._gc_pause = Histogram(
+            "custom_metrics_server_gc_pause_seconds",
+            "Pauses of the cyclic garbage collector by generation: the event loop is stalled "
+            "for as long (gen 2 walks every object not frozen after the last relist).",
+            ["generation"],
+            buckets=_LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self._gc_children = [self._gc_pause.labels(str(g)) for g in range(3)]
+        self.gc_pauses = GcPauses(
+            lambda generation, pause: self._gc_children[generation].observe(pause)
+        )
+
     def track_server(self, *, inflight: Callable[[], int], deadlines: Callable[[], int]) -> None:
         """Gauges read when `/metrics` is scraped (never per request): requests in flight
         (upstream's name), requests waiting for a deadline, tasks alive on the event loop, and
@@ -143,6 +157,19 @@ class ServerMetrics:
         how late the wake-up came. A warning (at most one a minute) when it exceeds
         `LAG_WARNING`: something holds the loop and every request waits for it."""
         loop = asyncio.get_running_loop()
+        self.gc_pauses.install()
+        threshold = stall_threshold_from_env()
+        sampler = StallSampler(threshold, self.gc_pauses) if threshold else None
+        if sampler is not None:
+            sampler.start()
+        try:
+            await self._sample_lag(loop, interval)
+        finally:
+            self.gc_pauses.uninstall()
+            if sampler is not None:
+                sampler.stop()
+
+    async def _sample_lag(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
         warned = float("-inf")
         while True:
             due = loop.time() + interval

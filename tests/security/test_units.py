@@ -257,6 +257,22 @@ async def test_single_flight_shares_one_call() -> None:
     assert calls == 1
 
 
+async def test_single_flight_gives_up_after_its_timeout_and_forgets_the_key() -> None:
+    async def hangs() -> int:
+        await asyncio.sleep(3600)
+        return 0
+
+    flight: SingleFlight[str, int] = SingleFlight(timeout=0.05)
+    with pytest.raises(TimeoutError):
+        await flight.do("k", hangs)
+    assert flight._running == {}
+
+    async def answers() -> int:
+        return 3
+
+    assert await flight.do("k", answers) == 3
+
+
 # --- the gate in process ----------------------------------------------------------------------
 
 

@@ -9,7 +9,8 @@ cost (docs/performance.md, "Prometheus backend: the single-object path"). This p
 pre-built request head and waits for one future: about 35 µs of CPU per call over a
 kept-alive connection, where a bare asyncio round trip costs about 20 µs.
 
-This module owns :class:`Http11Pool`: connections to one origin (`http://` or `https://`
+This module owns :class:`Http11Pool` (one connection's protocol, framing and errors are
+:mod:`.http11_connection`'s): connections to one origin (`http://` or `https://`
 with a given `ssl.SSLContext`), at most `max_connections` open and `max_idle` kept alive
 between calls, callers beyond the limit waiting in order for a free connection. A call fails
 with :class:`TransportTimeout` when the server stays silent for `timeout` seconds (each
@@ -36,12 +37,17 @@ import asyncio
 import collections
 import logging
 import ssl
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
-import httptools
+from custom_metrics_server.runtime.http11_connection import (
+    Answer,
+    BodyTooLarge,
+    Connection,
+    Stale,
+    TransportError,
+    TransportTimeout,
+)
 
 #: One INFO line per request, as httpx's ("HTTP Request: GET url "HTTP/1.1 200 OK""), enabled
 #: from `-v=6` by `runtime.logs` (klog's level for a client's requests).
@@ -49,229 +55,6 @@ REQUEST_LOGGER: Final = "custom_metrics_server.http"
 _requests = logging.getLogger(REQUEST_LOGGER)
 
 __all__ = ["Answer", "BodyTooLarge", "Http11Pool", "TransportError", "TransportTimeout"]
-
-#: Statuses whose answers have no body even without a Content-Length.
-_NO_BODY_STATUS: Final = frozenset({204, 304})
-
-
-class TransportError(Exception):
-    """The server could not be reached, or the connection broke mid-call."""
-
-
-class TransportTimeout(TransportError):
-    """The server stayed silent for the whole timeout."""
-
-
-class BodyTooLarge(TransportError):
-    """The answer's body is over the call's `limit` (it was not read further)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A complete response: status, reason phrase and (decoded) body. With a streaming sink
-    and status 200 the body went to the sink and is empty here."""
-
-    status: int
-    reason: str
-    body: bytes
-
-
-class _Stale(TransportError):
-    """A reused connection closed before any byte of the answer: safe to send again."""
-
-
-class _Connection(asyncio.Protocol):
-    """One TCP (or TLS) connection, one call at a time."""
-
-    def __init__(self, pool: Http11Pool) -> None:
-        self.pool = pool
-        self.loop = pool.loop
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.closed = False
-        self.uses = 0
-        self.waiter: asyncio.Future[Answer] | None = None
-        self.sink: Callable[[bytes], None] | None = None
-        self.limit: int | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.last_activity = 0.0
-        self._reset()
-
-    def _reset(self) -> None:
-        self.received = False  # any byte of the current answer
-        self.headers_done = False
-        self.reason = b""
-        self.chunks: list[bytes] = []
-        self.size = 0  # decoded body bytes so far (checked against `limit`)
-        self.content_length: bytes | None = None
-        self.chunked = False
-        self.decoder: zlib._Decompress | None = None
-        self.streaming = False
-        self.header_error: str | None = None
-
-    # -- asyncio.Protocol ---------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        if self.waiter is None or self.waiter.done():
-            self.close()  # bytes nobody asked for: the connection is out of step
-            return
-        self.received = True
-        self.last_activity = self.loop.time()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserCallbackError as err:
-            # One of the callbacks below raised: an unusable header, a corrupt gzip stream,
-            # or the streaming sink's own error (passed on as it is).
-            cause = err.__context__
-            if isinstance(cause, zlib.error):
-                cause = TransportError(f"corrupt gzip body: {cause}")
-            self._fail(cause if isinstance(cause, Exception) else TransportError(str(err)))
-        except httptools.HttpParserError as err:
-            self._fail(TransportError(f"malformed HTTP answer: {err}"))
-
-    def eof_received(self) -> bool | None:
-        self._ended()
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.pool._dropped(self)
-        self._ended(exc)
-
-    # -- httptools callbacks --------------------------------------------------------------------
-
-    def on_status(self, status: bytes) -> None:
-        self.reason += status
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        lowered = name.lower()
-        if lowered == b"content-length":
-            self.content_length = value
-        elif lowered == b"transfer-encoding":
-            self.chunked = b"chunked" in value.lower()
-        elif lowered == b"content-encoding":
-            coding = value.strip().lower()
-            if coding == b"gzip":
-                self.decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            elif coding not in (b"", b"identity"):
-                self.header_error = f"unsupported Content-Encoding {value.decode('latin-1')!r}"
-
-    def on_headers_complete(self) -> None:
-        self.headers_done = True
-        if self.header_error is not None:
-            raise TransportError(self.header_error)
-        self.streaming = self.sink is not None and self.parser.get_status_code() == 200
-
-    def on_body(self, body: bytes) -> None:
-        limit = self.limit
-        if self.decoder is not None:
-            # Never inflate past the limit (a small gzip body can decode to gigabytes).
-            body = self.decoder.decompress(body, 0 if limit is None else limit - self.size + 1)
-        if limit is not None:
-            self._count(len(body), limit)
-        if self.streaming:
-            if body:
-                assert self.sink is not None
-                self.sink(body)
-        else:
-            self.chunks.append(body)
-
-    def on_message_complete(self) -> None:
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return
-        status = self.parser.get_status_code()
-        if 100 <= status < 200:  # an interim answer (103 Early Hints): the real one follows
-            self._reset()
-            self.received = True
-            return
-        tail = b""
-        if self.decoder is not None:
-            tail = self.decoder.flush()
-            if not self.decoder.eof:
-                self._fail(TransportError("truncated gzip body"))
-                return
-            if self.limit is not None and self.size + len(tail) > self.limit:
-                self._fail(BodyTooLarge(f"the body is over {self.limit} bytes"))
-                return
-        if self.streaming:
-            if tail:
-                assert self.sink is not None
-                self.sink(tail)
-            body = b""
-        else:
-            if tail:
-                self.chunks.append(tail)
-            body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-        keep = self.parser.should_keep_alive()
-        answer = Answer(status, self.reason.decode("latin-1").strip(), body)
-        self._reset()
-        self.waiter = None
-        self.sink = None
-        self.limit = None
-        if not keep:
-            self.close()
-        waiter.set_result(answer)
-
-    # -- helpers ------------------------------------------------------------------------------
-
-    def _count(self, size: int, limit: int) -> None:
-        self.size += size
-        if self.size > limit:
-            raise BodyTooLarge(f"the body is over {limit} bytes")
-
-    def _ended(self, exc: Exception | None = None) -> None:
-        """The server closed its side: completes an answer framed by the connection's end."""
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return
-        if (
-            self.headers_done
-            and self.content_length is None
-            and not self.chunked
-            and self.parser.get_status_code() not in _NO_BODY_STATUS
-        ):
-            self.on_message_complete()
-            return
-        if not self.received and self.uses > 1:
-            self._fail(_Stale("the server closed the kept-alive connection"))
-        elif not self.received:
-            self._fail(TransportError(f"server disconnected without answering: {exc or 'EOF'}"))
-        else:
-            self._fail(TransportError(f"server closed the connection mid-answer: {exc or 'EOF'}"))
-
-    def _fail(self, error: BaseException) -> None:
-        waiter = self.waiter
-        self.waiter = None
-        self.sink = None
-        self.limit = None
-        self.close()
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(error)
-
-    def expire(self) -> None:
-        """The call's timer: fail it if the server was silent for the whole timeout, else wait
-        for the rest of it."""
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return
-        timeout = self.pool.timeout
-        silent = self.loop.time() - self.last_activity
-        if silent < timeout:
-            self.timer = self.loop.call_later(timeout - silent, self.expire)
-            return
-        self._fail(TransportTimeout(f"no answer within {timeout:g}s"))
-
-    def close(self) -> None:
-        """Close now (a connection out of step is never reused)."""
-        if not self.closed:
-            self.closed = True
-            if self.transport is not None:
-                self.transport.abort()
-            self.pool._dropped(self)
 
 
 class Http11Pool:
@@ -297,10 +80,10 @@ class Http11Pool:
         self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         self.max_connections = max_connections
         self.max_idle = max_idle
-        self._idle: list[_Connection] = []
-        self._open: set[_Connection] = set()
+        self._idle: list[Connection] = []
+        self._open: set[Connection] = set()
         self._connecting = 0
-        self._waiters: collections.deque[asyncio.Future[_Connection | None]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[Connection | None]] = collections.deque()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -328,7 +111,7 @@ class Http11Pool:
         connection = await self._acquire()
         try:
             answer = await self._exchange(connection, head, body, sink, limit)
-        except _Stale:
+        except Stale:
             connection = await self._acquire(fresh=True)
             answer = await self._exchange(connection, head, body, sink, limit)
         if _requests.isEnabledFor(logging.INFO):
@@ -352,7 +135,7 @@ class Http11Pool:
 
     async def _exchange(
         self,
-        connection: _Connection,
+        connection: Connection,
         head: bytes,
         body: bytes,
         sink: Callable[[bytes], None] | None,
@@ -382,14 +165,14 @@ class Http11Pool:
         self._release(connection)
         return answer
 
-    async def _acquire(self, *, fresh: bool = False) -> _Connection:
+    async def _acquire(self, *, fresh: bool = False) -> Connection:
         idle = self._idle
         while idle and not fresh:
             connection = idle.pop()
             if not connection.closed:
                 return connection
         while len(self._open) + self._connecting >= self.max_connections:
-            waiter: asyncio.Future[_Connection | None] = self.loop.create_future()
+            waiter: asyncio.Future[Connection | None] = self.loop.create_future()
             self._waiters.append(waiter)
             try:
                 async with asyncio.timeout(self.timeout):
@@ -415,12 +198,12 @@ class Http11Pool:
                 return handed
         return await self._connect()
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> Connection:
         self._connecting += 1
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, connection = await self.loop.create_connection(
-                    lambda: _Connection(self),
+                    lambda: Connection(self),
                     self.host,
                     self.port,
                     ssl=self.ssl_context,
@@ -438,7 +221,7 @@ class Http11Pool:
         self._open.add(connection)
         return connection
 
-    def _release(self, connection: _Connection) -> None:
+    def _release(self, connection: Connection) -> None:
         """A call is done with `connection`: to the first waiter, else kept idle (or closed
         beyond `max_idle`)."""
         if connection.closed:
@@ -450,7 +233,7 @@ class Http11Pool:
         else:
             self._idle.append(connection)
 
-    def _wake_one(self, handed: _Connection | None) -> bool:
+    def _wake_one(self, handed: Connection | None) -> bool:
         """Hand a connection, or with None a free slot, to the first caller still waiting."""
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -459,7 +242,7 @@ class Http11Pool:
                 return True
         return False
 
-    def _dropped(self, connection: _Connection) -> None:
+    def dropped(self, connection: Connection) -> None:
         """A connection closed: forget it, and let a waiter open a new one."""
         if connection in self._open:
             self._open.discard(connection)

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Final, NamedTuple
 from urllib.parse import parse_qs
 
-from custom_metrics_server.api import aggregated_discovery, core_api, explanation, protobuf, wire
+from custom_metrics_server.api import core_api, explanation, protobuf, wire
 from custom_metrics_server.api.grammar import (
     EXTERNAL_GROUP,
     GroupDiscovery,
@@ -41,17 +40,12 @@ from custom_metrics_server.api.grammar import (
     StatusPage,
     VersionDiscovery,
     parse,
-    parse_query,
 )
 from custom_metrics_server.api.negotiation import (
-    PROTOBUF,
-    DiscoveryRepresentation,
     Representation,
     negotiate,
-    negotiate_discovery,
-    pretty_user_agent,
 )
-from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS, status_response
+from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS
 from custom_metrics_server.compute import metrics_api as resource_api
 from custom_metrics_server.compute import metrics_request
 from custom_metrics_server.domain import (
@@ -64,7 +58,6 @@ from custom_metrics_server.errors import (
     NotAcceptable,
     NotFound,
     StatusError,
-    internal_error,
     method_not_allowed,
 )
 from custom_metrics_server.query.engine import QueryEngine
@@ -75,18 +68,23 @@ from custom_metrics_server.runtime.asgi import (
     Send,
     request_header,
     send_body,
-    send_headers_only,
     send_not_found_text,
     server_address,
 )
 from custom_metrics_server.server.chain import exchange_of
 from custom_metrics_server.server.discovery import (
     ExtraGroups,
-    RenderedDiscovery,
     ServedDiscovery,
     render_aggregated,
 )
 from custom_metrics_server.server.observability import ServerMetrics
+from custom_metrics_server.server.responses import (
+    discovery_representation,
+    guarded,
+    pretty_requested,
+    send_aggregated,
+    send_document,
+)
 
 __all__ = ["ApiEndpoints", "DemoCoreEndpoints", "ResourceMetricsEndpoints"]
 
@@ -119,105 +117,6 @@ _TEXT_HEADERS: Final = (
 )
 
 
-async def _guarded(
-    scope: Scope,
-    send: Send,
-    serve: Callable[[Scope, QueryParams, Send], Awaitable[None]],
-    labels: tuple[str, str, str],
-) -> None:
-    """Run a handler body: a `StatusError` becomes its `Status`, a bug a masked 500 with an
-    `audit-id` (logged with the stack). `labels` count the request until the body knows
-    better (the grammar has parsed the path)."""
-    exchange_of(scope).labels = labels
-    try:
-        await serve(scope, parse_query(scope["query_string"]), send)
-    except StatusError as error:
-        await _send_status(send, error, scope)
-    except Exception:
-        request_id = uuid.uuid4().hex
-        logger.exception(
-            "request %s %s failed (request id %s)", scope["method"], scope["path"], request_id
-        )
-        await _send_status(send, internal_error(), scope, request_id=request_id)
-
-
-async def _send_status(
-    send: Send, error: StatusError, scope: Scope, *, request_id: str = ""
-) -> None:
-    body, headers = status_response(error, request_header(scope, b"accept"))
-    if request_id:
-        headers += ((b"audit-id", request_id.encode()),)
-    await send_body(send, error.code, body, headers)
-
-
-def _pretty(scope: Scope, query: QueryParams, *, accepted: bool) -> bool:
-    """Indent JSON? `?pretty=` decides when given; else the Accept clause's `pretty=1`, or a
-    curl/Wget/browser user agent (upstream's `isPrettyPrint`)."""
-    if query.pretty is not None:
-        return query.pretty
-    return accepted or pretty_user_agent(request_header(scope, b"user-agent"))
-
-
-def _discovery_representation(scope: Scope, *, aggregated: bool) -> DiscoveryRepresentation:
-    """How to answer a discovery path (`aggregated`: it serves the aggregated document too),
-    or the 406 raised. O(len(accept)), cached."""
-    chosen = negotiate_discovery(request_header(scope, b"accept"), aggregated=aggregated)
-    if isinstance(chosen, NotAcceptable):
-        raise chosen
-    return chosen
-
-
-async def _send_document(
-    scope: Scope,
-    query: QueryParams,
-    chosen: DiscoveryRepresentation,
-    document: dict[str, Any],
-    send: Send,
-) -> None:
-    """A plain discovery document in the negotiated media type. O(size of the document)."""
-    if chosen.media_type == PROTOBUF:
-        await send_body(send, 200, protobuf.encode_document(document), PROTOBUF_HEADERS)
-        return
-    body = wire.dumps(document)
-    if _pretty(scope, query, accepted=chosen.pretty):
-        body = wire.prettify(body)
-    await send_body(send, 200, body, JSON_HEADERS)
-
-
-async def _send_aggregated(
-    scope: Scope,
-    query: QueryParams,
-    chosen: DiscoveryRepresentation,
-    rendered: RenderedDiscovery,
-    send: Send,
-) -> None:
-    """The aggregated document as upstream's `ServeHTTPWithETag` answers it: `ETag`,
-    `Vary: Accept`, `Cache-Control: public`; 304 without a body when `If-None-Match` is the
-    `ETag`; else the body, its `Content-Type` naming the kind (`;g=...;v=v2;as=...`). O(1)
-    with the rendered bodies (O(size) to indent a pretty one)."""
-    cache_headers = (
-        (b"etag", rendered.etag.encode()),
-        (b"vary", b"Accept"),
-        (b"cache-control", b"public"),
-    )
-    if request_header(scope, b"if-none-match") == rendered.etag:
-        await send_headers_only(send, 304, cache_headers)
-        return
-    if chosen.media_type == PROTOBUF:
-        body = rendered.protobuf
-    else:
-        body = rendered.json
-        if _pretty(scope, query, accepted=chosen.pretty):
-            body = wire.prettify(body)
-    content_type = aggregated_discovery.content_type(chosen.media_type)
-    headers = (
-        (b"content-type", content_type.encode()),
-        *cache_headers,
-        (b"x-content-type-options", b"nosniff"),
-    )
-    await send_body(send, 200, body, headers)
-
-
 class ApiEndpoints:
     """Serves `/apis`, its group and version discovery, and custom and external metric
     values (every path under `/apis` the router does not send to metrics.k8s.io)."""
@@ -237,7 +136,7 @@ class ApiEndpoints:
 
     async def __call__(self, scope: Scope, send: Send) -> None:
         """Answer one HTTP request whose path is under `/apis`."""
-        await _guarded(scope, send, self._serve, ("", "", ""))
+        await guarded(scope, send, self._serve, ("", "", ""))
 
     async def _serve(self, scope: Scope, query: QueryParams, send: Send) -> None:
         if query.explain and await self._explain(scope, query, send):
@@ -307,12 +206,12 @@ class ApiEndpoints:
         send: Send,
     ) -> None:
         root = isinstance(parsed, RootDiscovery)
-        chosen = _discovery_representation(scope, aggregated=root)
+        chosen = discovery_representation(scope, aggregated=root)
         if chosen.aggregated:
-            await _send_aggregated(scope, query, chosen, self.discovery.aggregated(), send)
+            await send_aggregated(scope, query, chosen, self.discovery.aggregated(), send)
             return
         document = self.discovery.document(parsed, server_address(scope))
-        await _send_document(scope, query, chosen, document, send)
+        await send_document(scope, query, chosen, document, send)
 
     def _representation(self, scope: Scope, query: QueryParams) -> Representation:
         chosen = negotiate(request_header(scope, b"accept"))
@@ -320,7 +219,7 @@ class ApiEndpoints:
             raise chosen
         if chosen.protobuf:
             return chosen  # binary: `pretty` does not apply
-        pretty = _pretty(scope, query, accepted=chosen.pretty)
+        pretty = pretty_requested(scope, query, accepted=chosen.pretty)
         return chosen if chosen.pretty == pretty else Representation(chosen.media_type, pretty)
 
     async def _answer(
@@ -353,7 +252,7 @@ class ResourceMetricsEndpoints:
 
     async def __call__(self, scope: Scope, send: Send) -> None:
         """Answer one request under `/apis/metrics.k8s.io`."""
-        await _guarded(scope, send, self._serve, (metrics_request.GROUP, "", ""))
+        await guarded(scope, send, self._serve, (metrics_request.GROUP, "", ""))
 
     async def _serve(self, scope: Scope, query: QueryParams, send: Send) -> None:
         request = metrics_request.parse_request(scope["path"], query, scope["query_string"])
@@ -364,8 +263,8 @@ class ResourceMetricsEndpoints:
             raise method_not_allowed()
         exchange_of(scope).labels = (metrics_request.GROUP, request.version, "")
         if request.kind in ("group", "version"):
-            chosen = _discovery_representation(scope, aggregated=False)
-            await _send_document(scope, query, chosen, self.api.document(request), send)
+            chosen = discovery_representation(scope, aggregated=False)
+            await send_document(scope, query, chosen, self.api.document(request), send)
             return
         view_chosen = metrics_request.negotiate(request_header(scope, b"accept"))
         if isinstance(view_chosen, NotAcceptable):
@@ -374,7 +273,7 @@ class ResourceMetricsEndpoints:
         if view == "protobuf":
             await send_body(send, 200, self.api.render(request, view), PROTOBUF_HEADERS)
             return
-        pretty = _pretty(scope, query, accepted=pretty)
+        pretty = pretty_requested(scope, query, accepted=pretty)
         await send_body(send, 200, self.api.render(request, view, pretty=pretty), JSON_HEADERS)
 
 
@@ -390,7 +289,7 @@ class DemoCoreEndpoints:
 
     async def __call__(self, scope: Scope, send: Send) -> None:
         """Answer one request under `/api`."""
-        await _guarded(scope, send, self._serve, ("", "v1", ""))
+        await guarded(scope, send, self._serve, ("", "v1", ""))
 
     async def _serve(self, scope: Scope, query: QueryParams, send: Send) -> None:
         if scope["method"] not in _READ_METHODS:
@@ -398,9 +297,9 @@ class DemoCoreEndpoints:
         request = self.api.parse(scope["path"], query)
         accepted_pretty = False
         if not request.resource:  # `/api` or `/api/v1`: discovery, negotiated as upstream
-            chosen = _discovery_representation(scope, aggregated=not request.version)
+            chosen = discovery_representation(scope, aggregated=not request.version)
             if chosen.aggregated:
-                await _send_aggregated(scope, query, chosen, self.aggregated, send)
+                await send_aggregated(scope, query, chosen, self.aggregated, send)
                 return
             accepted_pretty = chosen.pretty
         else:
@@ -409,7 +308,7 @@ class DemoCoreEndpoints:
                 raise representation
             accepted_pretty = representation.pretty
         body = wire.dumps(self.api.document(request, server_address(scope)))
-        pretty = _pretty(scope, query, accepted=accepted_pretty)
+        pretty = pretty_requested(scope, query, accepted=accepted_pretty)
         await send_body(send, 200, wire.prettify(body) if pretty else body, JSON_HEADERS)
 
 

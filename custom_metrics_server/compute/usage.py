@@ -1,8 +1,9 @@
 """CPU and memory usage from successive kubelet scrapes: the rate code.
 
-This module owns how two cumulative CPU samples become a usage in cores, and
-:class:`UsageStore`, which keeps per node the last two points of every container and of the
-node itself and publishes pod and node usage (values of :mod:`.usage_values`). It follows
+This module owns :class:`UsageStore`, which keeps per node the last two points of every
+container and of the node itself and publishes pod and node usage (values of
+:mod:`.usage_values`); the arithmetic of one container's points and of one pod's stored entry
+is :mod:`.usage_rates`'s. Together they follow
 metrics-server's storage (``pkg/storage/pod.go``, ``node.go``, ``types.go``):
 
 * a rate is ``delta(cpu seconds) / delta(its own timestamps)``; the window is that span and
@@ -39,13 +40,11 @@ is O(1).
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import isnan
 from sys import intern
-from typing import Final
 
 from custom_metrics_server.compute.samples import (
     CpuSample,
@@ -55,59 +54,26 @@ from custom_metrics_server.compute.samples import (
     UsageRows,
     rows_of,
 )
+from custom_metrics_server.compute.usage_rates import (
+    CORES,
+    FRESH_CONTAINER_MIN_AGE,
+    HEADER,
+    MEMORY,
+    TIME,
+    WINDOW,
+    cpu_rate,
+    nanocores,
+    pod_entry,
+    resource_usage,
+    window_ns,
+)
 from custom_metrics_server.compute.usage_values import (
-    ContainerResourceUsage,
     NodeUsage,
     PodUsage,
-    Rate,
     ResourceUsage,
 )
 
 __all__ = ["FRESH_CONTAINER_MIN_AGE", "StoreStats", "UsageStore", "cpu_rate"]
-
-#: metrics-server's freshContainerMinMetricsResolution: a container younger than this at
-#: its first sample gets no synthetic previous point (its counter is too noisy).
-FRESH_CONTAINER_MIN_AGE: Final = 10.0
-
-_NAN: Final = math.nan
-# Layout of a pod's array: a header, then 7 floats per container (NaN = absent).
-_CORES, _MEMORY, _TIME, _WINDOW = 0, 1, 2, 3
-_HEADER: Final = 4
-_STRIDE: Final = 7  # cpu, time, start, previous cpu, previous time, previous start, memory
-
-
-def _nanos(seconds: float) -> int:
-    """metrics-server's ``uint64(value * 1e9)`` of a CPU counter (truncation)."""
-    return int(seconds * 1e9)
-
-
-def _window_ns(later: float, earlier: float) -> int:
-    """A window between two timestamps in whole nanoseconds. Kubelet timestamps are
-    milliseconds; rounding to microseconds removes float noise and keeps them exact."""
-    return round((later - earlier) * 1e6) * 1000
-
-
-def _nanocores(cpu: float, previous_cpu: float, window_ns: int) -> int:
-    """``uint64(float64(last - prev) / window.Seconds())``, as upstream."""
-    return int((_nanos(cpu) - _nanos(previous_cpu)) / (window_ns / 1e9))
-
-
-def cpu_rate(previous: CpuSample, current: CpuSample) -> Rate | None:
-    """Cores used between two samples of one counter, or None when their timestamps do not
-    advance or the counter went backwards (a reset: metrics-server skips the point and
-    the next pair of samples gives a rate again). O(1)."""
-    window = current.timestamp - previous.timestamp
-    delta = current.seconds_total - previous.seconds_total
-    if not (window > 0 and delta >= 0):
-        return None
-    return Rate(delta / window, current.timestamp, window)
-
-
-def _before(start: float, other: float) -> bool:
-    """Go's ``start.Before(other)`` where NaN stands for the zero time (before all else)."""
-    if isnan(other):
-        return False
-    return isnan(start) or start < other
 
 
 class _NodeState:
@@ -208,11 +174,11 @@ class UsageStore:
         at = 0
         for key, old in old_pods.items():
             count = len(old[0])
-            entry = _pod_entry(old[0], order[at : at + count], columns, old, resolution)
+            entry = pod_entry(old[0], order[at : at + count], columns, old, resolution)
             at += count
             new_pods[key] = entry
             # Bytes, so that "no usage" (NaN) equals "no usage".
-            changed = changed or old[1][:_HEADER].tobytes() != entry[1][:_HEADER].tobytes()
+            changed = changed or old[1][:HEADER].tobytes() != entry[1][:HEADER].tobytes()
         state.pods = new_pods
         return changed
 
@@ -240,17 +206,17 @@ class UsageStore:
             names = tuple([intern(containers[row]) for row in row_list])
             key = (intern(parsed[0]), parsed[1])
             old = old_pods.get(key)
-            entry = _pod_entry(names, row_list, columns, old, resolution)
+            entry = pod_entry(names, row_list, columns, old, resolution)
             order.extend(row_list)
             new_pods[key] = entry
             if not changed:
                 if old is None:
-                    changed = not isnan(entry[1][_CORES])
+                    changed = not isnan(entry[1][CORES])
                 else:
-                    changed = old[1][:_HEADER].tobytes() != entry[1][:_HEADER].tobytes()
+                    changed = old[1][:HEADER].tobytes() != entry[1][:HEADER].tobytes()
         index = self._pod_node
         for key in old_pods.keys() - new_pods.keys():
-            changed = changed or not isnan(old_pods[key][1][_CORES])
+            changed = changed or not isnan(old_pods[key][1][CORES])
             if index.get(key) == node:
                 del index[key]
         for key in new_pods:
@@ -314,10 +280,10 @@ class UsageStore:
         if node is None:
             return None
         data = self._nodes[node].pods[key][1]
-        cores = data[_CORES]
+        cores = data[CORES]
         if isnan(cores):
             return None
-        return PodUsage(cores, data[_MEMORY], data[_TIME], data[_WINDOW])
+        return PodUsage(cores, data[MEMORY], data[TIME], data[WINDOW])
 
     def pod_resource_usage(self, namespace: str, pod: str) -> ResourceUsage | None:
         """The pod's usage per container, for the Resource Metrics API (``PodMetrics``):
@@ -337,7 +303,7 @@ class UsageStore:
             return cached[1]
         if len(cache) > 2 * len(self._pod_node) + 1024:
             cache.clear()  # pods that went away
-        found = cache[key] = (data, _resource_usage(names, data))
+        found = cache[key] = (data, resource_usage(names, data))
         return found[1]
 
     def node_resource_usage(self, node: str) -> ResourceUsage | None:
@@ -348,10 +314,10 @@ class UsageStore:
             return None
         cpu, when, memory = state.last
         previous_cpu, previous_time = state.previous
-        span = _window_ns(when, previous_time)
+        span = window_ns(when, previous_time)
         if span <= 0:
             return None
-        return ResourceUsage(when, span, (), _nanocores(cpu, previous_cpu, span), int(memory))
+        return ResourceUsage(when, span, (), nanocores(cpu, previous_cpu, span), int(memory))
 
     def pod_node(self, namespace: str, pod: str) -> str | None:
         """The node whose kubelet last reported the pod. O(1)."""
@@ -376,116 +342,11 @@ class UsageStore:
         index = self._pod_node
         for node, state in self._nodes.items():
             for key, (_, data) in state.pods.items():
-                cores = data[_CORES]
+                cores = data[CORES]
                 if not isnan(cores) and index.get(key) == node:
-                    yield key, PodUsage(cores, data[_MEMORY], data[_TIME], data[_WINDOW])
+                    yield key, PodUsage(cores, data[MEMORY], data[TIME], data[WINDOW])
 
     def stats(self) -> StoreStats:
         """Sizes for self-metrics. O(pods)."""
         with_usage = sum(1 for _ in self.pod_usages())
         return StoreStats(len(self._nodes), len(self._pod_node), with_usage, self._generation)
-
-
-def _pod_entry(  # noqa: PLR0915 - the per-container loop of every scrape, kept inline
-    names: tuple[str, ...],
-    rows: list[int],
-    columns: tuple[list[float], list[float], list[float], list[float] | None],
-    old: tuple[tuple[str, ...], array[float]] | None,
-    resolution: float,
-) -> tuple[tuple[str, ...], array[float]]:
-    """The stored entry of a pod from its containers' rows (``names[i]`` is row
-    ``rows[i]`` of the CPU, time, memory and start ``columns``; no start column: the
-    starts stored in ``old``, whose names are then ``names``) and its old entry.
-    O(containers)."""
-    cpu_column, time_column, memory_column, start_column = columns
-    old_offsets: dict[str, int] | None = None
-    old_data: array[float] | None = None
-    if old is not None:
-        old_data = old[1]
-        if old[0] == names:
-            names = old[0]  # keep one copy of the name strings
-        else:
-            old_offsets = {name: _HEADER + _STRIDE * i for i, name in enumerate(old[0])}
-    values: list[float] = [_NAN, _NAN, _NAN, _NAN]
-    extend = values.extend
-    cores = 0.0
-    memory = 0.0
-    earliest = math.inf
-    window = _NAN
-    complete = True
-    used = 0
-    offset = _HEADER
-    for index, row in enumerate(rows):
-        cpu = cpu_column[row]
-        when = time_column[row]
-        memory_bytes = memory_column[row]
-        # Without a start column, the same containers as `old`'s, in the same order.
-        start = old_data[offset + 2] if start_column is None else start_column[row]  # type: ignore[index]
-        previous_cpu = previous_time = previous_start = _NAN
-        age = when - start
-        if start < when and FRESH_CONTAINER_MIN_AGE <= age < resolution:
-            previous_cpu, previous_time, previous_start = 0.0, start, start
-        elif old_data is not None:
-            at = offset if old_offsets is None else old_offsets.get(names[index], -1)
-            if at >= 0:
-                last_time = old_data[at + 1]
-                if _before(start, last_time):  # not restarted since the stored point
-                    if when > last_time:
-                        previous_cpu, previous_time, previous_start = (
-                            old_data[at],
-                            last_time,
-                            old_data[at + 2],
-                        )
-                    elif old_data[at + 4] < when:
-                        previous_cpu, previous_time, previous_start = (
-                            old_data[at + 3],
-                            old_data[at + 4],
-                            old_data[at + 5],
-                        )
-        extend((cpu, when, start, previous_cpu, previous_time, previous_start, memory_bytes))
-        offset += _STRIDE
-        if isnan(previous_time):
-            complete = False
-        elif complete and not _before(start, previous_start) and cpu >= previous_cpu:
-            span = when - previous_time
-            cores += (cpu - previous_cpu) / span
-            memory += memory_bytes
-            used += 1
-            if when < earliest:
-                earliest, window = when, span
-    if complete and used:
-        values[_CORES] = cores
-        values[_MEMORY] = memory
-        values[_TIME] = earliest
-        values[_WINDOW] = window
-    return names, array("d", values)
-
-
-def _resource_usage(names: tuple[str, ...], data: array[float]) -> ResourceUsage | None:
-    """A pod's per-container usage from its stored entry. O(containers)."""
-    if isnan(data[_CORES]):
-        return None
-    containers: list[ContainerResourceUsage] = []
-    earliest = math.inf
-    window = 0
-    total_cores = total_memory = 0
-    offset = _HEADER
-    for name in names:
-        cpu, when, start, previous_cpu, previous_time, previous_start, memory = data[
-            offset : offset + _STRIDE
-        ]
-        offset += _STRIDE
-        if _before(start, previous_start) or cpu < previous_cpu:
-            continue  # skipped by upstream's resourceUsage (and by the pod's sums)
-        span = _window_ns(when, previous_time)
-        if span <= 0:
-            continue
-        cores = _nanocores(cpu, previous_cpu, span)
-        containers.append(ContainerResourceUsage(name, cores, int(memory)))
-        total_cores += cores
-        total_memory += int(memory)
-        if when < earliest:
-            earliest, window = when, span
-    if not containers:
-        return None
-    return ResourceUsage(earliest, window, tuple(containers), total_cores, total_memory)

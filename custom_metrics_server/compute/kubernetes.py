@@ -23,7 +23,7 @@ watched list has synced, i.e. when the backend turns ready, and nodes that join 
 scraped at once), the scraper's note says so under `/readyz?verbose`
 (`[+]backend-kubernetes ok (usage not available yet: ...)`). Not at the node list's sync:
 at 150,000 pods the first round would then run while the pods are still being listed, and
-took ~40 % of the ingest's CPU (docs/envelope-draft.md).
+took ~40 % of the ingest's CPU (docs/envelope.md).
 """
 
 from __future__ import annotations

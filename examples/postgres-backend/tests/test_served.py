@@ -317,7 +317,9 @@ def test_bad_settings_stop_the_start_naming_the_entry_and_every_field(tmp_path: 
     settings.update(poolSize=0, statementTimeout="2x")
     settings["external"] = [{**settings["external"][0], "query": "SELECT %(queu)s"}]
     log = _refused(tmp_path, settings)
-    where = "cannot start: backends[0] 'jobs' (type postgres): "
+    # One start-up line names every problem, separated by "; ".
+    assert "start-up failed: cannot start: backends[0] 'jobs' (type postgres): " in log
+    where = "backends[0] 'jobs' (type postgres): "
     assert f"{where}settings.poolSize: Input should be greater than or equal to 1" in log
     assert f"{where}settings.statementTimeout: invalid duration '2x'" in log
     assert (

@@ -34,7 +34,6 @@ import ssl
 from collections.abc import Callable
 from typing import Final, Literal
 from urllib.parse import SplitResult, quote, urlsplit
-from urllib.request import getproxies, proxy_bypass
 
 import httpx
 
@@ -53,6 +52,7 @@ from custom_metrics_server.runtime.http11 import (
     Http11Pool,
     TransportError,
     TransportTimeout,
+    names_a_proxy,
 )
 from custom_metrics_server.runtime.tls import client_context
 
@@ -103,16 +103,6 @@ def _kubelet_context(connection: Connection, ca_file: str | None, insecure: bool
         cert_file=connection.cert_file if connection.key_file else None,
         key_file=connection.key_file,
     )
-
-
-def names_a_proxy(url: SplitResult) -> bool:
-    """Whether the environment names a proxy for ``url`` (``HTTP_PROXY``, ``HTTPS_PROXY``,
-    ``ALL_PROXY``, not bypassed by ``NO_PROXY``), which httpx honours and the lean pool does
-    not. O(environment)."""
-    proxies = getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
-        return False
-    return not proxy_bypass(url.hostname or "")
 
 
 class _Credentials:

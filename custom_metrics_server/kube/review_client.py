@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import ssl
 from typing import Any, Final
-from urllib.parse import SplitResult, urlsplit
-from urllib.request import getproxies, proxy_bypass
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -39,7 +38,12 @@ from custom_metrics_server.kube.client import (
     KubeClient,
     error_from_response,
 )
-from custom_metrics_server.runtime.http11 import Http11Pool, TransportError, TransportTimeout
+from custom_metrics_server.runtime.http11 import (
+    Http11Pool,
+    TransportError,
+    TransportTimeout,
+    names_a_proxy,
+)
 
 __all__ = ["ReviewClient"]
 
@@ -48,15 +52,6 @@ _FIXED: Final = (
     f"User-Agent: {USER_AGENT}\r\nAccept: application/json\r\nAccept-Encoding: gzip\r\n"
     "Content-Type: application/json\r\n"
 ).encode()
-
-
-def names_a_proxy(url: SplitResult) -> bool:
-    """Whether the environment names a proxy for `url` (`HTTPS_PROXY`, `ALL_PROXY`, ... not
-    bypassed by `NO_PROXY`), which httpx honours and the lean pool does not."""
-    proxies = getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
-        return False
-    return not proxy_bypass(url.hostname or "")
 
 
 class ReviewClient:

@@ -32,12 +32,16 @@ from custom_metrics_server.prometheus.answers import PrometheusError, SeriesRead
 from custom_metrics_server.prometheus.connection import (
     TokenFile,
     header_problem,
-    proxied,
     ssl_context,
 )
 from custom_metrics_server.prometheus.registry import SeriesShape
 from custom_metrics_server.prometheus.rules import ServerConfig
-from custom_metrics_server.runtime.http11 import Http11Pool, TransportError, TransportTimeout
+from custom_metrics_server.runtime.http11 import (
+    Http11Pool,
+    TransportError,
+    TransportTimeout,
+    names_a_proxy,
+)
 
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
 #: Longer encoded forms go as POST bodies; many proxies cap request lines at 4-8 KiB.
@@ -79,7 +83,7 @@ class PrometheusClient:
         self._http: httpx.AsyncClient | None = None
         self._pool: Http11Pool | None = None
         self._problem: str | None = None
-        if transport is not None or proxied(url):
+        if transport is not None or names_a_proxy(url):
             self._http = httpx.AsyncClient(
                 base_url=server.url.rstrip("/"),
                 verify=ssl_context(server),

@@ -13,13 +13,11 @@ import os
 import re
 import ssl
 from typing import Final
-from urllib.parse import SplitResult
-from urllib.request import getproxies, proxy_bypass
 
 from custom_metrics_server.prometheus.rules import ServerConfig
 from custom_metrics_server.runtime.tls import client_context
 
-__all__ = ["TokenFile", "header_problem", "proxied", "ssl_context"]
+__all__ = ["TokenFile", "header_problem", "ssl_context"]
 
 
 class TokenFile:
@@ -57,15 +55,6 @@ def ssl_context(server: ServerConfig) -> ssl.SSLContext | bool:
         cert_file=server.client_cert_file,
         key_file=server.client_key_file,
     )
-
-
-def proxied(url: SplitResult) -> bool:
-    """Whether the environment names a proxy for `url` (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY,
-    not bypassed by NO_PROXY), which httpx honours and the lean pool does not."""
-    proxies = getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
-        return False
-    return not proxy_bypass(url.hostname or "")
 
 
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")

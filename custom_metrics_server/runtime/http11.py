@@ -39,6 +39,8 @@ import logging
 import ssl
 from collections.abc import Callable
 from typing import Final
+from urllib.parse import SplitResult
+from urllib.request import getproxies, proxy_bypass
 
 from custom_metrics_server.runtime.http11_connection import (
     Answer,
@@ -54,7 +56,24 @@ from custom_metrics_server.runtime.http11_connection import (
 REQUEST_LOGGER: Final = "custom_metrics_server.http"
 _requests = logging.getLogger(REQUEST_LOGGER)
 
-__all__ = ["Answer", "BodyTooLarge", "Http11Pool", "TransportError", "TransportTimeout"]
+__all__ = [
+    "Answer",
+    "BodyTooLarge",
+    "Http11Pool",
+    "TransportError",
+    "TransportTimeout",
+    "names_a_proxy",
+]
+
+
+def names_a_proxy(url: SplitResult) -> bool:
+    """Whether the environment names a proxy for `url` (`HTTP_PROXY`, `HTTPS_PROXY`,
+    `ALL_PROXY`, not bypassed by `NO_PROXY`): httpx honours it and this pool does not, so its
+    callers keep httpx for such a URL. O(environment)."""
+    proxies = getproxies()
+    if not (proxies.get(url.scheme) or proxies.get("all")):
+        return False
+    return not proxy_bypass(url.hostname or "")
 
 
 class Http11Pool:

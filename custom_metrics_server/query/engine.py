@@ -100,7 +100,7 @@ class QueryEngine:
         self.router = router if router is not None else Router(hosts_of(backends))
         self.backend_timeout = backend_timeout
         self._observe = observe
-        self._unknown_external = Throttle(UNKNOWN_EXTERNAL_LOG_INTERVAL)
+        self._unserved_log = Throttle(UNKNOWN_EXTERNAL_LOG_INTERVAL)
         #: every metric's outcomes (self-metrics, the status page, hints)
         self.status = status if status is not None else MetricStatus()
         #: the last good values of metrics whose failure policy says `last-good`
@@ -159,14 +159,26 @@ class QueryEngine:
             decision.stats = stats
         return stats
 
-    def _unserved(self, api: API, resource: str, metric: str) -> None:
+    def _unserved(self, api: API, resource: str, metric: str, namespace: str = "") -> None:
         """A request for a metric nobody serves (or of an unknown resource): counted as `other`,
-        remembered for the status page, logged at debug level (`-v 3`)."""
+        remembered for the status page, logged at debug level (`-v 3`) once per metric per
+        interval (a request must not be able to flood the log)."""
         self.status.entry(api, resource, OTHER, "").not_found += 1
         self.status.unknown(api, resource, metric)
-        # Once per metric per interval: a request must not be able to flood the log.
-        debug = api != EXTERNAL and logger.isEnabledFor(logging.DEBUG)
-        if debug and self._unknown_external.allow((api, resource, metric)):
+        if not logger.isEnabledFor(logging.DEBUG) or not self._unserved_log.allow(
+            (api, resource, metric)
+        ):
+            return
+        if api == EXTERNAL:
+            logger.debug(
+                "external metric %r (asked in namespace %s) is served by no backend: "
+                "answered 200 with no items, as the reference adapter does (the HPA "
+                "reports no metrics returned); logged once per metric every %gs",
+                metric,
+                namespace,
+                UNKNOWN_EXTERNAL_LOG_INTERVAL,
+            )
+        else:
             logger.debug("no backend serves the %s metric %r (resource %r)", api, metric, resource)
 
     # -- requests -------------------------------------------------------------------------------
@@ -302,16 +314,7 @@ class QueryEngine:
         """Series answering an external-metrics request; an unknown metric has none."""
         decision = self.router.decide_external(request.metric)
         if decision is None:
-            self._unserved(EXTERNAL, "", request.metric)
-            if logger.isEnabledFor(logging.DEBUG) and self._unknown_external.allow(request.metric):
-                logger.debug(
-                    "external metric %r (asked in namespace %s) is served by no backend: "
-                    "answered 200 with no items, as the reference adapter does (the HPA "
-                    "reports no metrics returned); logged once per metric every %gs",
-                    request.metric,
-                    request.namespace,
-                    UNKNOWN_EXTERNAL_LOG_INTERVAL,
-                )
+            self._unserved(EXTERNAL, "", request.metric, request.namespace)
             return ()
         stats = decision.stats
         if stats is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 import pytest
@@ -21,16 +22,51 @@ async def test_steady_gc_waits_for_readiness_then_lowers_the_threshold(
         polls.append(gc.get_threshold()[0])
         return len(polls) >= 3
 
+    task = asyncio.create_task(heap.steady_gc(ready, poll=0.001))
     try:
-        await heap.steady_gc(ready, poll=0.001)
+        while heap.promote_survivors not in gc.callbacks:  # noqa: ASYNC110 - GC state, no event
+            await asyncio.sleep(0.001)
         threshold = gc.get_threshold()
         frozen = gc.get_freeze_count()
+        promoting = heap.promote_survivors in gc.callbacks
     finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
         gc.unfreeze()
         gc.set_threshold(*saved)
     assert polls == [heap.GEN0_THRESHOLD] * 3  # not lowered while the lists were loading
-    assert threshold == (heap.STEADY_GEN0_THRESHOLD, 20, 10)
+    assert threshold == (heap.STEADY_GEN0_THRESHOLD, heap.STEADY_GEN1_THRESHOLD, 10)
     assert frozen > 0  # the heap was settled first
+    assert promoting
+    assert heap.promote_survivors not in gc.callbacks  # removed when the server stops
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: object = None
+
+
+def test_survivors_of_a_middle_collection_are_frozen_and_the_sweep_frees_frozen_cycles() -> None:
+    gc.callbacks.append(heap.promote_survivors)
+    try:
+        gc.collect()
+        kept = [_Node() for _ in range(100)]
+        _cycle_in_use = _Node()
+        _cycle_in_use.other = _cycle_in_use
+        gc.collect(0)  # young survivors move to the middle generation, not frozen yet
+        assert any(o is kept[0] for o in gc.get_objects(1))
+        before = gc.get_freeze_count()
+        gc.collect(1)
+        assert gc.get_freeze_count() >= before + len(kept)  # survivors frozen
+        assert not any(o is kept[0] for o in gc.get_objects(2))  # not left in the oldest
+        del _cycle_in_use  # now garbage, but frozen: only the sweep can free it
+        assert not any(isinstance(o, _Node) and o.other is o for o in gc.get_objects())
+        assert heap.sweep_frozen() >= 1
+        assert gc.get_freeze_count() > 0  # frozen again after the sweep
+    finally:
+        gc.callbacks.remove(heap.promote_survivors)
+        gc.unfreeze()
 
 
 async def test_steady_gc_leaves_an_untuned_process_alone(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,6 +75,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # kube-apiserver (Go) writes with TCP_NODELAY; with Nagle on, the body written after the
+    # headers waits for the client's delayed ACK: 40 ms a keep-alive request (44 ms p50, measured).
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -1,7 +1,8 @@
 """Value types shared by every layer: what a request asks for and what a backend answers.
 
 PURE: no I/O, no web framework. Everything here is immutable (frozen dataclasses with
-slots) except the per-sample render cache, which the wire layer owns and fills lazily.
+slots) except the per-sample render cache, which the wire layer owns and fills lazily, and
+the last fragments list per key that `fragments` keeps for long answers.
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, TypeVar
+from itertools import compress
+from operator import attrgetter, is_not
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from custom_metrics_server.machinery.labels import Selector
+
+#: A sample's timestamp, mapped over long answers in C (`max(map(TIMESTAMP, samples))`).
+TIMESTAMP: Final = attrgetter("timestamp")
 
 #: The wildcard object name of the Custom Metrics API (`AllObjects` upstream).
 ALL_OBJECTS: Final = "*"
@@ -131,23 +137,46 @@ class _Renderable(Protocol):
 R = TypeVar("R", bound=_Renderable)
 
 
+#: The last fragments list of each key, for long lists (see `fragments`): the encoders' own
+#: memo, bounded by the keys in use (shape and echoed selector).
+_ALIGNED: dict[str, tuple[Sequence[Any], list[bytes]]] = {}
+_ALIGNED_MIN: Final = 64
+_ALIGNED_LIMIT: Final = 256
+
+
 def fragments(samples: Sequence[R], key: str, encode: Callable[[R], bytes]) -> list[bytes]:
     """Each sample's encoded item, memoised on the sample under `key` (a str: its hash is
     computed once per request, not per item) unless the samples are single-use. The cache of a
-    sample is bounded: keys carry request-chosen selectors. O(samples)."""
+    sample is bounded: keys carry request-chosen selectors. O(samples).
+
+    A list of at least 64 samples is also compared, position by position and in C, with the
+    last list encoded under `key`: where the sample is the same object its fragment is taken
+    from that list, so a `pods/*` answer over thousands of pods that changed in a few places
+    looks up only those. The caller owns the returned list."""
     if samples and not samples[0].reused:
         return [encode(sample) for sample in samples]
-    out: list[bytes] = []
-    append = out.append
-    for sample in samples:
-        cache = sample.cache
-        fragment = cache.get(key)
-        if fragment is None:
-            if len(cache) > 8:
-                cache.clear()
-            fragment = cache[key] = encode(sample)
-        append(fragment)
+    last = _ALIGNED.get(key) if len(samples) >= _ALIGNED_MIN else None
+    if last is not None and len(last[0]) == len(samples):
+        out = last[1].copy()
+        for i in compress(range(len(samples)), map(is_not, samples, last[0])):
+            out[i] = _fragment(samples[i], key, encode)
+    else:
+        out = [_fragment(sample, key, encode) for sample in samples]
+    if len(samples) >= _ALIGNED_MIN:
+        if len(_ALIGNED) >= _ALIGNED_LIMIT:
+            _ALIGNED.clear()
+        _ALIGNED[key] = (tuple(samples), out.copy())  # a copy: the caller may reuse its list
     return out
+
+
+def _fragment(sample: R, key: str, encode: Callable[[R], bytes]) -> bytes:
+    cache = sample.cache
+    fragment = cache.get(key)
+    if fragment is None:
+        if len(cache) > 8:
+            cache.clear()
+        fragment = cache[key] = encode(sample)
+    return fragment
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -52,7 +52,7 @@ from custom_metrics_server.compute.metric_series import (
     utilization_series,
 )
 from custom_metrics_server.compute.object_answers import Held, held_by, object_samples
-from custom_metrics_server.compute.pod_usage_answers import Answers, pod_usage_samples
+from custom_metrics_server.compute.pod_usage_answers import Answers, Lists, pod_usage_samples
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -154,6 +154,7 @@ class ResourceMetricsBackend:
         infos |= {MetricInfo(NODES, node.namespaced, metric) for metric in NODE_METRICS}
         self._metrics = frozenset(infos)
         self._answers: dict[tuple[str, GroupResource, Selector], Answers] = {}
+        self._lists: dict[tuple[str, GroupResource, Selector], Lists] = {}
 
     def list_metrics(self) -> Collection[MetricInfo]:
         """See `MetricsBackend.list_metrics`."""
@@ -197,8 +198,10 @@ class ResourceMetricsBackend:
         gr = request.metric.group_resource
         if len(self._answers) > _TABLE_LIMIT:
             self._answers.clear()
+            self._lists.clear()
         # One table per (metric, resource, selector): the selector is hashed once per request.
-        table = self._answers.setdefault((request.metric.metric, gr, request.metric_selector), {})
+        which = (request.metric.metric, gr, request.metric_selector)
+        table = self._answers.setdefault(which, {})
         if len(table) > _CACHE_LIMIT:
             table.clear()
         now = float(int(self._clock()))
@@ -211,6 +214,7 @@ class ResourceMetricsBackend:
                 lambda key, pod, token: self._memoised(
                     request, metric, table, key, source=pod, token=token, now=now
                 ),
+                lists=self._lists.setdefault(which, {}),
             )
         usage_generation = getattr(self.usage, "generation", 0) if metric in _USAGE_METRICS else 0
         if gr != PODS:

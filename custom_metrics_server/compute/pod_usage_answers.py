@@ -13,18 +13,31 @@ validated by, moves with every node scraped: validated by it, every `pods/*` ans
 since the last answer.
 
 Cost: O(pods) dictionary lookups, about 0.2 us a pod when nothing changed; a pod whose node
-was scraped since is recomputed by the caller's `compute`.
+was scraped since is recomputed by the caller's `compute`. A list of at least `LIST_MIN`
+pods (`pods/*` over a namespace) is also memoised whole (`Lists`, given by the caller): its
+pods' records, nodes and tokens are gathered by C maps (`map(dict.get, ...)`), compared with
+the last answer's in C, and only the positions that differ go through the per-pod path. So a
+3,000-pod answer costs ~4 C passes over the list plus O(changed) Python steps instead of
+~10 Python steps a pod; the encoder compares the samples with its last list in the same way
+(`domain.fragments`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from itertools import compress
+from operator import is_not, itemgetter, ne, or_
+from typing import Any, Final, Protocol
 
 from custom_metrics_server.compute.records import PodRecord
 from custom_metrics_server.domain import ObjectKey, Sample
 
-__all__ = ["Answers", "pod_usage_samples"]
+__all__ = ["LIST_MIN", "Answers", "Lists", "pod_usage_samples"]
+
+#: Lists shorter than this go through the per-pod loop alone (the C passes do not pay).
+LIST_MIN: Final = 64
+_LISTS_LIMIT: Final = 256
+_NODE = itemgetter(PodRecord._fields.index("node"))  # a tuple index: half attrgetter's cost
 
 
 class _Usage(Protocol):
@@ -38,15 +51,110 @@ class _Usage(Protocol):
 Answers = dict[ObjectKey, tuple[object, object, float, Sample | None]]
 
 
+class _Listed:
+    """The last answer over one tuple of pods, position by position."""
+
+    __slots__ = ("found", "keys", "records", "samples", "tokens")
+
+    def __init__(
+        self,
+        keys: tuple[ObjectKey, ...],
+        records: list[PodRecord],
+        tokens: list[object],
+        samples: list[Sample | None],
+    ) -> None:
+        self.keys, self.records, self.tokens, self.samples = keys, records, tokens, samples
+        self.found = [sample for sample in samples if sample is not None]
+
+
+#: Memoised whole answers of one table, by (number of pods, first pod).
+Lists = dict[tuple[int, ObjectKey], _Listed]
+
+
 def pod_usage_samples(
     objects: Iterable[ObjectKey],
     table: Answers,
     pods: Mapping[ObjectKey, PodRecord],
     usage: _Usage,
     compute: Callable[[ObjectKey, PodRecord | None, object], Sample | None],
+    *,
+    lists: Lists | None = None,
 ) -> list[Sample]:
     """The samples of these pods, memoised ones where they hold, else `compute(key, record,
-    token)` (which memoises the new one). O(pods)."""
+    token)` (which memoises the new one). O(pods); see the module docstring for `lists`."""
+    if lists is not None and isinstance(objects, tuple) and len(objects) >= LIST_MIN:
+        seen: Mapping[str, object] | None = getattr(usage, "seen_by_node", None)
+        if seen is not None:
+            listed = _listed(objects, table, pods, seen, compute, lists=lists)
+            if listed is not None:
+                return listed
+    return _each(objects, table, pods, usage, compute)
+
+
+def _listed(
+    objects: tuple[ObjectKey, ...],
+    table: Answers,
+    pods: Mapping[ObjectKey, PodRecord],
+    seen: Mapping[str, object],
+    compute: Callable[[ObjectKey, PodRecord | None, object], Sample | None],
+    *,
+    lists: Lists,
+) -> list[Sample] | None:
+    """The whole-list path; None when a pod is unknown or bound to no node (the per-pod path
+    then answers). O(pods) in C + O(changed pods)."""
+    records: list[Any] = list(map(pods.get, objects))
+    if not all(records):
+        return None
+    nodes = list(map(_NODE, records))
+    if not all(nodes):
+        return None
+    tokens = list(map(seen.get, nodes))
+    slot = (len(objects), objects[0])
+    last = lists.get(slot)
+    if last is not None and last.keys == objects:
+        changed = list(
+            compress(
+                range(len(objects)),
+                map(or_, map(is_not, records, last.records), map(ne, tokens, last.tokens)),
+            )
+        )
+        if not changed:
+            return last.found.copy()  # the caller's to keep or change
+        samples = last.samples.copy()
+        for i in changed:
+            samples[i] = _one(objects[i], records[i], tokens[i], table, compute)
+    else:
+        samples = [
+            _one(key, record, token, table, compute)
+            for key, record, token in zip(objects, records, tokens, strict=True)
+        ]
+    if len(lists) >= _LISTS_LIMIT:
+        lists.clear()
+    listed = lists[slot] = _Listed(objects, records, tokens, samples)
+    return listed.found
+
+
+def _one(
+    key: ObjectKey,
+    pod: PodRecord,
+    token: object,
+    table: Answers,
+    compute: Callable[[ObjectKey, PodRecord | None, object], Sample | None],
+) -> Sample | None:
+    hit = table.get(key)
+    if hit is not None and hit[0] is pod and hit[1] == token:
+        return hit[3]
+    return compute(key, pod, token)
+
+
+def _each(
+    objects: Iterable[ObjectKey],
+    table: Answers,
+    pods: Mapping[ObjectKey, PodRecord],
+    usage: _Usage,
+    compute: Callable[[ObjectKey, PodRecord | None, object], Sample | None],
+) -> list[Sample]:
+    """The per-pod path. O(pods)."""
     last_seen: Callable[[str], Any] | None = getattr(usage, "last_seen", None)
     pod_usage = usage.pod_usage
     pods_get = pods.get

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from custom_metrics_server.domain import ExternalSample, Sample
+from custom_metrics_server.domain import TIMESTAMP, ExternalSample, Sample
 from custom_metrics_server.errors import (
     BackendTimeout,
     BackendUnavailable,
@@ -172,4 +172,4 @@ def count_answer(
     if samples and failure is None:
         stats.last_success = now
     if samples:
-        stats.newest_age = now - max(sample.timestamp for sample in samples)
+        stats.newest_age = now - max(map(TIMESTAMP, samples))

@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
 from custom_metrics_server.domain import (
+    TIMESTAMP,
     BackendRequest,
     ExternalBackendRequest,
     ExternalMetricRequest,
@@ -233,9 +234,7 @@ class QueryEngine:
             stats.last_success = now
             stats.last_outcome = "found"
             stats.newest_age = now - (
-                samples[0].timestamp
-                if len(samples) == 1
-                else max(sample.timestamp for sample in samples)
+                samples[0].timestamp if len(samples) == 1 else max(map(TIMESTAMP, samples))
             )
             return samples
         stats.not_found += 1
@@ -336,7 +335,7 @@ class QueryEngine:
             stats.found += 1
             stats.last_success = now
             stats.last_outcome = "found"
-            stats.newest_age = now - max(sample.timestamp for sample in samples)
+            stats.newest_age = now - max(map(TIMESTAMP, samples))
         else:
             stats.not_found += 1
             stats.last_outcome = "not_found"

@@ -1,0 +1,206 @@
+"""Tests for the whole-list memo of `pods/*` usage answers (compute.pod_usage_answers, `lists`)
+and the encoders' aligned fragments (domain.fragments): long answers are checked position by
+position in C, and every answer is still the one a backend without memory would give."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from custom_metrics_server.backends.demo_kubelets import ContainerUsage, kubelet_exposition
+from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.metrics import USAGE, UTILIZATION, ResourceMetricsBackend
+from custom_metrics_server.compute.pod_usage_answers import LIST_MIN, pod_usage_samples
+from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.compute.usage import UsageStore
+from custom_metrics_server.domain import (
+    BackendRequest,
+    MetricInfo,
+    ObjectRef,
+    Sample,
+    fragments,
+)
+from custom_metrics_server.machinery.label_parser import parse_selector
+
+NODE_NAMES = [f"n{i}" for i in range(8)]
+PODS_PER_NODE = 12  # 96 pods: above LIST_MIN
+assert len(NODE_NAMES) * PODS_PER_NODE >= LIST_MIN
+
+
+def pod(name: str, node: str, cpu: str = "1") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def placement() -> dict[str, str]:
+    return {f"p{n:02d}-{i:02d}": node for n, node in enumerate(NODE_NAMES) for i in range(12)}
+
+
+def cluster(where: dict[str, str]) -> ClusterState:
+    state = ClusterState()
+    state.load(
+        {
+            NAMESPACES: [{"metadata": {"name": "ns"}}],
+            NODES: [{"metadata": {"name": n}} for n in NODE_NAMES],
+            PODS: [pod(name, node) for name, node in where.items()],
+        }
+    )
+    return state
+
+
+def scrape(store: UsageStore, where: dict[str, str], node: str, now: float, used: float) -> None:
+    containers = [
+        ContainerUsage("ns", name, "c", used * (1 + i % 5), 2**20 * (1 + i % 3), 1.0)
+        for i, (name, at) in enumerate(sorted(where.items()))
+        if at == node
+    ]
+    body = kubelet_exposition(containers, node_cpu_seconds=used, node_memory=2**30, now=now)
+    store.apply(node, parse_resource_metrics(body, default_time=now), now)
+
+
+def request(state: ClusterState, metric: str) -> BackendRequest:
+    mapping = state.mapping("pods")
+    assert mapping is not None
+    return BackendRequest(
+        metric=MetricInfo(PODS, True, metric),
+        mapping=mapping,
+        objects=tuple(sorted(state.pods)),
+        metric_selector=parse_selector("resource=cpu"),
+    )
+
+
+async def answer(backend: ResourceMetricsBackend, metric: str) -> list[Sample]:
+    return list(await backend.fetch(request(backend.state, metric)))
+
+
+async def fresh(state: ClusterState, store: UsageStore, metric: str) -> list[Sample]:
+    return await answer(ResourceMetricsBackend(state, store, clock=lambda: 5000.0), metric)
+
+
+async def test_long_answers_match_a_backend_without_memory_through_every_change() -> None:
+    where = placement()
+    state, store = cluster(where), UsageStore()
+    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
+        for node in NODE_NAMES:
+            scrape(store, where, node, now, used)
+    backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
+    firsts = {}
+    for metric in (USAGE, UTILIZATION):
+        first = firsts[metric] = await answer(backend, metric)
+        assert len(first) == len(where)
+        assert first == await fresh(state, store, metric)
+        assert backend._lists  # the whole-list path answered
+        again = await answer(backend, metric)
+        assert all(new is old for new, old in zip(again, first, strict=True))
+
+    # One node scraped: its 12 pods are new samples, the others the same objects.
+    scrape(store, where, "n3", 1030.0, 19.0)
+    after = await answer(backend, USAGE)
+    assert after == await fresh(state, store, USAGE)
+    renewed = {
+        s.described.name for s, old in zip(after, firsts[USAGE], strict=True) if s is not old
+    }
+    assert renewed == {name for name, node in where.items() if node == "n3"}
+
+    # A record replaced by a watch event (same node, new request): only it is recomputed.
+    state.apply(PODS, pod("p05-03", "n5", cpu="2"))
+    changed = await answer(backend, UTILIZATION)
+    assert changed == await fresh(state, store, UTILIZATION)
+
+    # A pod added and one deleted (the list of keys differs), a node forgotten.
+    state.apply(PODS, pod("p99-new", "n1"))
+    where["p99-new"] = "n1"
+    state.remove(PODS, ("ns", "p00-00"))
+    del where["p00-00"]
+    scrape(store, where, "n1", 1045.0, 21.0)
+    store.forget_node("n7")
+    for metric in (USAGE, UTILIZATION):
+        now_answer = await answer(backend, metric)
+        assert now_answer == await fresh(state, store, metric)
+        assert not any(s.described.name.startswith("p07-") for s in now_answer)
+
+    # A pod bound to no node sends the list through the per-pod path: still the same answer.
+    state.apply(PODS, pod("pending", ""))
+    assert await answer(backend, USAGE) == await fresh(state, store, USAGE)
+
+
+def test_the_list_memo_calls_compute_only_for_changed_positions() -> None:
+    where = placement()
+    state, store = cluster(where), UsageStore()
+    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
+        for node in NODE_NAMES:
+            scrape(store, where, node, now, used)
+    computed: list[str] = []
+    table: dict[Any, Any] = {}
+
+    def compute(key: Any, record: Any, token: object) -> Sample | None:
+        computed.append(key[1])
+        value = Sample(
+            described=ObjectRef(kind="Pod", namespace=key[0], name=key[1], api_version="v1"),
+            metric="m",
+            value=Decimal(len(computed)),
+            timestamp=float(token),  # type: ignore[arg-type]
+        )
+        table[key] = (record, token, 0.0, value)
+        return value
+
+    objects = tuple(sorted(state.pods))
+    lists: dict[Any, Any] = {}
+    first = pod_usage_samples(objects, table, state.pods, store, compute, lists=lists)
+    assert len(computed) == len(objects)
+    table.clear()  # the per-pod memo is gone: the list memo alone must answer
+    computed.clear()
+    assert pod_usage_samples(objects, table, state.pods, store, compute, lists=lists) == first
+    assert computed == []
+    scrape(store, where, "n2", 1030.0, 20.0)
+    third = pod_usage_samples(objects, table, state.pods, store, compute, lists=lists)
+    assert sorted(computed) == sorted(n for n, node in where.items() if node == "n2")
+    assert [s.timestamp for s in third if s.described.name in computed] == [1030.0] * 12
+
+
+def _item(name: str) -> Sample:
+    return Sample(
+        described=ObjectRef(kind="Pod", namespace="ns", name=name, api_version="v1"),
+        metric="m",
+        value=Decimal(1),
+        timestamp=1000.0,
+    )
+
+
+def test_aligned_fragments_reuse_the_last_list_and_encode_only_new_samples() -> None:
+    encoded: list[str] = []
+
+    def encode(sample: Sample) -> bytes:
+        encoded.append(sample.described.name)
+        return sample.described.name.encode()
+
+    samples = [_item(f"p{i}") for i in range(100)]
+    out = fragments(samples, "test-aligned", encode)
+    assert out == [f"p{i}".encode() for i in range(100)]
+    assert len(encoded) == 100
+    for sample in samples:
+        sample.cache.clear()  # only the aligned memo can avoid encoding now
+    encoded.clear()
+    out[0] = b"mutated by the caller"
+    assert fragments(list(samples), "test-aligned", encode) == [
+        f"p{i}".encode() for i in range(100)
+    ]
+    assert encoded == []
+    # The caller reuses its list object with one sample replaced in place.
+    samples[42] = _item("new")
+    again = fragments(samples, "test-aligned", encode)
+    assert encoded == ["new"]
+    assert again[42] == b"new"
+    assert again[41] == b"p41"
+    # A list of another length is encoded sample by sample (through each sample's cache).
+    encoded.clear()
+    assert fragments(samples[:80], "test-aligned", encode) == again[:80]
+    assert len(encoded) == 79  # the samples whose caches were cleared; "new" kept its own

@@ -163,6 +163,19 @@ def _socket_owners(pids: set[int]) -> dict[int, int]:
     return owners
 
 
+def _listening(server: ServerProcess) -> set[int]:
+    """The workers that listen on the server's port (a replacement does once it started)."""
+    port = int(server.url.rsplit(":", 1)[1])
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(int(fields[9]))
+    owners = _socket_owners(_workers(server))
+    return {owners[inode] for inode in inodes if inode in owners}
+
+
 def _server_end(port: int, client_port: int) -> int:
     """The inode of the server's end of the loopback connection from `client_port`."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -203,6 +216,8 @@ def test_fresh_connections_spread_over_the_workers_and_their_answers_agree(
     pair: tuple[ServerProcess, ServerProcess],
 ) -> None:
     _, two = pair
+    # Both listen (after test_a_killed_worker_is_replaced, the replacement may still start).
+    assert _wait(lambda: len(_listening(two)) == 2)
     with two.client() as client:
         listing = client.get(f"{P}/namespaces/default/pods/*/http_requests_per_second")
         pod = listing.json()["items"][0]["describedObject"]["name"]

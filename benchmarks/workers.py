@@ -10,15 +10,20 @@ loads one pod's custom metric with `wrk -t2 -c16 --latency` over TLS keep-alive:
   `Authorization: Bearer`; a warm-up run fills each process's caches first, so the measured
   run makes no review (the counts are reported).
 
-Each round runs every case with `--workers 1` (today's single process) and then with
-`--workers N`, so old and new share the machine's load. Reported per run: req/s, p50/p99,
-the CPU of every server process per request (utime + stime from /proc), wrk's own CPU (the
-machine has 2 cores: what wrk burns, the server cannot use), RSS of every process, and the
-1-minute load average before the run.
+Each round runs every case with `--workers 1` (today's single process), then with
+`--workers N` (the demo is replicable: the *replicated* mode, every worker serving the whole
+API with its own simulated cluster), then with `--workers N` in the *forwarding* mode (the same
+demo plus a plugin that does not declare `sdk.Replicable`, `tests.fakes.plugins:instant`, so
+the workers forward to the main process: the mode every non-replicable backend gets), so all
+share the machine's load. The mode each run got is read from the server's start-up line.
+Reported per run: req/s, p50/p99, the CPU of every server process per request (utime + stime
+from /proc), wrk's own CPU (the machine has 2 cores: what wrk burns, the server cannot use),
+RSS of every process, and the 1-minute load average before the run.
 
     python benchmarks/workers.py                 # 3 rounds, 10 s runs (~4 min)
     python benchmarks/workers.py --workers 3 --rounds 5
     python benchmarks/workers.py --smoke         # 1 round, 1 s runs; fails on a non-2xx answer
+                                                 # or a run in the wrong mode
 """
 
 from __future__ import annotations
@@ -142,19 +147,21 @@ def main() -> int:
             "--authentication-skip-lookup",
         ]
         modes = {"demo": [], "token": delegated}
+        demo = ["--demo-pods", str(args.pods), "--demo-web-pods", str(min(1000, args.pods))]
+        variants = {
+            "1": (1, demo),
+            f"{args.workers}": (args.workers, demo),
+            f"{args.workers}f": (args.workers, ["--backends-config", _forwarding_file(work, args)]),
+        }
+        path = os.environ.get("PYTHONPATH", "")
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), path)))}
         for round_ in range(args.rounds):
             for mode in args.modes.split(","):
-                for workers in (1, args.workers):
-                    name = f"{round_}-{mode}-{workers}"
-                    flags = [
-                        *modes[mode],
-                        "--demo-pods",
-                        str(args.pods),
-                        "--demo-web-pods",
-                        str(min(1000, args.pods)),
-                    ]
+                for variant, (workers, backends) in variants.items():
+                    name = f"{round_}-{mode}-{variant}"
+                    flags = [*modes[mode], *backends]
                     server = start_server(
-                        work / name, *flags, "--workers", str(workers), timeout=60
+                        work / name, *flags, "--workers", str(workers), timeout=60, env=env
                     )
                     try:
                         pod = (
@@ -166,13 +173,14 @@ def main() -> int:
                         headers = [f"Authorization: Bearer {TOKEN}"] if mode == "token" else []
                         reviews = (len(fake.token_reviews), len(fake.access_reviews))
                         result = measure(server, url, args, headers)
+                        result["workers_mode"] = _workers_mode(server)
                         result["reviews_during_runs"] = [
                             len(fake.token_reviews) - reviews[0],
                             len(fake.access_reviews) - reviews[1],
                         ]
                     finally:
                         server.stop()
-                    rows.append({"round": round_, "mode": mode, "workers": workers, **result})
+                    rows.append({"round": round_, "mode": mode, "workers": variant, **result})
                     print(json.dumps(rows[-1]), file=sys.stderr)
     report(rows, args)
     overhead = forward_overhead(2000 if args.smoke else 20000)
@@ -191,8 +199,42 @@ def main() -> int:
             )
         )
         print(f"\nwritten to {out}")
-    failed = [row for row in rows if row["non_2xx"] or row["requests"] == 0]
-    return 1 if failed else 0
+    return 1 if _failures(rows, args) else 0
+
+
+def _forwarding_file(work: Path, args: argparse.Namespace) -> str:
+    """The demo plus a plugin that is not replicable: `--workers N` then forwards."""
+    demo = {"pods": args.pods, "webPods": min(1000, args.pods)}
+    backends = [
+        {"name": "simulated", "type": "demo", "settings": demo},
+        {"name": "held", "type": "tests.fakes.plugins:instant"},
+    ]
+    path = work / "forwarding.yaml"
+    path.write_text(json.dumps({"backends": backends}))
+    return str(path)
+
+
+def _failures(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    """Runs with a non-2xx answer, no request, or not in the mode their variant means."""
+    expected = {"1": "one process", f"{args.workers}": "replicated"}
+    failed = [
+        f"{row['round']}-{row['mode']}-{row['workers']}"
+        for row in rows
+        if row["non_2xx"]
+        or row["requests"] == 0
+        or row["workers_mode"] != expected.get(row["workers"], "forwarding")
+    ]
+    for name in failed:
+        print(f"FAILED: {name}", file=sys.stderr)
+    return failed
+
+
+def _workers_mode(server: ServerProcess) -> str:
+    """The mode the server chose, from its start-up line."""
+    for mode in ("replicated", "forwarding"):
+        if f": {mode}: " in server.logs():
+            return mode
+    return "one process"
 
 
 def forward_overhead(count: int) -> dict[str, float]:
@@ -253,24 +295,27 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     """The runs as Markdown tables on stdout."""
     print(f"machine: {json.dumps(machine())}")
     print(
-        "| round | mode | workers | load | req/s | p50 ms | p99 ms | server µs/req (per process) | server cores | wrk cores | RSS MiB (per process) | reviews | non-2xx |"
+        "| round | mode | workers | how | load | req/s | p50 ms | p99 ms | server µs/req (per process) | server cores | wrk cores | RSS MiB (per process) | reviews | non-2xx |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         per = " + ".join(f"{v}" for v in row["cpu_us_per_request"].values())
         rss = " + ".join(f"{v}" for v in row["rss_mib"].values())
         print(
-            f"| {row['round']} | {row['mode']} | {row['workers']} | {row['load1']} | {row['rps']:,.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
+            f"| {row['round']} | {row['mode']} | {row['workers']} | {row['workers_mode']} | {row['load1']} | {row['rps']:,.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
             f"| {row['server_cpu_us_per_request']} ({per}) | {row['server_cores']} | {row['wrk_cores']} | {row['rss_total_mib']} ({rss}) | {row['reviews_during_runs']} | {row['non_2xx']} |"
         )
-    print("\n| mode | workers | median req/s | ratio to 1 process |\n|---|---|---|---|")
+    print(
+        "\n| mode | workers | median req/s | ratio to 1 process | median server µs/req |"
+        "\n|---|---|---|---|---|"
+    )
     for mode in args.modes.split(","):
-        base = _median([r["rps"] for r in rows if r["mode"] == mode and r["workers"] == 1])
-        for workers in (1, args.workers):
-            value = _median(
-                [r["rps"] for r in rows if r["mode"] == mode and r["workers"] == workers]
-            )
-            print(f"| {mode} | {workers} | {value:,.0f} | {value / base:.2f}x |")
+        base = _median([r["rps"] for r in rows if r["mode"] == mode and r["workers"] == "1"])
+        for variant in ("1", f"{args.workers}", f"{args.workers}f"):
+            chosen = [r for r in rows if r["mode"] == mode and r["workers"] == variant]
+            value = _median([r["rps"] for r in chosen])
+            cpu = _median([r["server_cpu_us_per_request"] for r in chosen])
+            print(f"| {mode} | {variant} | {value:,.0f} | {value / base:.2f}x | {cpu} |")
 
 
 def _pod(server: ServerProcess) -> str:

@@ -35,6 +35,7 @@ from custom_metrics_server.plugins.flags import (
     server_features,
 )
 from custom_metrics_server.plugins.loader import load_backends
+from custom_metrics_server.plugins.replicas import workers_mode
 from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.runtime.asgi import ASGIApp
 from custom_metrics_server.runtime.heap import tune_gc
@@ -53,7 +54,13 @@ from custom_metrics_server.security.options import (
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_header_read_timeout
 from custom_metrics_server.server.app import AppSettings, BackendsFileSource, create_app
-from custom_metrics_server.server.workers import ForwardedGate, serve_worker, supervise
+from custom_metrics_server.server.workers import (
+    ForwardedGate,
+    serve_replica,
+    serve_worker,
+    supervise,
+    supervise_replicas,
+)
 
 logger = logging.getLogger("custom_metrics_server")
 
@@ -136,10 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="processes serving the port (default 1: the main process serves it itself); "
-        "with N > 1, N worker processes do TLS, HTTP and authentication and ask the main "
-        "process, which keeps the backends, for the answers (docs/operations.md, Workers)",
+        "with N > 1, N worker processes serve it: each with its own backends when every "
+        "backend is replicable, else asking the main process, which keeps the backends, for "
+        "the answers (docs/operations.md, Workers)",
     )
     serving.add_argument("--worker-of", help=argparse.SUPPRESS)  # a worker's main process
+    serving.add_argument("--worker-replica", action="store_true", help=argparse.SUPPRESS)
     add_security_flags(serve)
     add_backend_flags(serve)
     serve.add_argument(
@@ -241,7 +250,7 @@ def _serve(args: argparse.Namespace) -> None:
             "(--authentication-kubeconfig, docs/security.md)",
             exit_code=CONFIGURATION,
         )
-    if args.worker_of:
+    if args.worker_of and not args.worker_replica:
         serve_worker(args, security, _uvicorn_config, bind)
         return
     try:
@@ -250,6 +259,11 @@ def _serve(args: argparse.Namespace) -> None:
         metrics_api = server_features(args, loaded)
     except (BackendsConfigError, PluginError, ConfigError) as err:
         raise _startup_error(err, args) from err
+    # The main process of `--workers N` (N > 1); a worker is told its mode by the main process.
+    main_of_workers = args.workers > 1 and not args.worker_of
+    mode = workers_mode(loaded)
+    if main_of_workers:
+        logger.info("%s", mode.describe(args.workers))
     settings = AppSettings(
         backend_timeout=args.backend_timeout,
         max_requests_inflight=args.max_requests_inflight,
@@ -263,17 +277,19 @@ def _serve(args: argparse.Namespace) -> None:
         path=args.backends_config,
         digest=digest,
         reload_interval=args.backends_config_reload_interval,
+        replicated=args.worker_replica,
     )
+    forwarded_to = main_of_workers and not mode.replicated
     app = create_app(
         cluster=loaded.cluster,
         backends=loaded.hosts,
         settings=settings,
-        # With workers, they authenticate and authorize; this process answers them.
-        security=None if args.workers > 1 else security,
-        gate=ForwardedGate() if args.workers > 1 else None,
+        # Forwarding workers authenticate and authorize; this process answers them.
+        security=None if forwarded_to else security,
+        gate=ForwardedGate() if forwarded_to else None,
         source=source,
     )
-    if not security.delegated:
+    if not security.delegated and not args.worker_of:
         logger.warning(
             "--demo: delegated authentication and authorization are OFF; "
             "every caller on %s is allowed",
@@ -301,8 +317,14 @@ def _serve(args: argparse.Namespace) -> None:
             ]
         print("\n".join(lines) + "\n", flush=True)
 
+    if main_of_workers and mode.replicated:
+        supervise_replicas(args, bind, on_bound)  # `app` is never started here
+        return
     config = _uvicorn_config(app, args, security, bind)
-    if args.workers > 1:
+    if args.worker_replica:
+        serve_replica(args, config, app)
+        return
+    if main_of_workers:
         supervise(args, config, app, bind, on_bound)
         return
     TlsServer(

@@ -1,10 +1,18 @@
-"""`serve --workers 2` through the real server process: the same answers as one process for
-every URL form, a killed worker replaced, SIGTERM stopping every process, a stalled main
-process answered 504 by the worker (not a hang), and the backends started once (one list and
-one watch per resource on the fake kube-apiserver, whatever the number of workers)."""
+"""`serve --workers 2` through the real server process, in both modes (plugins.replicas).
+
+Replicated (the demo: every backend replicable): the same answers as one process for every URL
+form, fresh connections spread over both workers and their answers for one pod agreeing, a
+killed worker replaced, SIGTERM stopping every process, and a stalled main process not
+stopping the answers (it is out of the request path).
+
+Forwarding (a backend that is not replicable: a plugin that does not declare `sdk.Replicable`,
+or the Kubernetes backend): a stalled main process answered 504 by the worker (not a hang), and
+the backends started once (one list and one watch per resource on the fake kube-apiserver,
+whatever the number of workers)."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import time
@@ -20,6 +28,8 @@ from custom_metrics_server.testing.server_process import ServerProcess, start_se
 from tests.fakes.auth_webhooks import FakeAuthApiServer
 from tests.fakes.cluster_process import TOKEN, serve_flags, write_kubeconfig
 from tests.fakes.kube_apiserver import FakeKubeApiServer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.integration
 
@@ -114,6 +124,7 @@ def test_answers_are_the_same_with_and_without_workers(
 ) -> None:
     one, two = pair
     assert len(_workers(two)) == 2
+    assert "--workers 2: replicated: " in two.logs()
     with one.client() as a, two.client() as b:
         for path, accept in URLS:
             assert _answer(a, path, accept) == _answer(b, path, accept), (path, accept)
@@ -138,9 +149,131 @@ def test_a_killed_worker_is_replaced(pair: tuple[ServerProcess, ServerProcess]) 
     assert "exited (status -9): replacing it" in two.logs()
 
 
-def test_a_stalled_main_process_is_a_504_not_a_hang(tmp_path: Path) -> None:
+def _socket_owners(pids: set[int]) -> dict[int, int]:
+    """The inode of every socket the processes hold, and its process."""
+    owners = {}
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                owners[int(target[8:-1])] = pid
+    return owners
+
+
+def _listening(server: ServerProcess) -> set[int]:
+    """The workers that listen on the server's port (a replacement does once it started)."""
+    port = int(server.url.rsplit(":", 1)[1])
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(int(fields[9]))
+    owners = _socket_owners(_workers(server))
+    return {owners[inode] for inode in inodes if inode in owners}
+
+
+def _server_end(port: int, client_port: int) -> int:
+    """The inode of the server's end of the loopback connection from `client_port`."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote = fields[1].rsplit(":", 1)[1], fields[2].rsplit(":", 1)[1]
+            if int(local, 16) == port and int(remote, 16) == client_port:
+                return int(fields[9])
+    raise AssertionError(f"no connection from port {client_port}")
+
+
+def _answers_by_worker(server: ServerProcess, path: str, count: int) -> dict[int, list[Any]]:
+    """`count` fresh connections, one GET each: the answers by the worker that served them
+    (found from /proc: nothing is exposed for it)."""
+    port = int(server.url.rsplit(":", 1)[1])
+    workers = _workers(server)
+    context = server.ssl_context()
+    found: dict[int, list[Any]] = {}
+    connections = []
+    try:
+        for _ in range(count):
+            connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+            connections.append(connection)
+            connection.request("GET", path, headers={"Accept": "application/json"})
+            response = connection.getresponse()
+            body = orjson.loads(response.read())
+            assert response.status == 200, body
+            assert connection.sock is not None
+            inode = _server_end(port, connection.sock.getsockname()[1])
+            found.setdefault(_socket_owners(workers)[inode], []).append(body["items"])
+    finally:
+        for connection in connections:
+            connection.close()
+    return found
+
+
+def test_fresh_connections_spread_over_the_workers_and_their_answers_agree(
+    pair: tuple[ServerProcess, ServerProcess],
+) -> None:
+    _, two = pair
+    # Both listen (after test_a_killed_worker_is_replaced, the replacement may still start).
+    assert _wait(lambda: len(_listening(two)) == 2)
+    with two.client() as client:
+        listing = client.get(f"{P}/namespaces/default/pods/*/http_requests_per_second")
+        pod = listing.json()["items"][0]["describedObject"]["name"]
+    path = f"{P}/namespaces/default/pods/{pod}/http_requests_per_second"
+    for _attempt in range(2):  # a demo tick between two answers moves every value once
+        by_worker = _answers_by_worker(two, path, 32)
+        answers = [items for answers in by_worker.values() for items in answers]
+        if len({item[0]["timestamp"] for item in answers}) == 1:
+            break
+    assert len(by_worker) == 2, by_worker.keys()  # 32 connections, the kernel's hash: both
+    assert set(by_worker) == _workers(two)
+    assert all(items == answers[0] for items in answers), answers
+    assert answers[0][0]["describedObject"]["name"] == pod
+
+
+def test_a_stalled_main_process_does_not_stop_replicated_workers(tmp_path: Path) -> None:
     server = start_server(tmp_path, "--demo-pods", "10", "--workers", "2")
     try:
+        with server.client() as client:
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                answers = [
+                    client.get(f"{P}/namespaces/default/pods/*/http_requests_per_second")
+                    for _ in range(5)
+                ]
+                ready = client.get("/readyz")
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+        assert [answer.status_code for answer in answers] == [200] * 5
+        assert ready.status_code == 200  # the worker's own readiness
+    finally:
+        stop_server(server)
+
+
+def _forwarding_server(workdir: Path, *flags: str) -> ServerProcess:
+    """The demo plus a plugin that does not declare `sdk.Replicable`: the workers forward."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    backends = workdir / "backends.yaml"
+    backends.write_text(
+        "backends:\n"
+        "  - {name: simulated, type: demo, settings: {pods: 10}}\n"
+        "  - {name: held, type: 'tests.fakes.plugins:instant'}\n"
+    )
+    path = os.environ.get("PYTHONPATH", "")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), path)))}
+    return start_server(workdir, "--backends-config", str(backends), *flags, env=env)
+
+
+def test_a_stalled_main_process_is_a_504_not_a_hang(tmp_path: Path) -> None:
+    server = _forwarding_server(tmp_path, "--workers", "2")
+    try:
+        assert (
+            "--workers 2: forwarding: the workers authenticate and forward every request to the "
+            "main process, which keeps the backends (not replicable: held "
+            "(tests.fakes.plugins:instant))" in server.logs()
+        )
         with server.client() as client:
             os.kill(server.pid, signal.SIGSTOP)
             try:
@@ -182,8 +315,11 @@ def _state(pid: int) -> str:
         return "zombie"
 
 
-def _requests_to_the_api_server(tmp_path: Path, workers: int) -> dict[tuple[str, str], int]:
-    """What one server with `workers` asks the fake kube-apiserver for, while it serves."""
+def _requests_to_the_api_server(
+    tmp_path: Path, workers: int
+) -> tuple[dict[tuple[str, str], int], str]:
+    """What one server with `workers` asks the fake kube-apiserver for, while it serves, and
+    its log."""
     api = FakeKubeApiServer()
     api.apply("namespaces", {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "a"}})
     api.start()
@@ -212,15 +348,19 @@ def _requests_to_the_api_server(tmp_path: Path, workers: int) -> dict[tuple[str,
         finally:
             stop_server(server)
         paths = ("/api/v1/pods", "/api/v1/nodes")
-        return {(kind, path): api.count(kind, path) for kind in ("list", "watch") for path in paths}
+        counts = {(kind, p): api.count(kind, p) for kind in ("list", "watch") for p in paths}
+        return counts, server.logs()
     finally:
         auth.down()
         api.close()
 
 
 def test_the_backends_start_once_whatever_the_workers(tmp_path: Path) -> None:
-    one = _requests_to_the_api_server(tmp_path / "one", 1)
-    three = _requests_to_the_api_server(tmp_path / "three", 3)
+    one, _ = _requests_to_the_api_server(tmp_path / "one", 1)
+    three, log = _requests_to_the_api_server(tmp_path / "three", 3)
+    # The Kubernetes backend watches and scrapes: the workers forward to its one instance.
+    assert "--workers 3: forwarding: " in log
+    assert "(not replicable: kubernetes (kubernetes))" in log
     assert one[("list", "/api/v1/pods")] >= 1
     assert one[("watch", "/api/v1/pods")] >= 1
     assert three == one

@@ -88,6 +88,8 @@ class Provision:
     demo_core_api: DemoCoreApi | None = None
     #: `resourceRules` usage (Prometheus), for `--resource-metrics-source=prometheus`.
     resource_usage: ResourceUsageSource | None = None
+    #: One instance per worker process is safe (`sdk.Replicable`; plugins.replicas).
+    replicable: bool = False
 
 
 class BuiltinSettings(BaseModel):
@@ -261,6 +263,7 @@ def demo(settings: DemoBackendSettings, *, context: BackendContext) -> Provision
         exposition=functools.partial(stream_state_exposition, simulated.cluster),
         metrics_api=ResourceMetricsApi(simulated.cluster, simulated.usage),
         demo_core_api=DemoCoreApi({str(gr): objs for gr, objs in simulated.world.objects.items()}),
+        replicable=True,  # values are a pure function of seed and time: every copy agrees
     )
 
 
@@ -295,7 +298,7 @@ def fixture(settings: FixtureSettings, *, context: BackendContext) -> Provision:
     # Looked up at call time: tests/fakes/slow_backend.py substitutes a slower loader.
     cluster, backend = _load_fixture()(document, now=time.time())
     backend.name = context.name
-    return Provision(backend, what=what, cluster=cluster)
+    return Provision(backend, what=what, cluster=cluster, replicable=True)  # static values
 
 
 def _load_fixture() -> Callable[..., Any]:
@@ -376,4 +379,5 @@ def prometheus(settings: PrometheusPluginSettings, *, context: BackendContext) -
                 "(resourceUsageInterval is set)"
             )
         usage = backend.resource_usage
-    return Provision(backend, what="Prometheus metrics", resource_usage=usage)
+    # Stateless per query; each copy repeats the series relist (and resourceRules refresh).
+    return Provision(backend, what="Prometheus metrics", resource_usage=usage, replicable=True)

@@ -136,4 +136,5 @@ def passthrough(settings: PassthroughPluginSettings, *, context: BackendContext)
             if path
         )
         raise ValueError(f"cannot load {files}: {err}") from err
-    return Provision(backend, what=f"the metrics server at {settings.url}")
+    # A stateless proxy: each copy repeats only the upstream's discovery polls.
+    return Provision(backend, what=f"the metrics server at {settings.url}", replicable=True)

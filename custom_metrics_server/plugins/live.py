@@ -46,6 +46,7 @@ from custom_metrics_server.plugins.config import (
     read_backends_file,
 )
 from custom_metrics_server.plugins.loader import Built, Loaded, load_backends
+from custom_metrics_server.plugins.replicas import not_replicable
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.routing import Conflict, Router
 from custom_metrics_server.runtime.startup import REFUSED, StartupError
@@ -104,8 +105,11 @@ class LiveBackends:
         refresh_interval: float = REFRESH_INTERVAL,
         added: Callable[[MetricsBackend], None] | None = None,
         removed: Callable[[MetricsBackend], None] | None = None,
+        replicated: bool = False,
     ) -> None:
         self.engine = engine
+        #: a worker of replicated `--workers N`: a reload may not add a non-replicable backend
+        self.replicated = replicated
         self._added = added
         self._removed = removed
         self.loaded = loaded
@@ -250,6 +254,12 @@ class LiveBackends:
             cluster=old.cluster,
         )
         loaded.cluster_backend = provider
+        held = not_replicable(loaded) if self.replicated else []
+        if held:
+            raise StartupFailure(
+                f"not replicable: {', '.join(held)}; the workers of this server run replicated "
+                "(serve --workers): a restart chooses the mode again"
+            )
         running = {id(backend) for backend in self._running}
         fresh = [b.host.backend for b in loaded.built if id(b.host.backend) not in running]
         started = await self._start(fresh)

@@ -7,8 +7,9 @@ docs/backends.md, "Stability"). Everything in `__all__` is covered by that promi
 else in the package may change in any release.
 
 * Protocols, by capability: `CustomMetricsSource`, `ExternalMetricsSource` (at least one),
-  `Lifecycle` and `ReadinessCheck` (optional); `MetricsBackend` is their union, as built-in
-  backends implement it; `ClusterView` is the cluster a backend may read.
+  `Lifecycle`, `ReadinessCheck` and `Replicable` (optional; `Replicable` since 1.1);
+  `MetricsBackend` is their union, as built-in backends implement it; `ClusterView` is the
+  cluster a backend may read.
 * Making a backend: `factory` (marks a factory: its settings model, the contract it needs),
   `BackendContext` (what a factory is told: name, cluster view, logger, deadline, base dir).
 * Values: the request and answer types (frozen dataclasses and named tuples) and the helpers
@@ -45,6 +46,7 @@ from custom_metrics_server.sdk.sources import (
     ExternalMetricsSource,
     Lifecycle,
     ReadinessCheck,
+    Replicable,
 )
 from custom_metrics_server.sdk.version import VERSION, __version__, compatible
 
@@ -70,6 +72,7 @@ __all__ = [
     "Operator",
     "Readiness",
     "ReadinessCheck",
+    "Replicable",
     "Requirement",
     "ResourceMapping",
     "Sample",

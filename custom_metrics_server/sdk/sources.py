@@ -12,6 +12,9 @@ naming the plugin) and adapts the object to its internal, full protocol.
 * `Lifecycle`: `async with backend:` around the time it serves (start connections, background
   work); without it, nothing is started or stopped.
 * `ReadinessCheck`: `ready()`; without it, the backend is ready once started.
+* `Replicable` (contract 1.1): `replicable = True` says one instance per worker process of
+  `serve --workers N` is safe (no repeated watches or scrapes that matter, answers that agree
+  across instances); without it, the server keeps one instance and forwards to it.
 
 `fetch` and `fetch_external` may be `async def` (run on the server's event loop: never block
 in them) or plain `def` (run in the backend's own bounded thread pool: blocking drivers are
@@ -41,6 +44,7 @@ __all__ = [
     "ExternalMetricsSource",
     "Lifecycle",
     "ReadinessCheck",
+    "Replicable",
 ]
 
 
@@ -100,3 +104,20 @@ class ReadinessCheck(Protocol):
     def ready(self) -> Readiness:
         """From memory, fast, never raising; `reason` says what is awaited (or degraded)."""
         ...
+
+
+@runtime_checkable
+class Replicable(Protocol):
+    """Optional (contract 1.1): whether `serve --workers N` may run one instance of this
+    backend in each of its N worker processes, every worker then answering by itself.
+
+    Say `True` only when N instances are as good as one: the answers agree across instances
+    (the same source, no per-instance state a caller could see differ), and what each
+    instance does in the background (polls, discovery, connections) costs the sources
+    little when repeated N times. A backend that watches or scrapes a cluster, or keeps state
+    built from its own traffic, says `False` (the default, also when the attribute is
+    missing): the server then keeps one instance, in its main process, and the workers
+    forward to it (docs/operations.md, "Workers"). Read once, when the backend is made.
+    """
+
+    replicable: bool

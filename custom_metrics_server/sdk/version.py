@@ -1,9 +1,9 @@
 """The version of the backend contract (not of the server): `MAJOR.MINOR`.
 
 A minor version adds (a new optional capability, a new field with a default, a new helper); a
-major version breaks (a removed or changed name or signature). A plugin states the contract it
-was written against (`factory(requires="1.0")`); the server loads it when the majors are equal
-and the plugin's minor is not newer than the server's.
+major version breaks (a removed or changed name or signature). 1.1 added `Replicable`. A
+plugin states the contract it was written against (`factory(requires="1.0")`); the server
+loads it when the majors are equal and the plugin's minor is not newer than the server's.
 
 PURE: no I/O.
 """
@@ -14,8 +14,8 @@ from typing import Final
 
 __all__ = ["VERSION", "__version__", "compatible", "parse_version"]
 
-__version__: Final = "1.0"
-VERSION: Final = (1, 0)
+__version__: Final = "1.1"
+VERSION: Final = (1, 1)
 
 
 def parse_version(text: str) -> tuple[int, int]:

@@ -92,6 +92,8 @@ class BackendsFileSource:
     path: Path | None = None
     digest: bytes | None = None
     reload_interval: float = 5.0
+    #: a worker of replicated `serve --workers N` (reloads keep every backend replicable)
+    replicated: bool = False
 
 
 class Server:
@@ -133,6 +135,7 @@ class Server:
             registry=self.metrics.registry,
             added=self._register_collector,
             removed=self._unregister_collector,
+            replicated=source.replicated if source is not None else False,
         )
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
         self.extra_checks = {**settings.extra_checks, "shutdown": Readiness(ready=True)}

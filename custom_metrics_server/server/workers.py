@@ -15,7 +15,10 @@ the main process is down answers 503.
 `supervise` runs the main process (`runtime.workers.SupervisingServer`: the port reserved,
 the workers started with the command line's flags, replaced when they die, stopped in order)
 and `serve_worker` a worker; the command line calls them for `--workers N` and the hidden
-`--worker-of` flag.
+`--worker-of` flag. That is the *forwarding* mode; when every backend is replicable
+(plugins.replicas) the command line runs the *replicated* one instead: `supervise_replicas`
+(the same supervision, no backends, nothing served) and `serve_replica` (a worker running the
+whole server, hidden flags `--worker-of` and `--worker-replica`).
 
 Per request in a worker: the chain's filters (O(1) with warm caches), one forwarded frame
 each way (O(headers + body)).
@@ -68,8 +71,10 @@ __all__ = [
     "ForwardedGate",
     "MakeConfig",
     "WorkerApp",
+    "serve_replica",
     "serve_worker",
     "supervise",
+    "supervise_replicas",
     "this_program",
 ]
 
@@ -199,8 +204,49 @@ def supervise(
     bind: str,
     on_bound: Callable[[int], None],
 ) -> None:
-    """The main process of `--workers N`: the backends, the forwarded requests, the workers
-    (runtime.workers). The port is reserved here and served by the workers."""
+    """The main process of forwarding `--workers N`: the backends, the forwarded requests,
+    the workers (runtime.workers). The port is reserved here and served by the workers."""
+    _supervise(
+        args,
+        config,
+        bind,
+        on_bound,
+        on_shutdown=app.begin_shutdown,
+        startup_error=lambda: app.startup_error,
+        extra=(),
+    )
+
+
+def supervise_replicas(
+    args: argparse.Namespace, bind: str, on_bound: Callable[[int], None]
+) -> None:
+    """The main process of replicated `--workers N` (plugins.replicas): it reserves the
+    port, starts, replaces and stops the workers, and serves nothing: no backend starts here.
+    Its Unix socket only counts the workers' greetings (and tells them when it is gone)."""
+    config = uvicorn.Config(
+        _Idle(), host=bind, port=args.secure_port, lifespan="off", log_config=None
+    )
+    _supervise(
+        args,
+        config,
+        bind,
+        on_bound,
+        on_shutdown=None,
+        startup_error=None,
+        extra=("--worker-replica",),
+    )
+
+
+def _supervise(
+    args: argparse.Namespace,
+    config: uvicorn.Config,
+    bind: str,
+    on_bound: Callable[[int], None],
+    *,
+    on_shutdown: Callable[[], None] | None,
+    startup_error: Callable[[], BaseException | None] | None,
+    extra: tuple[str, ...],
+) -> None:
     try:
         reserved = reserve_port(bind, args.secure_port)
     except OSError as err:
@@ -208,16 +254,33 @@ def supervise(
     port = reserved.getsockname()[1]
     with reserved, tempfile.TemporaryDirectory(prefix="custom-metrics-server-") as private:
         path = str(Path(private) / "main.sock")  # the directory is 0700: this user only
-        command = [*this_program(), *args.argv, "--secure-port", str(port), "--worker-of", path]
+        command = [
+            *this_program(),
+            *args.argv,
+            "--secure-port",
+            str(port),
+            "--worker-of",
+            path,
+            *extra,
+        ]
         SupervisingServer(
             config,
             on_bound,
-            on_shutdown=app.begin_shutdown,
-            startup_error=lambda: app.startup_error,
+            on_shutdown=on_shutdown,
+            startup_error=startup_error,
             workers=Workers(lambda: command, args.workers),
             forward_path=path,
             port=port,
         ).run()
+
+
+class _Idle:
+    """The replicated main process's application: never called (no worker forwards)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 503, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
 
 
 def this_program() -> list[str]:
@@ -244,6 +307,43 @@ def serve_worker(
     server = TlsServer(
         make_config(app, args, security, bind),
         lambda _port: app.greet(),
+        on_shutdown=app.begin_shutdown,
+        shutdown_delay=args.shutdown_delay_duration,
+        tls_handshake_timeout=args.tls_handshake_timeout,
+        startup_error=lambda: app.startup_error,
+    )
+    server.reuse_port = True
+    server.run()
+
+
+def serve_replica(args: argparse.Namespace, config: uvicorn.Config, app: Server) -> None:
+    """A worker of replicated `--workers N`: the whole server (`app`, with its own backends
+    and auth caches) on the port shared with `SO_REUSEPORT`; it greets the main process once
+    it listens and exits when the main process is gone. Per request: exactly one process's
+    path, nothing crosses a socket."""
+    die_with_parent(os.getppid())
+    client = ForwardClient(args.worker_of)
+    kept: list[asyncio.Task[None]] = []
+
+    async def stay_in_touch() -> None:
+        try:
+            await client.connect()
+        except OSError as err:
+            logger.warning("worker %d: no main process (%s); exiting", os.getpid(), err)
+        else:
+            client.hello(str(os.getpid()))
+            await client.lost.wait()
+            logger.warning(
+                "worker %d: the main process closed the connection; exiting", os.getpid()
+            )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_bound(_port: int) -> None:
+        kept.append(asyncio.get_running_loop().create_task(stay_in_touch(), name="main-process"))
+
+    server = TlsServer(
+        config,
+        on_bound,
         on_shutdown=app.begin_shutdown,
         shutdown_delay=args.shutdown_delay_duration,
         tls_handshake_timeout=args.tls_handshake_timeout,

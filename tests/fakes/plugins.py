@@ -177,6 +177,30 @@ def from_the_future(settings: Mapping[str, Any]) -> Instant:
     return Instant()
 
 
+class ReplicableInstant(Instant):
+    """An `Instant` that declares one instance per worker process safe (`sdk.Replicable`)."""
+
+    replicable = True
+
+
+@sdk.factory(requires="1.1")
+def replicable_instant(settings: Mapping[str, Any]) -> Instant:
+    """A `ReplicableInstant` (`instant` itself declares nothing: not replicable)."""
+    return ReplicableInstant(str(settings.get("prefix", "instant")))
+
+
+class TruthyReplicable(Instant):
+    """`replicable` is a method, not `True`: not a declaration."""
+
+    def replicable(self) -> bool:
+        return True
+
+
+def truthy_replicable(settings: Mapping[str, Any]) -> Instant:
+    """A `TruthyReplicable`."""
+    return TruthyReplicable()
+
+
 def not_a_backend(settings: Mapping[str, Any]) -> object:
     """Makes an object with no source."""
     return object()

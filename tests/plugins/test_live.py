@@ -158,6 +158,21 @@ async def test_a_reload_that_makes_a_conflict_is_refused(
         assert served(backends) == ["contract", "a"]
 
 
+async def test_a_replicated_worker_refuses_a_reload_adding_a_backend_that_is_not_replicable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(path, BASE, replicated=True)
+    async with backends:
+        path.write_text(BASE + f"  - {{name: held, type: '{P}:instant'}}\n")
+        assert await backends.reload() is False
+        assert "not replicable: held; the workers of this server run replicated" in caplog.text
+        assert served(backends) == ["contract"]
+        path.write_text(BASE + f"  - {{name: copied, type: '{P}:replicable_instant'}}\n")
+        assert await backends.reload() is True
+        assert served(backends) == ["contract", "copied"]
+
+
 async def test_the_cluster_backend_cannot_change_without_a_restart(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

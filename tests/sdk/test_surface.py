@@ -46,10 +46,12 @@ CONTRACT_1_0 = {
     "parse_selector",
     "sample",
 }
+#: What contract 1.1 added (a minor: only additions).
+CONTRACT_1_1 = CONTRACT_1_0 | {"Replicable"}
 
 
 def test_every_contract_name_is_exported_and_importable() -> None:
-    assert set(sdk.__all__) >= CONTRACT_1_0
+    assert set(sdk.__all__) >= CONTRACT_1_1
     for name in sdk.__all__:
         assert getattr(sdk, name) is not None, name
 
@@ -60,8 +62,25 @@ def test_a_major_version_change_is_needed_to_drop_a_name() -> None:
 
 
 def test_the_version_is_text_and_a_tuple_that_agree() -> None:
-    assert sdk.__version__ == "1.0"
-    assert sdk.VERSION == (1, 0)
+    assert sdk.__version__ == "1.1"
+    assert sdk.VERSION == (1, 1)
+
+
+def test_a_plugin_written_for_1_0_still_loads_on_1_1() -> None:
+    assert sdk.compatible("1.0")
+    assert sdk.compatible("1.1")
+    assert not sdk.compatible("1.2")
+
+
+def test_replicable_is_an_optional_attribute_protocol() -> None:
+    class Declares:
+        replicable = True
+
+    class Silent:
+        pass
+
+    assert isinstance(Declares(), sdk.Replicable)
+    assert not isinstance(Silent(), sdk.Replicable)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,64 @@
+"""Which way `serve --workers N` runs (plugins.replicas): replicated when every backend says
+one instance per worker is safe (built-ins by type, plugins by `sdk.Replicable`), else
+forwarding, naming the backends that decided it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from custom_metrics_server.plugins.config import parse_backends_file
+from custom_metrics_server.plugins.loader import load_backends
+from custom_metrics_server.plugins.replicas import is_replicable, workers_mode
+from tests.conftest import CONTRACT_FIXTURE
+from tests.fakes.cluster_process import write_kubeconfig
+
+P = "tests.fakes.plugins"
+DEMO = "  - {name: simulated, type: demo, settings: {pods: 10}}\n"
+
+
+def load(text: str) -> Any:
+    config = parse_backends_file("backends:\n" + text, source="b.yaml")
+    return load_backends(config, base_dir=Path("/"), default_timeout=10.0)
+
+
+def test_a_plugin_declaring_replicable_keeps_the_demo_replicated() -> None:
+    mode = workers_mode(load(DEMO + f"  - {{name: copied, type: '{P}:replicable_instant'}}\n"))
+    assert mode.replicated
+    assert mode.why == (
+        f"every backend is replicable: simulated (demo), copied ({P}:replicable_instant)"
+    )
+    assert "replicated" in mode.describe(2)
+
+
+@pytest.mark.parametrize("factory", ["instant", "truthy_replicable"])
+def test_a_plugin_not_declaring_it_makes_the_workers_forward(factory: str) -> None:
+    mode = workers_mode(load(DEMO + f"  - {{name: held, type: '{P}:{factory}'}}\n"))
+    assert not mode.replicated
+    assert mode.why == f"not replicable: held ({P}:{factory})"
+    assert mode.describe(3).startswith("--workers 3: forwarding:")
+
+
+def test_the_built_in_types_that_are_replicable(tmp_path: Path) -> None:
+    loaded = load(
+        DEMO
+        + f"  - {{name: fixture, type: fixture, settings: {{file: {CONTRACT_FIXTURE}}}}}\n"
+        + "  - {name: prom, type: prometheus, settings: {url: 'http://127.0.0.1:1'}}\n"
+        + "  - {name: up, type: passthrough, settings: {url: 'https://127.0.0.1:1'}}\n"
+    )
+    assert [is_replicable(built) for built in loaded.built] == [True, True, True, True]
+    assert workers_mode(loaded).replicated
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "pod-metrics"])
+def test_the_built_in_types_that_watch_or_scrape_are_not(tmp_path: Path, kind: str) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    write_kubeconfig(kubeconfig, "https://127.0.0.1:1")
+    settings = f"{{kubeconfig: '{kubeconfig}'}}"
+    if kind == "pod-metrics":
+        settings = f"{{kubeconfig: '{kubeconfig}', scrape: [{{name: app, selector: 'a=b', port: 9090}}], metrics: [m]}}"
+    mode = workers_mode(load(DEMO + f"  - {{name: held, type: {kind}, settings: {settings}}}\n"))
+    assert not mode.replicated
+    assert mode.why == f"not replicable: held ({kind})"

@@ -163,3 +163,18 @@ def test_the_demo_kubelets_write_with_the_kubelet_writer_escapes_included() -> N
     assert pod.cpu == (12.75, 1e9)
     assert scrape.node is not None
     assert not scrape.scrape_error
+
+
+def test_processes_started_at_different_moments_of_a_tick_compute_the_same_usage() -> None:
+    # `serve --workers N` runs one demo per worker: kubectl top and the HPA's resource metrics
+    # must not depend on which worker answers.
+    tick_start = NOW // 15 * 15
+    first, second = (
+        SimulatedCluster(DemoSettings(interval=15), clock=lambda at=at: at)  # type: ignore[misc]
+        for at in (tick_start + 0.5, tick_start + 14.0)
+    )
+    assert sorted(first.usage.pod_usages()) == sorted(second.usage.pod_usages())
+    assert len(list(first.usage.pod_usages())) > 10
+    nodes = first.usage.nodes()
+    assert nodes
+    assert [first.usage.node_usage(n) for n in nodes] == [second.usage.node_usage(n) for n in nodes]

@@ -102,7 +102,8 @@ class SimulatedCluster(MemoryBackend):
         self._last_scrape = 0.0
         self.tick()
         # Two scrapes, one interval apart: usage (a rate) needs two samples of each counter.
-        now = self._clock()
+        # At tick boundaries, so that every process (`serve --workers`) computes the same rates.
+        now = self._tick_start(self._clock())
         self.scrape(now - self.settings.interval)
         self.scrape(now)
         settle_heap()  # the world itself is static from here on
@@ -238,7 +239,8 @@ class SimulatedCluster(MemoryBackend):
         running container; usage moves around its request on a per-container wave."""
         seed = self.settings.seed
         plan: dict[str, list[tuple[ObjectKey, str, float, float, float, float]]] = {}
-        started = self._clock() - 3600 - 86400 * _unit(seed, "uptime")
+        day = self._clock() // 86400 * 86400  # not the start-up time: the same in every process
+        started = day - 3600 - 86400 * _unit(seed, "uptime")
         for pod in self.world.objects.get(PODS, ()):
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
             if key not in self._node_of:
@@ -286,6 +288,9 @@ class SimulatedCluster(MemoryBackend):
             if index % 20 == 19:
                 yield
 
+    def _tick_start(self, now: float) -> float:
+        return now // self.settings.interval * self.settings.interval
+
     def scrape(self, now: float) -> None:
         """One simulated kubelet scrape of every node (synchronously)."""
         drain(self._scrape_steps(now))
@@ -299,7 +304,7 @@ class SimulatedCluster(MemoryBackend):
             await asyncio.sleep(interval - now % interval + 0.001)
             # Both in slices: a request waits at most one slice, not a whole build or scrape.
             self.publish(await run_cooperatively(self._snapshot_steps(self._clock())))
-            await run_cooperatively(self._scrape_steps(self._clock()))
+            await run_cooperatively(self._scrape_steps(self._tick_start(self._clock())))
             settle_heap()
 
     async def __aenter__(self) -> Self:

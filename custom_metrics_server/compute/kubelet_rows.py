@@ -40,12 +40,16 @@ full reader ~450 µs); plus O(series) to decode label text when a node's pods ch
 from __future__ import annotations
 
 import math
-from itertools import repeat
-from operator import truediv
 from typing import Final, NamedTuple
 
 from custom_metrics_server.compute.kubelet_columns import split_labels
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_runs import (
+    NotCanonical,
+    check_stamps,
+    floats,
+    read_run,
+)
 from custom_metrics_server.compute.samples import (
     CpuSample,
     MemorySample,
@@ -72,12 +76,6 @@ _HEAD: Final = b'{container="'
 _SPLIT_HEAD: Final = "container_cpu_usage_seconds_total{container="
 _NAN: Final = math.nan
 _NEWLINE: Final = ord("\n")
-#: Longest timestamp the grammar takes as an int64 without more checks (the rest go to it).
-_MAX_STAMP_DIGITS: Final = 18
-
-
-class _NotCanonical(Exception):
-    """The body needs the full reader."""
 
 
 def _comments_end(body: bytes, position: int) -> int:
@@ -94,7 +92,7 @@ def _group(body: bytes, position: int, name: bytes) -> tuple[int, int] | None:
     """The family group of ``name`` that starts after the comments at ``position``: its
     first line's start and its end (the newline before the next comment line, or len);
     None when the next line that is not a comment is not a series of ``name`` in the
-    canonical layout; :class:`_NotCanonical` when a ``#`` in it does not start a line.
+    canonical layout; :class:`NotCanonical` when a ``#`` in it does not start a line.
     O(len(group)) in C (one ``memchr``)."""
     first = _comments_end(body, position)
     if not body.startswith(name, first):
@@ -103,42 +101,8 @@ def _group(body: bytes, position: int, name: bytes) -> tuple[int, int] | None:
     if end < 0:
         return first, len(body)
     if body[end - 1] != _NEWLINE:
-        raise _NotCanonical
+        raise NotCanonical
     return first, end - 1
-
-
-def _run(region: bytes, head: bytes) -> tuple[bytes, list[bytes], list[bytes] | None]:
-    """The label text (lines' first tokens joined by newlines), value tokens and timestamp
-    tokens (None when no line has one) of a run of canonical lines ``<head>... value[ ts]``,
-    single spaces, every line alike; raises :class:`_NotCanonical` otherwise. O(len(region))
-    in C: one split, one rebuild of the region from its tokens to prove its exact shape."""
-    tokens = region.split()
-    step = 3 if len(tokens) > 2 and not tokens[2].startswith(head) else 2
-    if len(tokens) % step or not tokens:
-        raise _NotCanonical
-    rows = list(zip(*[iter(tokens)] * step, strict=True))
-    if b"\n".join(map(b" ".join, rows)) != region:
-        raise _NotCanonical
-    labels = b"\n".join(tokens[0::step])
-    return labels, tokens[1::step], tokens[2::3] if step == 3 else None
-
-
-def _floats(texts: list[bytes]) -> list[float]:
-    """Values as Go's ParseFloat reads them (no digit-group underscores); O(n) in C."""
-    if b"_" in b"".join(texts):
-        raise _NotCanonical
-    try:
-        return list(map(float, texts))
-    except ValueError:
-        raise _NotCanonical from None
-
-
-def _check_stamps(stamps: list[bytes]) -> bytes:
-    """The joined timestamps, after checking each is a plain int64 of milliseconds."""
-    joined = b"".join(stamps)
-    if not joined.isdigit() or max(map(len, stamps)) > _MAX_STAMP_DIGITS:
-        raise _NotCanonical
-    return joined
 
 
 def _complete(values: list[float], scale: float) -> bool:
@@ -159,7 +123,7 @@ def _single(
 ) -> tuple[float, bytes | None] | None:
     """The value and timestamp of an unlabelled series written on one line (``name value
     [timestamp]``) after ``tail`` (the first such line, or the ``last``), None when absent;
-    :class:`_NotCanonical` when written otherwise. O(len(body) - tail) in C at most."""
+    :class:`NotCanonical` when written otherwise. O(len(body) - tail) in C at most."""
     needle = b"\n" + name + b" "
     found = body.rfind(needle, tail) if last else body.find(needle, tail)
     if found < 0:
@@ -169,11 +133,12 @@ def _single(
     line = body[found : len(body) if end < 0 else end]
     parts = line.split(b" ")
     if len(parts) not in (2, 3) or b" ".join(line.split()) != line:
-        raise _NotCanonical  # not exactly `name value[ timestamp]` with single spaces
-    value = _floats([parts[1]])[0]
+        raise NotCanonical  # not exactly `name value[ timestamp]` with single spaces
+    value = floats([parts[1]])[0]
     stamp = None
     if len(parts) == 3:
-        stamp = _check_stamps([parts[2]])
+        stamp = parts[2]
+        check_stamps([stamp])
     return value, stamp
 
 
@@ -218,40 +183,27 @@ class _Containers(NamedTuple):
 
 
 def _containers(body: bytes, default_time: float) -> _Containers:
-    """The CPU and working-set groups (the first two); :class:`_NotCanonical` unless both
+    """The CPU and working-set groups (the first two); :class:`NotCanonical` unless both
     are canonical, complete and stamped alike."""
     found = _group(body, 0, _CPU + _HEAD)
     if found is None:
-        raise _NotCanonical
-    labels, texts, stamps = _run(body[found[0] : found[1]], _CPU + _HEAD)
-    rows = len(texts)
-    cpu = _floats(texts)
+        raise NotCanonical
+    labels, cpu, stamped = read_run(body, found[0], found[1], _CPU + _HEAD)
     if not _complete(cpu, 1e9):
-        raise _NotCanonical  # an incomplete container drops its pod
-    cpu_stamps = b""
-    if stamps is None:
-        times = [default_time] * rows
-    else:
-        cpu_stamps = _check_stamps(stamps)
-        if stamps.count(stamps[0]) == rows:
-            times = [float(stamps[0]) / 1000.0] * rows
-        else:
-            times = list(map(truediv, map(float, stamps), repeat(1000.0)))
+        raise NotCanonical  # an incomplete container drops its pod
+    times = [default_time] * len(cpu) if stamped is None else stamped
 
     found = _group(body, found[1] + 1, _MEMORY + _HEAD)
     if found is None:
-        raise _NotCanonical
-    memory_labels, texts, stamps = _run(body[found[0] : found[1]], _MEMORY + _HEAD)
-    memory = _floats(texts)
+        raise NotCanonical
+    memory_labels, memory, _ = read_run(body, found[0], found[1], _MEMORY + _HEAD)
     if not _complete(memory, 1.0):
-        raise _NotCanonical
-    if stamps is not None and b"".join(stamps) != cpu_stamps:
-        _check_stamps(stamps)
+        raise NotCanonical
     return _Containers(labels, memory_labels, cpu, times, memory, found[1])
 
 
 def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
-    """The rows of a body in the kubelet's canonical layout; :class:`_NotCanonical` else."""
+    """The rows of a body in the kubelet's canonical layout; :class:`NotCanonical` else."""
     labels, memory_labels, cpu, times, memory, tail = _containers(body, default_time)
     rows = len(cpu)
     layout = (hash(labels), hash(memory_labels))
@@ -259,15 +211,15 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
     containers: list[str] | None = None
     if known is None or known[0] != layout:
         if not _same_series(memory_labels, labels, _MEMORY):
-            raise _NotCanonical
+            raise NotCanonical
         split = split_labels(labels, _SPLIT_HEAD, 3, rows)
         if split is None:
-            raise _NotCanonical
+            raise NotCanonical
         namespaces, names, containers_found = split
         assert containers_found is not None
         pods = list(zip(namespaces, names, strict=True))
         if len(set(zip(pods, containers_found, strict=True))) != rows:
-            raise _NotCanonical  # a series written twice: upstream keeps the later one
+            raise NotCanonical  # a series written twice: upstream keeps the later one
         containers = containers_found
 
     starts: list[float] | None
@@ -275,7 +227,7 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
     found = _group(body, tail + 1, _START + _HEAD)
     if found is None:
         if body.find(b"\n" + _START, tail) >= 0:
-            raise _NotCanonical  # written elsewhere, or in another layout
+            raise NotCanonical  # written elsewhere, or in another layout
         starts = [_NAN] * rows
     else:
         tail = found[1]
@@ -284,12 +236,9 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
         if known is not None and known[0] == layout and known[1] == start_layout:
             starts = None  # byte for byte the start series of the known scrape
         else:
-            start_labels, texts, stamps = _run(region, _START + _HEAD)
+            start_labels, starts, _ = read_run(body, found[0], tail, _START + _HEAD)
             if not _same_series(start_labels, labels, _START):
-                raise _NotCanonical
-            starts = _floats(texts)
-            if stamps is not None:
-                _check_stamps(stamps)
+                raise NotCanonical
             if not math.isfinite(sum(starts)):
                 starts = [value if math.isfinite(value) else _NAN for value in starts]
 
@@ -327,5 +276,5 @@ def read_usage_rows(body: bytes, *, default_time: float, known: Known | None = N
     """
     try:
         return _fast(body, default_time, known)
-    except _NotCanonical:
+    except NotCanonical:
         return rows_of(parse_resource_metrics(body, default_time=default_time))

@@ -1,0 +1,237 @@
+/* The optional C reader of one canonical run of kubelet series lines (see kubelet_runs.py).
+ *
+ * scan_run(body, start, end, head) reads body[start:end] when it is exactly
+ *     line ("\n" line)*,  line = label " " value [" " stamp]
+ * with every line alike (all with a stamp or none), each label starting with `head` and
+ * holding no ASCII whitespace, each value a plain decimal ([+-]digits[.digits][e[+-]digits])
+ * and each stamp 1 to 18 ASCII digits. It returns (labels joined by "\n", values, stamps / 1000
+ * or None), the same as the pure-Python reader's answer for that text, or None for any other
+ * text (the pure-Python reader then decides). One pass over the bytes; no Python object per
+ * byte, one float per value and stamp.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* bytes.split()'s whitespace (Py_ISSPACE): space, \t, \n, \r, \v, \f. */
+static const unsigned char SPACE[256] = {
+    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1, ['\x0b'] = 1, ['\x0c'] = 1,
+};
+#define is_space(c) (SPACE[(unsigned char)(c)])
+
+/* The first whitespace byte at or after p (limit when none): 16 bytes a step with SSE2. */
+static const char *next_space(const char *p, const char *limit) {
+#ifdef __SSE2__
+    const __m128i space = _mm_set1_epi8(' '), nine = _mm_set1_epi8(9), four = _mm_set1_epi8(4);
+    while (limit - p >= 16) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)p);
+        __m128i shifted = _mm_sub_epi8(bytes, nine); /* \t..\r become 0..4 */
+        __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(shifted, four), shifted);
+        int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(bytes, space), control));
+        if (mask) return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#endif
+    while (p < limit && !is_space(*p)) p++;
+    return p;
+}
+
+static const double POWERS[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The value token at [p, q): 0 and *out set when it is a plain decimal, -1 otherwise.
+ * Up to 15 significant digits and a power of ten up to 22 take Clinger's fast path (one
+ * correctly rounded IEEE multiplication or division of exact operands: float()'s result);
+ * the rest go to PyOS_string_to_double, float()'s own conversion. */
+static int read_value(const char *p, const char *q, double *out) {
+    const char *s = p;
+    int negative = 0, seen = 0, fast = 1, significant = 0, fraction = 0;
+    uint64_t mantissa = 0;
+    long exponent = 0;
+    if (s < q && (*s == '+' || *s == '-')) {
+        negative = *s == '-';
+        s++;
+    }
+    for (int part = 0; part < 2; part++) {
+        while (s < q && *s >= '0' && *s <= '9') {
+            unsigned digit = (unsigned)(*s - '0');
+            seen = 1;
+            if ((mantissa || digit) && ++significant > 15) fast = 0;
+            if (fast) {
+                mantissa = mantissa * 10 + digit;
+                fraction += part;
+            }
+            s++;
+        }
+        if (part == 0) {
+            if (s < q && *s == '.') {
+                s++;
+            } else {
+                break;
+            }
+        }
+    }
+    if (!seen) return -1;
+    if (s < q && (*s == 'e' || *s == 'E')) {
+        s++;
+        int exp_negative = 0;
+        if (s < q && (*s == '+' || *s == '-')) {
+            exp_negative = *s == '-';
+            s++;
+        }
+        if (s == q) return -1;
+        while (s < q && *s >= '0' && *s <= '9') {
+            if (exponent < 100000) exponent = exponent * 10 + (*s - '0');
+            s++;
+        }
+        if (exp_negative) exponent = -exponent;
+    }
+    if (s != q) return -1;
+#if FLT_EVAL_METHOD == 0
+    if (fast) {
+        long power = exponent - fraction;
+        double value = (double)mantissa;
+        if (power >= 0 && power <= 22) {
+            *out = negative ? -(value * POWERS[power]) : value * POWERS[power];
+            return 0;
+        }
+        if (power < 0 && power >= -22) {
+            *out = negative ? -(value / POWERS[-power]) : value / POWERS[-power];
+            return 0;
+        }
+    }
+#endif
+    char buffer[64];
+    if (q - p >= (Py_ssize_t)sizeof(buffer)) return -1;
+    memcpy(buffer, p, (size_t)(q - p));
+    buffer[q - p] = '\0';
+    char *stop = NULL;
+    double value = PyOS_string_to_double(buffer, &stop, NULL);
+    if (value == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (stop != buffer + (q - p)) return -1;
+    *out = value;
+    return 0;
+}
+
+static PyObject *scan_run(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer body, head;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "y*nny*", &body, &start, &end, &head)) return NULL;
+    PyObject *result = NULL, *labels = NULL, *values = NULL, *times = NULL, *last_time = NULL;
+    double last_stamp = -1.0;
+    const char *last_text = NULL;
+    Py_ssize_t last_length = 0;
+    if (start < 0 || end > body.len || start >= end) goto unsure;
+    const char *text = (const char *)body.buf;
+    const char *head_text = (const char *)head.buf;
+    labels = PyBytes_FromStringAndSize(NULL, end - start);
+    values = PyList_New(0);
+    times = PyList_New(0);
+    if (labels == NULL || values == NULL || times == NULL) goto fail;
+    char *out = PyBytes_AS_STRING(labels);
+    Py_ssize_t written = 0;
+    int shape = 0; /* tokens a line: 2 or 3, set by the first line */
+    const char *p = text + start, *limit = text + end;
+    while (1) {
+        /* label: starts with head, then no whitespace up to one space */
+        if (limit - p < head.len || memcmp(p, head_text, (size_t)head.len) != 0) goto unsure;
+        const char *q = next_space(p + head.len, limit);
+        if (q == limit || *q != ' ') goto unsure;
+        if (written) out[written++] = '\n';
+        memcpy(out + written, p, (size_t)(q - p));
+        written += q - p;
+        /* value */
+        p = q + 1;
+        q = p;
+        while (q < limit && !is_space(*q)) q++;
+        double value;
+        if (q == p || read_value(p, q, &value) < 0) goto unsure;
+        PyObject *number = PyFloat_FromDouble(value);
+        if (number == NULL || PyList_Append(values, number) < 0) {
+            Py_XDECREF(number);
+            goto fail;
+        }
+        Py_DECREF(number);
+        /* stamp, if any */
+        int tokens = 2;
+        if (q < limit && *q == ' ') {
+            p = q + 1;
+            if (last_time != NULL && limit - p >= last_length &&
+                memcmp(p, last_text, (size_t)last_length) == 0 &&
+                (p + last_length == limit || p[last_length] == '\n')) {
+                /* the previous line's stamp again (a kubelet stamps a family alike) */
+                q = p + last_length;
+                if (PyList_Append(times, last_time) < 0) goto fail;
+                tokens = 3;
+                goto line_end;
+            }
+            q = p;
+            int64_t stamp = 0;
+            while (q < limit && *q >= '0' && *q <= '9' && q - p < 19) {
+                stamp = stamp * 10 + (*q - '0');
+                q++;
+            }
+            if (q == p || q - p > 18) goto unsure;
+            double seconds = (double)stamp / 1000.0;
+            if (last_time == NULL || seconds != last_stamp) {
+                Py_XDECREF(last_time);
+                last_time = PyFloat_FromDouble(seconds);
+                if (last_time == NULL) goto fail;
+                last_stamp = seconds;
+            }
+            last_text = p;
+            last_length = q - p;
+            if (PyList_Append(times, last_time) < 0) goto fail;
+            tokens = 3;
+        }
+    line_end:
+        if (shape == 0) shape = tokens;
+        if (tokens != shape) goto unsure;
+        if (q == limit) break;
+        if (*q != '\n') goto unsure;
+        p = q + 1;
+    }
+    if (_PyBytes_Resize(&labels, written) < 0) goto fail;
+    if (shape == 2) {
+        result = Py_BuildValue("(OOO)", labels, values, Py_None);
+    } else {
+        result = Py_BuildValue("(OOO)", labels, values, times);
+    }
+    goto done;
+unsure:
+    result = Py_NewRef(Py_None);
+    goto done;
+fail:
+    result = NULL;
+done:
+    Py_XDECREF(labels);
+    Py_XDECREF(values);
+    Py_XDECREF(times);
+    Py_XDECREF(last_time);
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&head);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan_run", scan_run, METH_VARARGS,
+     "scan_run(body, start, end, head): (labels, values, times or None) of one canonical run "
+     "of kubelet series lines, or None when the text is not exactly that."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kubelet_scan", NULL, 0, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kubelet_scan(void) { return PyModule_Create(&module); }

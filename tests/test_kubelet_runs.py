@@ -1,0 +1,134 @@
+"""Tests for compute.kubelet_runs: the optional C reader of a run of kubelet series lines
+answers as the pure-Python reader does (the same label text, values and timestamps, bit for
+bit), or defers to it (None), on kubelet runs, upstream samples and mutated runs; and the
+rows reader gives the same rows with either.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from custom_metrics_server.compute import kubelet_runs
+from custom_metrics_server.compute.kubelet_rows import read_usage_rows
+from custom_metrics_server.compute.kubelet_runs import (
+    SCANNER,
+    NotCanonical,
+    Run,
+    read_run_python,
+)
+from tests.test_kubelet_reader import POD_MODEL, kubelet_body
+from tests.test_kubelet_rows import SAMPLES, T0, content, farm, nodes
+
+HEADS = [
+    b'container_cpu_usage_seconds_total{container="',
+    b'container_memory_working_set_bytes{container="',
+    b'container_start_time_seconds{container="',
+]
+
+needs_c = pytest.mark.skipif(SCANNER is None, reason="the C reader was not built")
+
+
+def bits(run: Run | None) -> object:
+    """A run with its floats as bit patterns (NaN and -0.0 compare)."""
+    if run is None:
+        return None
+    labels, values, times = run
+    pack = [struct.pack("<d", v) for v in values]
+    return labels, pack, None if times is None else [struct.pack("<d", t) for t in times]
+
+
+def python(body: bytes, start: int, end: int, head: bytes) -> object:
+    try:
+        return bits(read_run_python(body, start, end, head))
+    except NotCanonical:
+        return "not canonical"
+
+
+def agree(body: bytes, start: int, end: int, head: bytes) -> bool:
+    """The C reader's answer is the pure-Python one's, or None (it defers); True when it
+    answered."""
+    assert SCANNER is not None
+    answer = SCANNER(body, start, end, head)
+    if answer is not None:
+        assert bits(answer) == python(body, start, end, head)
+    return answer is not None
+
+
+def runs(body: bytes) -> list[tuple[int, int, bytes]]:
+    """The (start, end, head) of each container family's run in a body."""
+    found = []
+    for head in HEADS:
+        start = body.find(b"\n" + head)
+        if start >= 0:
+            end = body.find(b"\n#", start + 1)
+            found.append((start + 1, len(body) if end < 0 else end, head))
+    return found
+
+
+@needs_c
+def test_the_c_reader_reads_kubelet_runs_as_python_does() -> None:
+    answered = 0
+    for name in nodes():
+        for body in (farm().body(name, T0), farm().exact_body(name, T0)):
+            for start, end, head in runs(body):
+                answered += agree(body, start, end, head)
+    assert answered == len(nodes()) * 2 * 3  # every kubelet run read in C
+
+
+@needs_c
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="kubelet samples not present")
+def test_the_c_reader_reads_upstream_samples_as_python_does() -> None:
+    for path in sorted(SAMPLES.glob("*.txt")):
+        body = path.read_bytes()
+        for start, end, head in runs(body):
+            agree(body, start, end, head)
+
+
+VALUE = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(lambda v: repr(v).encode()),
+    st.integers(-(10**25), 10**25).map(lambda v: str(v).encode()),
+    st.tuples(st.integers(0, 10**20), st.integers(0, 25), st.integers(-400, 400)).map(
+        lambda t: f"{t[0]}e{t[2]}".encode() if t[1] == 0 else f"0.{t[0]:0{t[1]}d}e{t[2]}".encode()
+    ),
+    st.text("0123456789.eE+-_naifINF", min_size=1, max_size=12).map(str.encode),
+)
+
+
+@needs_c
+@settings(max_examples=500, deadline=None)
+@given(values=st.lists(VALUE, min_size=1, max_size=4), stamp=st.sampled_from([b"", b" 17"]))
+def test_the_c_reader_reads_values_as_float_does(values: list[bytes], stamp: bytes) -> None:
+    head = HEADS[0]
+    body = b"\n".join(head + b'c",pod="p%d"} ' % i + v + stamp for i, v in enumerate(values))
+    agree(body, 0, len(body), head)
+
+
+@needs_c
+@settings(max_examples=500, deadline=None)
+@given(data=st.data())
+def test_the_c_reader_reads_mutated_runs_as_python_does(data: st.DataObject) -> None:
+    base = data.draw(st.sampled_from([farm().body(nodes()[0], T0), kubelet_body(POD_MODEL)]))
+    start, end, head = data.draw(st.sampled_from(runs(base)))
+    body = bytearray(base)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(start, end - 1))
+        body[at : at + data.draw(st.integers(0, 3))] = data.draw(
+            st.binary(max_size=3) | st.sampled_from([b" ", b"\t", b"\n", b"\r", b"  ", b"0"])
+        )
+    end += len(body) - len(base)
+    agree(bytes(body), start, max(start, end), head)
+
+
+def test_rows_are_the_same_with_and_without_the_c_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    bodies = [farm().body(name, T0) for name in nodes()] + [kubelet_body(POD_MODEL)]
+    with_c = [content(read_usage_rows(body, default_time=T0)) for body in bodies]
+    monkeypatch.setattr(kubelet_runs, "SCANNER", None)
+    without = [content(read_usage_rows(body, default_time=T0)) for body in bodies]
+    assert with_c == without
+    assert all(rows["series"] for rows in without)
+    assert not any(math.isnan(rows["series"][key][0]) for rows in without for key in rows["series"])

@@ -44,12 +44,7 @@ from typing import Final, NamedTuple
 
 from custom_metrics_server.compute.kubelet_columns import split_labels
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-from custom_metrics_server.compute.kubelet_runs import (
-    NotCanonical,
-    check_stamps,
-    floats,
-    read_run,
-)
+from custom_metrics_server.compute.kubelet_runs import NotCanonical, read_run
 from custom_metrics_server.compute.samples import (
     CpuSample,
     MemorySample,
@@ -120,30 +115,23 @@ def _same_series(labels: bytes, reference: bytes, name: bytes) -> bool:
 
 def _single(
     body: bytes, name: bytes, tail: int, *, last: bool
-) -> tuple[float, bytes | None] | None:
-    """The value and timestamp of an unlabelled series written on one line (``name value
-    [timestamp]``) after ``tail`` (the first such line, or the ``last``), None when absent;
-    :class:`NotCanonical` when written otherwise. O(len(body) - tail) in C at most."""
+) -> tuple[float, float | None] | None:
+    """The value and timestamp (seconds) of an unlabelled series written on one line (``name
+    value[ timestamp]``, single spaces) after ``tail`` (the first such line, or the ``last``),
+    None when absent; :class:`NotCanonical` when written otherwise. O(len(body) - tail) in C
+    at most."""
     needle = b"\n" + name + b" "
     found = body.rfind(needle, tail) if last else body.find(needle, tail)
     if found < 0:
         return None
     found += 1
     end = body.find(b"\n", found)
-    line = body[found : len(body) if end < 0 else end]
-    parts = line.split(b" ")
-    if len(parts) not in (2, 3) or b" ".join(line.split()) != line:
-        raise NotCanonical  # not exactly `name value[ timestamp]` with single spaces
-    value = floats([parts[1]])[0]
-    stamp = None
-    if len(parts) == 3:
-        stamp = parts[2]
-        check_stamps([stamp])
-    return value, stamp
+    _, values, times = read_run(body, found, len(body) if end < 0 else end, name)
+    return values[0], None if times is None else times[0]
 
 
-def _when(stamp: bytes | None, default_time: float) -> float:
-    return default_time if stamp is None else float(stamp) / 1000.0
+def _when(seconds: float | None, default_time: float) -> float:
+    return default_time if seconds is None else seconds
 
 
 def _node(body: bytes, tail: int, default_time: float) -> NodeSample | None:

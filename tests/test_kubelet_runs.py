@@ -20,6 +20,7 @@ from custom_metrics_server.compute.kubelet_runs import (
     NotCanonical,
     Run,
     read_run_python,
+    same_series,
 )
 from tests.test_kubelet_reader import POD_MODEL, kubelet_body
 from tests.test_kubelet_rows import SAMPLES, T0, content, farm, nodes
@@ -49,14 +50,31 @@ def python(body: bytes, start: int, end: int, head: bytes) -> object:
         return "not canonical"
 
 
-def agree(body: bytes, start: int, end: int, head: bytes) -> bool:
-    """The C reader's answer is the pure-Python one's, or None (it defers); True when it
-    answered."""
+def agree(
+    body: bytes, start: int, end: int, head: bytes, same_as: tuple[bytes, bytes] | None = None
+) -> bool:
+    """The C reader's answer is the pure-Python one's, or None (it defers); with a reference
+    run, an answer is the reference itself and the pure-Python labels name the same series.
+    True when it answered."""
     assert SCANNER is not None
-    answer = SCANNER(body, start, end, head)
+    if same_as is None:
+        answer = SCANNER(body, start, end, head)
+        if answer is not None:
+            assert bits(answer) == python(body, start, end, head)
+        return answer is not None
+    answer = SCANNER(body, start, end, head, *same_as)
     if answer is not None:
-        assert bits(answer) == python(body, start, end, head)
+        labels, values, times = read_run_python(body, start, end, head)
+        assert answer[0] is same_as[0]
+        assert same_series(labels, same_as[0], head, same_as[1])
+        assert bits(answer) == bits((answer[0], values, times))
     return answer is not None
+
+
+def reference(body: bytes) -> tuple[bytes, bytes]:
+    """The CPU run's label text and head, as the rows reader passes them."""
+    start, end, head = runs(body)[0]
+    return read_run_python(body, start, end, head)[0], head
 
 
 def runs(body: bytes) -> list[tuple[int, int, bytes]]:
@@ -77,7 +95,8 @@ def test_the_c_reader_reads_kubelet_runs_as_python_does() -> None:
         for body in (farm().body(name, T0), farm().exact_body(name, T0)):
             for start, end, head in runs(body):
                 answered += agree(body, start, end, head)
-    assert answered == len(nodes()) * 2 * 3  # every kubelet run read in C
+                answered += agree(body, start, end, head, reference(body))
+    assert answered == len(nodes()) * 2 * 3 * 2  # every kubelet run read in C
 
 
 @needs_c
@@ -122,6 +141,20 @@ def test_the_c_reader_reads_mutated_runs_as_python_does(data: st.DataObject) -> 
         )
     end += len(body) - len(base)
     agree(bytes(body), start, max(start, end), head)
+    agree(bytes(body), start, max(start, end), head, reference(base))
+
+
+@needs_c
+def test_a_run_of_other_series_is_not_taken_for_the_reference() -> None:
+    body = farm().body(nodes()[0], T0)
+    cpu, memory, _ = runs(body)
+    other = reference(farm().body(nodes()[1], T0))
+    assert SCANNER is not None
+    assert SCANNER(body, memory[0], memory[1], memory[2], *other) is None
+    labels, _ = reference(body)
+    shorter = labels[: labels.rindex(b"\n")]  # one series fewer
+    assert SCANNER(body, memory[0], memory[1], memory[2], shorter, cpu[2]) is None
+    assert SCANNER(body, memory[0], memory[1], memory[2], labels, cpu[2]) is not None
 
 
 def test_rows_are_the_same_with_and_without_the_c_reader(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -122,34 +122,68 @@ static int read_value(const char *p, const char *q, double *out) {
     return 0;
 }
 
-static PyObject *scan_run(PyObject *module, PyObject *args) {
+static PyObject *scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    Py_buffer body, head;
-    Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "y*nny*", &body, &start, &end, &head)) return NULL;
+    if (nargs != 4 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "scan_run takes 4 or 6 arguments");
+        return NULL;
+    }
+    PyObject *reference = nargs == 6 ? args[4] : NULL;
+    if (!PyBytes_Check(args[0]) || !PyBytes_Check(args[3]) ||
+        (reference != NULL && (!PyBytes_Check(reference) || !PyBytes_Check(args[5])))) {
+        PyErr_SetString(PyExc_TypeError, "scan_run: body, head and the reference are bytes");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    Py_ssize_t body_len = PyBytes_GET_SIZE(args[0]), head_len = PyBytes_GET_SIZE(args[3]);
     PyObject *result = NULL, *labels = NULL, *values = NULL, *times = NULL, *last_time = NULL;
     double last_stamp = -1.0;
     const char *last_text = NULL;
     Py_ssize_t last_length = 0;
-    if (start < 0 || end > body.len || start >= end) goto unsure;
-    const char *text = (const char *)body.buf;
-    const char *head_text = (const char *)head.buf;
-    labels = PyBytes_FromStringAndSize(NULL, end - start);
+    /* the reference run's label text and the head each of its lines starts with */
+    const char *ref = NULL, *ref_limit = NULL, *ref_head = NULL;
+    Py_ssize_t ref_head_len = 0;
+    if (reference != NULL) {
+        ref = PyBytes_AS_STRING(reference);
+        ref_limit = ref + PyBytes_GET_SIZE(reference);
+        ref_head = PyBytes_AS_STRING(args[5]);
+        ref_head_len = PyBytes_GET_SIZE(args[5]);
+    }
+    if (start < 0 || end > body_len || start >= end) goto unsure;
+    const char *text = PyBytes_AS_STRING(args[0]);
+    const char *head_text = PyBytes_AS_STRING(args[3]);
+    labels = reference != NULL ? Py_NewRef(reference) : PyBytes_FromStringAndSize(NULL, end - start);
     values = PyList_New(0);
     times = PyList_New(0);
     if (labels == NULL || values == NULL || times == NULL) goto fail;
-    char *out = PyBytes_AS_STRING(labels);
+    char *out = reference != NULL ? NULL : PyBytes_AS_STRING(labels);
     Py_ssize_t written = 0;
     int shape = 0; /* tokens a line: 2 or 3, set by the first line */
     const char *p = text + start, *limit = text + end;
     while (1) {
         /* label: starts with head, then no whitespace up to one space */
-        if (limit - p < head.len || memcmp(p, head_text, (size_t)head.len) != 0) goto unsure;
-        const char *q = next_space(p + head.len, limit);
+        if (limit - p < head_len || memcmp(p, head_text, (size_t)head_len) != 0) goto unsure;
+        const char *q = next_space(p + head_len, limit);
         if (q == limit || *q != ' ') goto unsure;
-        if (written) out[written++] = '\n';
-        memcpy(out + written, p, (size_t)(q - p));
-        written += q - p;
+        if (reference != NULL) {
+            /* the same series as the reference's next line: the same text after the heads */
+            Py_ssize_t rest = q - p - head_len;
+            if (ref == NULL || ref_limit - ref < ref_head_len + rest ||
+                memcmp(ref, ref_head, (size_t)ref_head_len) != 0 ||
+                memcmp(ref + ref_head_len, p + head_len, (size_t)rest) != 0)
+                goto unsure;
+            ref += ref_head_len + rest;
+            if (ref == ref_limit) {
+                ref = NULL; /* used up */
+            } else if (*ref++ != '\n') {
+                goto unsure;
+            }
+        } else {
+            if (written) out[written++] = '\n';
+            memcpy(out + written, p, (size_t)(q - p));
+            written += q - p;
+        }
         /* value */
         p = q + 1;
         q = p;
@@ -201,7 +235,11 @@ static PyObject *scan_run(PyObject *module, PyObject *args) {
         if (*q != '\n') goto unsure;
         p = q + 1;
     }
-    if (_PyBytes_Resize(&labels, written) < 0) goto fail;
+    if (reference != NULL) {
+        if (ref != NULL) goto unsure; /* the reference has more lines */
+    } else if (_PyBytes_Resize(&labels, written) < 0) {
+        goto fail;
+    }
     if (shape == 2) {
         result = Py_BuildValue("(OOO)", labels, values, Py_None);
     } else {
@@ -218,15 +256,15 @@ done:
     Py_XDECREF(values);
     Py_XDECREF(times);
     Py_XDECREF(last_time);
-    PyBuffer_Release(&body);
-    PyBuffer_Release(&head);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"scan_run", scan_run, METH_VARARGS,
-     "scan_run(body, start, end, head): (labels, values, times or None) of one canonical run "
-     "of kubelet series lines, or None when the text is not exactly that."},
+    {"scan_run", (PyCFunction)(void (*)(void))scan_run, METH_FASTCALL,
+     "scan_run(body, start, end, head[, reference, reference_head]): (labels, values, times or "
+     "None) of one canonical run of kubelet series lines, or None when the text is not exactly "
+     "that. With a reference run's label text, its lines must name the same series in the same "
+     "order (the same text after the heads) and the labels returned are the reference."},
     {NULL, NULL, 0, NULL},
 };
 

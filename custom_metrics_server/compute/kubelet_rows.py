@@ -47,7 +47,7 @@ from typing import Final, NamedTuple
 
 from custom_metrics_server.compute.kubelet_columns import split_labels
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-from custom_metrics_server.compute.kubelet_runs import NotCanonical, read_run
+from custom_metrics_server.compute.kubelet_runs import NotCanonical, read_run, same_series
 from custom_metrics_server.compute.samples import (
     CpuSample,
     MemorySample,
@@ -107,13 +107,6 @@ def _complete(values: list[float], scale: float) -> bool:
     """metrics-server's completeness (``uint64(value * scale) > 0``) for every value; NaN
     fails (``sum`` is NaN when any value is). O(n) in C."""
     return min(values) * scale >= 1.0 and not math.isnan(sum(values))
-
-
-def _same_series(labels: bytes, reference: bytes, name: bytes) -> bool:
-    """Whether run ``labels`` name the same series in the same order as the CPU run's
-    ``reference`` (metric names aside). O(len) in C."""
-    expected = name + reference[len(_CPU) :].replace(b"\n" + _CPU + _HEAD, b"\n" + name + _HEAD)
-    return labels == expected
 
 
 def _single(
@@ -187,7 +180,10 @@ def _containers(body: bytes, default_time: float) -> _Containers:
     found = _group(body, found[1] + 1, _MEMORY + _HEAD)
     if found is None:
         raise NotCanonical
-    memory_labels, memory, _ = read_run(body, found[0], found[1], _MEMORY + _HEAD)
+    # `memory_labels is labels` when the C reader proved them the same series as the CPU's
+    memory_labels, memory, _ = read_run(
+        body, found[0], found[1], _MEMORY + _HEAD, (labels, _CPU + _HEAD)
+    )
     if not _complete(memory, 1.0):
         raise NotCanonical
     return _Containers(labels, memory_labels, cpu, times, memory, found[1])
@@ -201,7 +197,9 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
     pods: list[PodKey] | None = None
     containers: list[str] | None = None
     if known is None or known[0] != layout:
-        if not _same_series(memory_labels, labels, _MEMORY):
+        if memory_labels is not labels and not same_series(
+            memory_labels, labels, _MEMORY + _HEAD, _CPU + _HEAD
+        ):
             raise NotCanonical
         split = split_labels(labels, _SPLIT_HEAD, 3, rows)
         if split is None:
@@ -227,8 +225,12 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
         if known is not None and known[0] == layout and known[1] == start_layout:
             starts = None  # byte for byte the start series of the known scrape
         else:
-            start_labels, starts, _ = read_run(body, found[0], tail, _START + _HEAD)
-            if not _same_series(start_labels, labels, _START):
+            start_labels, starts, _ = read_run(
+                body, found[0], tail, _START + _HEAD, (labels, _CPU + _HEAD)
+            )
+            if start_labels is not labels and not same_series(
+                start_labels, labels, _START + _HEAD, _CPU + _HEAD
+            ):
                 raise NotCanonical
             if not math.isfinite(sum(starts)):
                 starts = [value if math.isfinite(value) else _NAN for value in starts]

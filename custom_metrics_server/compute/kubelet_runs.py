@@ -37,6 +37,7 @@ __all__ = [
     "floats",
     "read_run",
     "read_run_python",
+    "same_series",
 ]
 
 Run = tuple[bytes, list[float], list[float] | None]
@@ -45,8 +46,7 @@ Run = tuple[bytes, list[float], list[float] | None]
 #: Longest timestamp the grammar takes as an int64 without more checks (the rest go to it).
 _MAX_STAMP_DIGITS: Final = 18
 
-_Scan = Callable[[bytes, int, int, bytes], Run | None]
-SCANNER: _Scan | None
+SCANNER: Callable[..., Run | None] | None
 try:  # the optional C reader; the pure-Python one when it was not built
     from custom_metrics_server.compute._kubelet_scan import scan_run as SCANNER  # noqa: N812
 except ImportError:  # pragma: no cover - a build without a compiler
@@ -98,11 +98,32 @@ def read_run_python(body: bytes, start: int, end: int, head: bytes) -> Run:
     return b"\n".join(tokens[0::3]), values, times
 
 
-def read_run(body: bytes, start: int, end: int, head: bytes) -> Run:
+def read_run(
+    body: bytes, start: int, end: int, head: bytes, same_as: tuple[bytes, bytes] | None = None
+) -> Run:
     """The run of canonical series lines ``body[start:end]``, each starting with ``head``;
-    :class:`NotCanonical` when it is not exactly that. O(len(run)): in C when built."""
+    :class:`NotCanonical` when it is not exactly that. O(len(run)): in C when built.
+
+    ``same_as`` is another run's label text and the head of its lines: when the C reader
+    proves this run names the same series in the same order (the same text after the heads,
+    as :func:`same_series`), the labels returned are that text itself (``is``); otherwise
+    they are this run's, not compared."""
     if SCANNER is not None:
-        run = SCANNER(body, start, end, head)
+        run = (
+            SCANNER(body, start, end, head)
+            if same_as is None
+            else SCANNER(body, start, end, head, *same_as)
+        )
         if run is not None:
             return run
     return read_run_python(body, start, end, head)
+
+
+def same_series(labels: bytes, reference: bytes, head: bytes, reference_head: bytes) -> bool:
+    """Whether ``labels`` (a run's label text, lines starting with ``head``) name the same
+    series in the same order as ``reference`` (lines starting with ``reference_head``): the
+    same text after the heads. O(len) in C."""
+    if not labels.startswith(head) or not reference.startswith(reference_head):
+        return False
+    rest = reference[len(reference_head) :].replace(b"\n" + reference_head, b"\n" + head)
+    return labels[len(head) :] == rest

@@ -38,9 +38,10 @@ def bits(run: Run | None) -> object:
     """A run with its floats as bit patterns (NaN and -0.0 compare)."""
     if run is None:
         return None
-    labels, values, times = run
+    labels, values, times, least = run
     pack = [struct.pack("<d", v) for v in values]
-    return labels, pack, None if times is None else [struct.pack("<d", t) for t in times]
+    stamps = None if times is None else [struct.pack("<d", t) for t in times]
+    return labels, pack, stamps, struct.pack("<d", least) if least == least else "nan"
 
 
 def python(body: bytes, start: int, end: int, head: bytes) -> object:
@@ -64,10 +65,10 @@ def agree(
         return answer is not None
     answer = SCANNER(body, start, end, head, *same_as)
     if answer is not None:
-        labels, values, times = read_run_python(body, start, end, head)
+        labels, values, times, least = read_run_python(body, start, end, head)
         assert answer[0] is same_as[0]
         assert same_series(labels, same_as[0], head, same_as[1])
-        assert bits(answer) == bits((answer[0], values, times))
+        assert bits(answer) == bits((answer[0], values, times, least))
     return answer is not None
 
 

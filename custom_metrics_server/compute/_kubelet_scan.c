@@ -45,81 +45,72 @@ static const double POWERS[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                  1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                  1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* The value token at [p, q): 0 and *out set when it is a plain decimal, -1 otherwise.
- * Up to 15 significant digits and a power of ten up to 22 take Clinger's fast path (one
- * correctly rounded IEEE multiplication or division of exact operands: float()'s result);
- * the rest go to PyOS_string_to_double, float()'s own conversion. */
-static int read_value(const char *p, const char *q, double *out) {
+/* The plain decimal ([+-]digits[.digits][(e|E)[+-]digits], at least one digit before the
+ * exponent) at p: its end (the first byte after it) and *out, or NULL when p does not start
+ * with one. A mantissa up to 2**53 with a power of ten up to 22 takes Clinger's fast path (one
+ * correctly rounded IEEE multiplication or division of exact operands: float()'s result); the
+ * rest go to PyOS_string_to_double, float()'s own conversion. */
+static const char *read_value(const char *p, const char *limit, double *out) {
     const char *s = p;
-    int negative = 0, seen = 0, fast = 1, significant = 0, fraction = 0;
+    int negative = 0;
     uint64_t mantissa = 0;
     long exponent = 0;
-    if (s < q && (*s == '+' || *s == '-')) {
+    if (s < limit && (*s == '+' || *s == '-')) {
         negative = *s == '-';
         s++;
     }
-    for (int part = 0; part < 2; part++) {
-        while (s < q && *s >= '0' && *s <= '9') {
-            unsigned digit = (unsigned)(*s - '0');
-            seen = 1;
-            if ((mantissa || digit) && ++significant > 15) fast = 0;
-            if (fast) {
-                mantissa = mantissa * 10 + digit;
-                fraction += part;
-            }
-            s++;
-        }
-        if (part == 0) {
-            if (s < q && *s == '.') {
-                s++;
-            } else {
-                break;
-            }
-        }
+    const char *digits = s;
+    while (s < limit && (unsigned char)(*s - '0') < 10) mantissa = mantissa * 10 + (uint64_t)(*s++ - '0');
+    Py_ssize_t count = s - digits, fraction = 0;
+    if (s < limit && *s == '.') {
+        const char *point = ++s;
+        while (s < limit && (unsigned char)(*s - '0') < 10) mantissa = mantissa * 10 + (uint64_t)(*s++ - '0');
+        fraction = s - point;
+        count += fraction;
     }
-    if (!seen) return -1;
-    if (s < q && (*s == 'e' || *s == 'E')) {
+    if (count == 0) return NULL;
+    if (s < limit && (*s == 'e' || *s == 'E')) {
         s++;
         int exp_negative = 0;
-        if (s < q && (*s == '+' || *s == '-')) {
+        if (s < limit && (*s == '+' || *s == '-')) {
             exp_negative = *s == '-';
             s++;
         }
-        if (s == q) return -1;
-        while (s < q && *s >= '0' && *s <= '9') {
+        const char *exp_digits = s;
+        while (s < limit && (unsigned char)(*s - '0') < 10) {
             if (exponent < 100000) exponent = exponent * 10 + (*s - '0');
             s++;
         }
+        if (s == exp_digits) return NULL;
         if (exp_negative) exponent = -exponent;
     }
-    if (s != q) return -1;
 #if FLT_EVAL_METHOD == 0
-    if (fast) {
-        long power = exponent - fraction;
+    if (count <= 19 && mantissa <= ((uint64_t)1 << 53)) { /* no overflow, exact as a double */
+        long power = exponent - (long)fraction;
         double value = (double)mantissa;
         if (power >= 0 && power <= 22) {
             *out = negative ? -(value * POWERS[power]) : value * POWERS[power];
-            return 0;
+            return s;
         }
         if (power < 0 && power >= -22) {
             *out = negative ? -(value / POWERS[-power]) : value / POWERS[-power];
-            return 0;
+            return s;
         }
     }
 #endif
     char buffer[64];
-    if (q - p >= (Py_ssize_t)sizeof(buffer)) return -1;
-    memcpy(buffer, p, (size_t)(q - p));
-    buffer[q - p] = '\0';
+    if (s - p >= (Py_ssize_t)sizeof(buffer)) return NULL;
+    memcpy(buffer, p, (size_t)(s - p));
+    buffer[s - p] = '\0';
     char *stop = NULL;
     double value = PyOS_string_to_double(buffer, &stop, NULL);
     if (value == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
-        return -1;
+        return NULL;
     }
-    if (stop != buffer + (q - p)) return -1;
+    if (stop != buffer + (s - p)) return NULL;
     *out = value;
-    return 0;
+    return s;
 }
 
 static PyObject *scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -138,7 +129,7 @@ static PyObject *scan_run(PyObject *module, PyObject *const *args, Py_ssize_t na
     if ((start == -1 || end == -1) && PyErr_Occurred()) return NULL;
     Py_ssize_t body_len = PyBytes_GET_SIZE(args[0]), head_len = PyBytes_GET_SIZE(args[3]);
     PyObject *result = NULL, *labels = NULL, *values = NULL, *times = NULL, *last_time = NULL;
-    double last_stamp = -1.0;
+    double last_stamp = -1.0, least = Py_HUGE_VAL;
     const char *last_text = NULL;
     Py_ssize_t last_length = 0;
     /* the reference run's label text and the head each of its lines starts with */
@@ -185,11 +176,11 @@ static PyObject *scan_run(PyObject *module, PyObject *const *args, Py_ssize_t na
             written += q - p;
         }
         /* value */
-        p = q + 1;
-        q = p;
-        while (q < limit && !is_space(*q)) q++;
         double value;
-        if (q == p || read_value(p, q, &value) < 0) goto unsure;
+        q = read_value(q + 1, limit, &value);
+        /* the value's token ends with it: anything else is not a plain decimal */
+        if (q == NULL || (q < limit && *q != ' ' && *q != '\n')) goto unsure;
+        if (value < least || value != value) least = value;
         PyObject *number = PyFloat_FromDouble(value);
         if (number == NULL || PyList_Append(values, number) < 0) {
             Py_XDECREF(number);
@@ -240,11 +231,10 @@ static PyObject *scan_run(PyObject *module, PyObject *const *args, Py_ssize_t na
     } else if (_PyBytes_Resize(&labels, written) < 0) {
         goto fail;
     }
-    if (shape == 2) {
-        result = Py_BuildValue("(OOO)", labels, values, Py_None);
-    } else {
-        result = Py_BuildValue("(OOO)", labels, values, times);
-    }
+    PyObject *smallest = PyFloat_FromDouble(least);
+    if (smallest == NULL) goto fail;
+    result = PyTuple_Pack(4, labels, values, shape == 2 ? Py_None : times, smallest);
+    Py_DECREF(smallest);
     goto done;
 unsure:
     result = Py_NewRef(Py_None);

@@ -103,10 +103,10 @@ def _group(body: bytes, position: int, name: bytes) -> tuple[int, int] | None:
     return first, end - 1
 
 
-def _complete(values: list[float], scale: float) -> bool:
-    """metrics-server's completeness (``uint64(value * scale) > 0``) for every value; NaN
-    fails (``sum`` is NaN when any value is). O(n) in C."""
-    return min(values) * scale >= 1.0 and not math.isnan(sum(values))
+def _complete(least: float, scale: float) -> bool:
+    """metrics-server's completeness (``uint64(value * scale) > 0``) for every value of a run
+    whose smallest is ``least`` (NaN, when a value is NaN, fails)."""
+    return least * scale >= 1.0
 
 
 def _single(
@@ -122,7 +122,7 @@ def _single(
         return None
     found += 1
     end = body.find(b"\n", found)
-    _, values, times = read_run(body, found, len(body) if end < 0 else end, name)
+    _, values, times, _ = read_run(body, found, len(body) if end < 0 else end, name)
     return values[0], None if times is None else times[0]
 
 
@@ -172,8 +172,8 @@ def _containers(body: bytes, default_time: float) -> _Containers:
     found = _group(body, 0, _CPU + _HEAD)
     if found is None:
         raise NotCanonical
-    labels, cpu, stamped = read_run(body, found[0], found[1], _CPU + _HEAD)
-    if not _complete(cpu, 1e9):
+    labels, cpu, stamped, least = read_run(body, found[0], found[1], _CPU + _HEAD)
+    if not _complete(least, 1e9):
         raise NotCanonical  # an incomplete container drops its pod
     times = [default_time] * len(cpu) if stamped is None else stamped
 
@@ -181,10 +181,10 @@ def _containers(body: bytes, default_time: float) -> _Containers:
     if found is None:
         raise NotCanonical
     # `memory_labels is labels` when the C reader proved them the same series as the CPU's
-    memory_labels, memory, _ = read_run(
+    memory_labels, memory, _, least = read_run(
         body, found[0], found[1], _MEMORY + _HEAD, (labels, _CPU + _HEAD)
     )
-    if not _complete(memory, 1.0):
+    if not _complete(least, 1.0):
         raise NotCanonical
     return _Containers(labels, memory_labels, cpu, times, memory, found[1])
 
@@ -225,7 +225,7 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
         if known is not None and known[0] == layout and known[1] == start_layout:
             starts = None  # byte for byte the start series of the known scrape
         else:
-            start_labels, starts, _ = read_run(
+            start_labels, starts, _, _ = read_run(
                 body, found[0], tail, _START + _HEAD, (labels, _CPU + _HEAD)
             )
             if start_labels is not labels and not same_series(

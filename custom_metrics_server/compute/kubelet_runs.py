@@ -4,9 +4,9 @@ the inner loop of :mod:`.kubelet_rows`, with an optional C implementation.
 PURE: standard library only (and this package's optional C extension), no I/O. A kubelet
 writes each family as one run of lines ``<head>... value[ timestamp]`` (single spaces, every
 line alike). :func:`read_run` returns the run's label text (the lines' first tokens joined by
-newlines), its values as floats and its timestamps in seconds (None when no line has one), or
-raises :class:`NotCanonical` for any other text, in which case the caller reads the body
-with the full reader.
+newlines), its values as floats, its timestamps in seconds (None when no line has one) and its
+smallest value, or raises :class:`NotCanonical` for any other text, in which case the caller
+reads the body with the full reader.
 
 Two implementations, the same answer (tests/test_kubelet_runs.py runs both on the same
 runs):
@@ -24,6 +24,7 @@ Both are O(len(run)).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from itertools import repeat
 from operator import truediv
@@ -40,8 +41,9 @@ __all__ = [
     "same_series",
 ]
 
-Run = tuple[bytes, list[float], list[float] | None]
-"""Label text (lines' first tokens joined by newlines), values, timestamps in seconds."""
+Run = tuple[bytes, list[float], list[float] | None, float]
+"""Label text (lines' first tokens joined by newlines), values, timestamps in seconds, and the
+smallest value (NaN when a value is NaN)."""
 
 #: Longest timestamp the grammar takes as an int64 without more checks (the rest go to it).
 _MAX_STAMP_DIGITS: Final = 18
@@ -85,8 +87,11 @@ def read_run_python(body: bytes, start: int, end: int, head: bytes) -> Run:
     if b"\n".join(map(b" ".join, rows)) != region:
         raise NotCanonical
     values = floats(tokens[1::step])
+    least = min(values)
+    if math.isnan(sum(values)) and any(map(math.isnan, values)):
+        least = math.nan  # min() would depend on where the NaN is
     if step == 2:
-        return b"\n".join(tokens[0::2]), values, None
+        return b"\n".join(tokens[0::2]), values, None, least
     stamps = tokens[2::3]
     first = stamps[0]
     if stamps.count(first) == len(stamps):  # a kubelet stamps a family alike
@@ -95,7 +100,7 @@ def read_run_python(body: bytes, start: int, end: int, head: bytes) -> Run:
     else:
         check_stamps(stamps)
         times = list(map(truediv, map(float, stamps), repeat(1000.0)))
-    return b"\n".join(tokens[0::3]), values, times
+    return b"\n".join(tokens[0::3]), values, times, least
 
 
 def read_run(

@@ -1,13 +1,17 @@
 /* The optional C reader of one canonical run of kubelet series lines (see kubelet_runs.py).
  *
- * scan_run(body, start, end, head) reads body[start:end] when it is exactly
+ * scan_run(body, start, end, head[, reference, reference_head]) reads body[start:end] when
+ * it is exactly
  *     line ("\n" line)*,  line = label " " value [" " stamp]
  * with every line alike (all with a stamp or none), each label starting with `head` and
  * holding no ASCII whitespace, each value a plain decimal ([+-]digits[.digits][e[+-]digits])
- * and each stamp 1 to 18 ASCII digits. It returns (labels joined by "\n", values, stamps / 1000
- * or None), the same as the pure-Python reader's answer for that text, or None for any other
- * text (the pure-Python reader then decides). One pass over the bytes; no Python object per
- * byte, one float per value and stamp.
+ * and each stamp 1 to 18 ASCII digits. It returns (labels joined by "\n", values, stamps /
+ * 1000 or None, the smallest value): the pure-Python reader's answer for that text, bit for
+ * bit; or None for any other text (the pure-Python reader then decides). With a reference
+ * run's label text (lines starting with reference_head), the lines must also name the same
+ * series in the same order (the same text after the heads) and the labels returned are the
+ * reference object itself. One pass over the bytes: no Python object per byte, one float per
+ * value and one per distinct stamp.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

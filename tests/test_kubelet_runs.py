@@ -166,3 +166,22 @@ def test_rows_are_the_same_with_and_without_the_c_reader(monkeypatch: pytest.Mon
     assert with_c == without
     assert all(rows["series"] for rows in without)
     assert not any(math.isnan(rows["series"][key][0]) for rows in without for key in rows["series"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    line=st.lists(
+        st.sampled_from([b"node_cpu_usage_seconds_total", b"1.5", b"17", b"x", b"", b"NaN"]),
+        max_size=4,
+    ).map(b" ".join)
+    | st.binary(max_size=12).map(lambda b: b"node_cpu_usage_seconds_total " + b)
+)
+def test_one_line_reads_as_the_general_python_reader_reads_it(line: bytes) -> None:
+    """The one-line shortcut of the pure-Python reader (node and error lines) answers as its
+    general case does."""
+    head = b"node_cpu_usage_seconds_total"
+    try:
+        expected = bits(kubelet_runs._lines(line, line.split(), head))
+    except NotCanonical:
+        expected = "not canonical"
+    assert python(line, 0, len(line), head) == expected

@@ -17,9 +17,11 @@ is missing.
 **How it stays cheap.** A kubelet writes each family as one group of lines, ``name{container=
 "c",namespace="n",pod="p"} value timestamp`` after its ``# HELP``/``# TYPE`` comments, CPU
 first, then working set, then start time. Each group is found where the previous one ends
-(its end is the next ``#``: one ``memchr``), split into tokens in C and proven to be exactly
-that canonical text by rebuilding it from its tokens; values are read with C maps. The node's
-lines follow the swap group; the error flags are searched from the end. Label text is decoded
+(its end is the next ``#``: one ``memchr``) and read by :func:`.kubelet_runs.read_run`: one
+pass in the optional C extension, or a split into tokens proven to be exactly that canonical
+text by rebuilding it from its tokens, and C maps for the values. The node's lines follow the
+swap group; the error flags are searched from the end; each of those lines is one more
+:func:`~.kubelet_runs.read_run`. Label text is decoded
 into strings, and the working-set and start-time groups' series checked against the CPU
 group's (same series, same order, as metrics-server pairs them), only when the fingerprint of
 the CPU and working-set label texts differs from the one the caller knows for the node: on a
@@ -33,19 +35,19 @@ taken for the same would need a hash collision (2**-64 per scrape); the rows wou
 the previous scrape's pods for one scrape.
 
 Cost: :func:`read_usage_rows` is O(len(body)) in C: ~10 C-level calls per group read and no
-Python step per series (~75 µs for a 41 KB body of 62 containers on the build machine, the
-full reader ~450 µs); plus O(series) to decode label text when a node's pods changed.
+Python step per series; for a 41 KB body of 62 containers on the build machine, steady state
+(pods unchanged) ~25 µs with the C extension, ~80 µs without, the full reader ~450 µs; plus
+O(series) to decode label text when a node's pods changed.
 """
 
 from __future__ import annotations
 
 import math
-from itertools import repeat
-from operator import truediv
 from typing import Final, NamedTuple
 
 from custom_metrics_server.compute.kubelet_columns import split_labels
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.compute.kubelet_runs import NotCanonical, read_run, same_series
 from custom_metrics_server.compute.samples import (
     CpuSample,
     MemorySample,
@@ -72,12 +74,6 @@ _HEAD: Final = b'{container="'
 _SPLIT_HEAD: Final = "container_cpu_usage_seconds_total{container="
 _NAN: Final = math.nan
 _NEWLINE: Final = ord("\n")
-#: Longest timestamp the grammar takes as an int64 without more checks (the rest go to it).
-_MAX_STAMP_DIGITS: Final = 18
-
-
-class _NotCanonical(Exception):
-    """The body needs the full reader."""
 
 
 def _comments_end(body: bytes, position: int) -> int:
@@ -94,7 +90,7 @@ def _group(body: bytes, position: int, name: bytes) -> tuple[int, int] | None:
     """The family group of ``name`` that starts after the comments at ``position``: its
     first line's start and its end (the newline before the next comment line, or len);
     None when the next line that is not a comment is not a series of ``name`` in the
-    canonical layout; :class:`_NotCanonical` when a ``#`` in it does not start a line.
+    canonical layout; :class:`NotCanonical` when a ``#`` in it does not start a line.
     O(len(group)) in C (one ``memchr``)."""
     first = _comments_end(body, position)
     if not body.startswith(name, first):
@@ -103,82 +99,35 @@ def _group(body: bytes, position: int, name: bytes) -> tuple[int, int] | None:
     if end < 0:
         return first, len(body)
     if body[end - 1] != _NEWLINE:
-        raise _NotCanonical
+        raise NotCanonical
     return first, end - 1
 
 
-def _run(region: bytes, head: bytes) -> tuple[bytes, list[bytes], list[bytes] | None]:
-    """The label text (lines' first tokens joined by newlines), value tokens and timestamp
-    tokens (None when no line has one) of a run of canonical lines ``<head>... value[ ts]``,
-    single spaces, every line alike; raises :class:`_NotCanonical` otherwise. O(len(region))
-    in C: one split, one rebuild of the region from its tokens to prove its exact shape."""
-    tokens = region.split()
-    step = 3 if len(tokens) > 2 and not tokens[2].startswith(head) else 2
-    if len(tokens) % step or not tokens:
-        raise _NotCanonical
-    rows = list(zip(*[iter(tokens)] * step, strict=True))
-    if b"\n".join(map(b" ".join, rows)) != region:
-        raise _NotCanonical
-    labels = b"\n".join(tokens[0::step])
-    return labels, tokens[1::step], tokens[2::3] if step == 3 else None
-
-
-def _floats(texts: list[bytes]) -> list[float]:
-    """Values as Go's ParseFloat reads them (no digit-group underscores); O(n) in C."""
-    if b"_" in b"".join(texts):
-        raise _NotCanonical
-    try:
-        return list(map(float, texts))
-    except ValueError:
-        raise _NotCanonical from None
-
-
-def _check_stamps(stamps: list[bytes]) -> bytes:
-    """The joined timestamps, after checking each is a plain int64 of milliseconds."""
-    joined = b"".join(stamps)
-    if not joined.isdigit() or max(map(len, stamps)) > _MAX_STAMP_DIGITS:
-        raise _NotCanonical
-    return joined
-
-
-def _complete(values: list[float], scale: float) -> bool:
-    """metrics-server's completeness (``uint64(value * scale) > 0``) for every value; NaN
-    fails (``sum`` is NaN when any value is). O(n) in C."""
-    return min(values) * scale >= 1.0 and not math.isnan(sum(values))
-
-
-def _same_series(labels: bytes, reference: bytes, name: bytes) -> bool:
-    """Whether run ``labels`` name the same series in the same order as the CPU run's
-    ``reference`` (metric names aside). O(len) in C."""
-    expected = name + reference[len(_CPU) :].replace(b"\n" + _CPU + _HEAD, b"\n" + name + _HEAD)
-    return labels == expected
+def _complete(least: float, scale: float) -> bool:
+    """metrics-server's completeness (``uint64(value * scale) > 0``) for every value of a run
+    whose smallest is ``least`` (NaN, when a value is NaN, fails)."""
+    return least * scale >= 1.0
 
 
 def _single(
     body: bytes, name: bytes, tail: int, *, last: bool
-) -> tuple[float, bytes | None] | None:
-    """The value and timestamp of an unlabelled series written on one line (``name value
-    [timestamp]``) after ``tail`` (the first such line, or the ``last``), None when absent;
-    :class:`_NotCanonical` when written otherwise. O(len(body) - tail) in C at most."""
+) -> tuple[float, float | None] | None:
+    """The value and timestamp (seconds) of an unlabelled series written on one line (``name
+    value[ timestamp]``, single spaces) after ``tail`` (the first such line, or the ``last``),
+    None when absent; :class:`NotCanonical` when written otherwise. O(len(body) - tail) in C
+    at most."""
     needle = b"\n" + name + b" "
     found = body.rfind(needle, tail) if last else body.find(needle, tail)
     if found < 0:
         return None
     found += 1
     end = body.find(b"\n", found)
-    line = body[found : len(body) if end < 0 else end]
-    parts = line.split(b" ")
-    if len(parts) not in (2, 3) or b" ".join(line.split()) != line:
-        raise _NotCanonical  # not exactly `name value[ timestamp]` with single spaces
-    value = _floats([parts[1]])[0]
-    stamp = None
-    if len(parts) == 3:
-        stamp = _check_stamps([parts[2]])
-    return value, stamp
+    _, values, times, _ = read_run(body, found, len(body) if end < 0 else end, name)
+    return values[0], None if times is None else times[0]
 
 
-def _when(stamp: bytes | None, default_time: float) -> float:
-    return default_time if stamp is None else float(stamp) / 1000.0
+def _when(seconds: float | None, default_time: float) -> float:
+    return default_time if seconds is None else seconds
 
 
 def _node(body: bytes, tail: int, default_time: float) -> NodeSample | None:
@@ -218,56 +167,48 @@ class _Containers(NamedTuple):
 
 
 def _containers(body: bytes, default_time: float) -> _Containers:
-    """The CPU and working-set groups (the first two); :class:`_NotCanonical` unless both
+    """The CPU and working-set groups (the first two); :class:`NotCanonical` unless both
     are canonical, complete and stamped alike."""
     found = _group(body, 0, _CPU + _HEAD)
     if found is None:
-        raise _NotCanonical
-    labels, texts, stamps = _run(body[found[0] : found[1]], _CPU + _HEAD)
-    rows = len(texts)
-    cpu = _floats(texts)
-    if not _complete(cpu, 1e9):
-        raise _NotCanonical  # an incomplete container drops its pod
-    cpu_stamps = b""
-    if stamps is None:
-        times = [default_time] * rows
-    else:
-        cpu_stamps = _check_stamps(stamps)
-        if stamps.count(stamps[0]) == rows:
-            times = [float(stamps[0]) / 1000.0] * rows
-        else:
-            times = list(map(truediv, map(float, stamps), repeat(1000.0)))
+        raise NotCanonical
+    labels, cpu, stamped, least = read_run(body, found[0], found[1], _CPU + _HEAD)
+    if not _complete(least, 1e9):
+        raise NotCanonical  # an incomplete container drops its pod
+    times = [default_time] * len(cpu) if stamped is None else stamped
 
     found = _group(body, found[1] + 1, _MEMORY + _HEAD)
     if found is None:
-        raise _NotCanonical
-    memory_labels, texts, stamps = _run(body[found[0] : found[1]], _MEMORY + _HEAD)
-    memory = _floats(texts)
-    if not _complete(memory, 1.0):
-        raise _NotCanonical
-    if stamps is not None and b"".join(stamps) != cpu_stamps:
-        _check_stamps(stamps)
+        raise NotCanonical
+    # `memory_labels is labels` when the C reader proved them the same series as the CPU's
+    memory_labels, memory, _, least = read_run(
+        body, found[0], found[1], _MEMORY + _HEAD, (labels, _CPU + _HEAD)
+    )
+    if not _complete(least, 1.0):
+        raise NotCanonical
     return _Containers(labels, memory_labels, cpu, times, memory, found[1])
 
 
 def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
-    """The rows of a body in the kubelet's canonical layout; :class:`_NotCanonical` else."""
+    """The rows of a body in the kubelet's canonical layout; :class:`NotCanonical` else."""
     labels, memory_labels, cpu, times, memory, tail = _containers(body, default_time)
     rows = len(cpu)
     layout = (hash(labels), hash(memory_labels))
     pods: list[PodKey] | None = None
     containers: list[str] | None = None
     if known is None or known[0] != layout:
-        if not _same_series(memory_labels, labels, _MEMORY):
-            raise _NotCanonical
+        if memory_labels is not labels and not same_series(
+            memory_labels, labels, _MEMORY + _HEAD, _CPU + _HEAD
+        ):
+            raise NotCanonical
         split = split_labels(labels, _SPLIT_HEAD, 3, rows)
         if split is None:
-            raise _NotCanonical
+            raise NotCanonical
         namespaces, names, containers_found = split
         assert containers_found is not None
         pods = list(zip(namespaces, names, strict=True))
         if len(set(zip(pods, containers_found, strict=True))) != rows:
-            raise _NotCanonical  # a series written twice: upstream keeps the later one
+            raise NotCanonical  # a series written twice: upstream keeps the later one
         containers = containers_found
 
     starts: list[float] | None
@@ -275,7 +216,7 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
     found = _group(body, tail + 1, _START + _HEAD)
     if found is None:
         if body.find(b"\n" + _START, tail) >= 0:
-            raise _NotCanonical  # written elsewhere, or in another layout
+            raise NotCanonical  # written elsewhere, or in another layout
         starts = [_NAN] * rows
     else:
         tail = found[1]
@@ -284,12 +225,13 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
         if known is not None and known[0] == layout and known[1] == start_layout:
             starts = None  # byte for byte the start series of the known scrape
         else:
-            start_labels, texts, stamps = _run(region, _START + _HEAD)
-            if not _same_series(start_labels, labels, _START):
-                raise _NotCanonical
-            starts = _floats(texts)
-            if stamps is not None:
-                _check_stamps(stamps)
+            start_labels, starts, _, _ = read_run(
+                body, found[0], tail, _START + _HEAD, (labels, _CPU + _HEAD)
+            )
+            if start_labels is not labels and not same_series(
+                start_labels, labels, _START + _HEAD, _CPU + _HEAD
+            ):
+                raise NotCanonical
             if not math.isfinite(sum(starts)):
                 starts = [value if math.isfinite(value) else _NAN for value in starts]
 
@@ -321,11 +263,11 @@ def read_usage_rows(body: bytes, *, default_time: float, known: Known | None = N
     the start series are unchanged too). Raises :class:`ValueError` as
     :func:`~.kubelet_reader.parse_resource_metrics` does.
 
-    Cost: O(len(body)) in C with no per-series Python for a kubelet's body (~25 C calls per
-    family read); O(series) more when the node's pods changed; a body in any other layout
-    costs the full reader's parse.
+    Cost: O(len(body)) in C with no per-series Python for a kubelet's body (one C call per
+    family read with the extension, ~10 without); O(series) more when the node's pods
+    changed; a body in any other layout costs the full reader's parse.
     """
     try:
         return _fast(body, default_time, known)
-    except _NotCanonical:
+    except NotCanonical:
         return rows_of(parse_resource_metrics(body, default_time=default_time))

@@ -183,6 +183,27 @@ EDGE_PODS = [
             "containerStatuses": [{"name": None, "state": {"terminated": None}, "image": "x"}],
         },
     },
+    {
+        "metadata": {"name": "r"},
+        "status": {"containerStatuses": [{"name": "app", "resources": None}]},
+    },
+    {
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {
+            "containerStatuses": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}],
+            "conditions": [{"type": "PodResizePending", "reason": "Deferred"}],
+        },
+    },
+    {
+        "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": "n", "containers": [{"name": "app"}]},
+        "status": {"conditions": {"type": "PodResizePending"}},  # an object: a TypeError
+    },
+    {
+        "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": "n", "containers": [{"name": "app"}], "initContainers": None},
+        "status": {"containerStatuses": [{"name": "app", "state": {"terminated": {}}}]},
+    },
 ]
 #: Fields of another JSON type than the schema's: their page goes the dict way.
 OTHER_TYPES = [
@@ -190,6 +211,7 @@ OTHER_TYPES = [
     {"spec": {"containers": [{"name": "a", "restartPolicy": 3}]}},
     {"spec": {"priority": 1.5}},
     {"metadata": {"labels": {"a": 1}}},
+    {"status": {"containerStatuses": "not a list"}},
 ]
 
 
@@ -275,3 +297,27 @@ def test_malformed_events_raise_what_the_reflector_catches(line: bytes) -> None:
         _codec(PODS).event(line)
     with pytest.raises((KeyError, TypeError, ValueError)):
         dict_event(orjson.loads(line))
+
+
+def test_escaped_keys_in_the_kept_bytes_are_read() -> None:
+    """A key spelled with a JSON escape is still the key: the substring search must not miss
+    a resize (two pods that differ only there must not share a resource shape)."""
+    body = (
+        b'{"metadata":{"resourceVersion":"7"},"items":['
+        + b",".join(
+            b'{"metadata":{"name":"p%d","namespace":"ns"},'
+            b'"spec":{"nodeName":"n","containers":[{"name":"app","resources":'
+            b'{"requests":{"cpu":"1"}}}]},"status":{"containerStatuses":[{"name":"app",'
+            b'"\\u0072esources":{"requests":{"cpu":"%d"}}}],"allocatedResources":null,'
+            b'"conditions":[{"type":"PodResize\\u0050ending","reason":"Infeasible"}]}}' % (i, i)
+            for i in (2, 3)
+        )
+        + b"]}"
+    )
+    by_dict, by_wire = ClusterState(), ClusterState()
+    items = _codec(PODS).page(body).items
+    assert all(isinstance(item, PodWire) for item in items)
+    _feed(by_dict, PODS, orjson.loads(body)["items"])
+    _feed(by_wire, PODS, items)
+    assert _snapshot(by_wire) == _snapshot(by_dict)
+    assert by_wire.pods[("ns", "p2")].requests != by_wire.pods[("ns", "p3")].requests

@@ -122,13 +122,13 @@ class ResourceShapes:
         """The views of pod ``key``'s resources (read-only, possibly shared), from its dict
         or its schema-decoded struct (whose model fields are decoded only on a miss)."""
         shape: bytes | tuple[Any, ...] | None
-        if isinstance(pod, PodWire):
-            shape = pod_shape(pod)
-        else:
-            try:
+        try:
+            if isinstance(pod, PodWire):
+                shape = pod_shape(pod)
+            else:
                 shape = _resource_shape(cast("Mapping[str, Any]", pod))
-            except (TypeError, AttributeError, orjson.JSONEncodeError):
-                shape = None
+        except (TypeError, AttributeError, orjson.JSONEncodeError):
+            shape = None
         if shape is not None:
             cached = self._shapes.get(shape)
             if cached is not None:

@@ -23,6 +23,7 @@ from typing import Any, Final, Generic, TypeVar
 import msgspec
 import orjson
 
+from custom_metrics_server.compute.lifecycle import pod_lifecycle
 from custom_metrics_server.kube.wire_codec import (
     VERSIONED_EVENTS,
     ListPage,
@@ -99,26 +100,13 @@ class ContainerWire(msgspec.Struct, gc=False, rename="camel"):
     resources: msgspec.Raw = _ABSENT
 
 
-class StateWire(msgspec.Struct, gc=False, rename="camel"):
-    """A container state: only whether it is terminated matters."""
-
-    terminated: Any = None
-
-
 class ContainerStatusWire(msgspec.Struct, gc=False, rename="camel"):
-    """A container status: its resize-related fields and its state."""
+    """A container status: its resize-related fields, and its state (read once deleted)."""
 
     name: str | None = ""
     allocated_resources: msgspec.Raw = _ABSENT
     resources: msgspec.Raw = _ABSENT
-    state: StateWire | None = None
-
-
-class ConditionWire(msgspec.Struct, gc=False, rename="camel"):
-    """A pod condition (only PodResizePending's reason is read)."""
-
-    type: str | None = None
-    reason: str | None = None
+    state: msgspec.Raw = _ABSENT
 
 
 class PodSpecWire(msgspec.Struct, gc=False, rename="camel"):
@@ -134,12 +122,13 @@ class PodSpecWire(msgspec.Struct, gc=False, rename="camel"):
 
 
 class PodStatusWire(msgspec.Struct, gc=False, rename="camel"):
-    """What the lifecycle and the resource model read of a pod's status."""
+    """What the lifecycle and the resource model read of a pod's status. The conditions stay
+    bytes: only a PodResizePending one matters (see `pod_shape`)."""
 
     phase: str | None = None
     container_statuses: list[ContainerStatusWire] | None = None
     init_container_statuses: list[ContainerStatusWire] | None = None
-    conditions: list[ConditionWire] | None = None
+    conditions: msgspec.Raw = _ABSENT
     resources: msgspec.Raw = _ABSENT
     allocated_resources: msgspec.Raw = _ABSENT
     resize: msgspec.Raw = _ABSENT
@@ -223,70 +212,99 @@ def wire_controller(metadata: MetaWire) -> tuple[str, str] | None:
     return None
 
 
-def _names(containers: list[ContainerStatusWire] | list[ContainerWire] | None) -> list[str]:
-    return [str(c.name) for c in containers or ()]
+def _loads(raw: msgspec.Raw) -> Any:
+    """A kept field as `orjson.loads` decodes it on the dict path (absent: None)."""
+    return orjson.loads(bytes(raw)) if raw else None
 
 
 def wire_lifecycle(pod: PodWire) -> str:
-    """`lifecycle.pod_lifecycle` of the decoded pod; O(containers)."""
-    spec, status = pod.spec, pod.status
+    """`lifecycle.pod_lifecycle` of the decoded pod; O(1), or O(containers) once deleted
+    (the pod's lifecycle fields are then decoded into the dict that function reads)."""
+    spec, status, metadata = pod.spec, pod.status, pod.metadata
     if status is not None and status.phase in _TERMINAL_PHASES:
         return "Completed"
-    metadata = pod.metadata
-    if metadata is not None and metadata.deletion_timestamp is not None:
-        terminated: dict[str, bool] = {}
-        for entries in (
-            (status.init_container_statuses, status.container_statuses) if status else ()
-        ):
-            for entry in entries or ():
-                state = entry.state
-                terminated.setdefault(
-                    str(entry.name), state is not None and state.terminated is not None
-                )
-        if spec is None or all(
-            terminated.get(name, False)
-            for name in _names(spec.init_containers) + _names(spec.containers)
-        ):
-            return "Completed"
-    return "Runnable" if spec is not None and spec.node_name else "Schedulable"
+    if metadata is None or metadata.deletion_timestamp is None:
+        return "Runnable" if spec is not None and spec.node_name else "Schedulable"
+    found: dict[str, Any] = {"metadata": {"deletionTimestamp": metadata.deletion_timestamp}}
+    if spec is not None:
+        found["spec"] = {
+            "nodeName": spec.node_name,
+            "containers": _container_names(spec.containers),
+            "initContainers": _container_names(spec.init_containers),
+        }
+    if status is not None:
+        found["status"] = {
+            "phase": status.phase,
+            "containerStatuses": _states(status.container_statuses),
+            "initContainerStatuses": _states(status.init_container_statuses),
+        }
+    return pod_lifecycle(found)
+
+
+def _container_names(containers: list[ContainerWire] | None) -> list[dict[str, Any]] | None:
+    return None if containers is None else [{"name": c.name} for c in containers]
+
+
+def _states(statuses: list[ContainerStatusWire] | None) -> list[dict[str, Any]] | None:
+    if statuses is None:
+        return None
+    return [{"name": c.name, "state": _loads(c.state)} for c in statuses]
+
+
+def _mentions(raw: msgspec.Raw, name: bytes) -> bool:
+    """Whether a kept field may hold this name (any escape counts: the exact check decodes
+    the field). O(bytes), in C."""
+    if not raw:
+        return False
+    text = bytes(raw)
+    return b"\\" in text or name in text
 
 
 def pod_shape(pod: PodWire) -> tuple[Any, ...]:
     """The resource model's inputs as one hashable key (the raw bytes of each resource list,
-    as `resource_shapes._resource_shape` is of the dict's fields); O(containers)."""
+    as `resource_shapes._resource_shape` is of the dict's fields); O(containers). The
+    conditions are only searched for PodResizePending (the usual pod: nothing decoded).
+    Raises TypeError or AttributeError on conditions of another JSON type, as the dict path
+    does."""
     spec, status = pod.spec, pod.status
-    key: list[Any] = []
+    parts: list[Any] = []
+    append = parts.append
     if spec is not None:
-        key.append(
-            tuple((c.name, c.restart_policy, bytes(c.resources)) for c in spec.containers or ())
-        )
-        key.append(
-            tuple(
-                (c.name, c.restart_policy, bytes(c.resources)) for c in spec.init_containers or ()
-            )
-        )
-        key.append(bytes(spec.overhead))
-        key.append(bytes(spec.resources))
+        for c in spec.containers or ():
+            append(c.name)
+            append(c.restart_policy)
+            append(bytes(c.resources))
+        append(1)  # separators: the lists' lengths vary
+        for c in spec.init_containers or ():
+            append(c.name)
+            append(c.restart_policy)
+            append(bytes(c.resources))
+        append(2)
+        append(bytes(spec.overhead))
+        append(bytes(spec.resources))
     if status is not None:
-        key.extend(
-            (field, c.name, bytes(c.allocated_resources), bytes(c.resources))
-            for field, entries in (
-                ("c", status.container_statuses),
-                ("i", status.init_container_statuses),
+        append(3)
+        for field, entries in (
+            ("c", status.container_statuses),
+            ("i", status.init_container_statuses),
+        ):
+            for e in entries or ():
+                if e.allocated_resources or e.resources:  # the usual status has neither
+                    append((field, e.name, bytes(e.allocated_resources), bytes(e.resources)))
+        append(bytes(status.resources))
+        append(bytes(status.allocated_resources))
+        append(bytes(status.resize))
+        if _mentions(status.conditions, b"PodResizePending"):
+            append(
+                orjson.dumps(
+                    [
+                        ("PodResizePending", c.get("reason"))
+                        for c in _loads(status.conditions) or ()
+                        if c.get("type") == "PodResizePending"
+                    ]
+                )
             )
-            for c in entries or ()
-            if c.allocated_resources or c.resources  # the usual status has neither
-        )
-        if status.resources or status.allocated_resources or status.resize:
-            key.append(
-                (bytes(status.resources), bytes(status.allocated_resources), bytes(status.resize))
-            )
-        key.extend(
-            ("PodResizePending", c.reason)
-            for c in status.conditions or ()
-            if c.type == "PodResizePending"
-        )
-    return tuple(key)
+    return tuple(parts)
 
 
 def _put(target: dict[str, Any], field: str, value: msgspec.Raw) -> None:
@@ -310,15 +328,15 @@ def model_pod(pod: PodWire) -> dict[str, Any]:
         _put(out, "overhead", spec.overhead)
         _put(out, "resources", spec.resources)
     if status is not None:
-        found["status"] = state = {}
+        state: dict[str, Any] = {}
+        found["status"] = state
         for field, entries in (
             ("containerStatuses", status.container_statuses),
             ("initContainerStatuses", status.init_container_statuses),
         ):
             if entries is not None:
                 state[field] = [_status(c) for c in entries]
-        if status.conditions is not None:
-            state["conditions"] = [{"type": c.type, "reason": c.reason} for c in status.conditions]
+        _put(state, "conditions", status.conditions)
         _put(state, "resources", status.resources)
         _put(state, "allocatedResources", status.allocated_resources)
         _put(state, "resize", status.resize)

@@ -8,7 +8,7 @@ it). Pure; O(1) each except the lifecycle (O(containers)) and the controller (O(
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from custom_metrics_server.compute.lifecycle import pod_lifecycle
 from custom_metrics_server.compute.wire_objects import (
@@ -19,19 +19,14 @@ from custom_metrics_server.compute.wire_objects import (
     wire_lifecycle,
 )
 
-__all__ = ["Identity", "Object", "deleted_key", "identity", "lifecycle", "node_inputs", "placement"]
+__all__ = ["Object", "deleted_key", "identity", "node_inputs", "pod_inputs"]
 
 #: An API object as the watch sinks receive it.
 Object = Mapping[str, Any] | ObjectWire
 
 
-class Identity(NamedTuple):
-    """An object's name, namespace, labels and controller (kind, name), as found."""
-
-    name: Any
-    namespace: Any
-    labels: Mapping[str, str] | None
-    controller: tuple[str, str] | None
+#: An object's name, namespace, labels and controller (kind, name), as found.
+Identity = tuple[Any, Any, "Mapping[str, str] | None", "tuple[str, str] | None"]
 
 
 def _controller(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -46,10 +41,10 @@ def identity(obj: Object) -> Identity:
     if isinstance(obj, ObjectWire):
         meta = obj.metadata
         if meta is None:
-            return Identity(None, None, None, None)
-        return Identity(meta.name, meta.namespace, meta.labels, wire_controller(meta))
+            return (None, None, None, None)
+        return (meta.name, meta.namespace, meta.labels, wire_controller(meta))
     metadata = obj.get("metadata") or {}
-    return Identity(
+    return (
         metadata.get("name"),
         metadata.get("namespace"),
         metadata.get("labels"),
@@ -69,20 +64,22 @@ def deleted_key(obj: Object) -> tuple[str, str]:
     return (metadata.get("namespace", ""), metadata.get("name", ""))
 
 
-def placement(pod: Object) -> tuple[Any, Any, Any]:
-    """A pod's spec.nodeName, spec.schedulerName and spec.priority (None when absent)."""
+def pod_inputs(pod: Object) -> tuple[Any, Any, Any, str]:
+    """A pod's spec.nodeName, spec.schedulerName and spec.priority (None when absent) and its
+    lifecycle (`lifecycle.pod_lifecycle`)."""
     if isinstance(pod, PodWire):
-        spec = pod.spec
-        return (spec.node_name, spec.scheduler_name, spec.priority) if spec else (None, None, None)
-    found = cast("Mapping[str, Any]", pod).get("spec") or {}
-    return (found.get("nodeName"), found.get("schedulerName"), found.get("priority"))
-
-
-def lifecycle(pod: Object) -> str:
-    """`lifecycle.pod_lifecycle` of either form."""
-    if isinstance(pod, PodWire):
-        return wire_lifecycle(pod)
-    return pod_lifecycle(cast("Mapping[str, Any]", pod))
+        wire = pod.spec
+        if wire is None:
+            return None, None, None, wire_lifecycle(pod)
+        return wire.node_name, wire.scheduler_name, wire.priority, wire_lifecycle(pod)
+    found = cast("Mapping[str, Any]", pod)
+    spec = found.get("spec") or {}
+    return (
+        spec.get("nodeName"),
+        spec.get("schedulerName"),
+        spec.get("priority"),
+        pod_lifecycle(found),
+    )
 
 
 def node_inputs(node: Object) -> tuple[Mapping[str, Any] | None, Any]:

@@ -33,9 +33,8 @@ from custom_metrics_server.compute.record_inputs import (
     Object,
     deleted_key,
     identity,
-    lifecycle,
     node_inputs,
-    placement,
+    pod_inputs,
 )
 from custom_metrics_server.compute.resource_shapes import ResourceShapes
 from custom_metrics_server.domain import GroupResource, ObjectKey, Readiness, ResourceMapping
@@ -283,21 +282,22 @@ class ClusterState(InMemoryCluster):
         return mapping.kind if mapping else gr.resource
 
     def _apply_pod(self, key: ObjectKey, pod: Object, owner: tuple[str, str] | None) -> None:
-        node, scheduler, priority = placement(pod)
+        node, scheduler, priority, state = pod_inputs(pod)
         requests, limits, metric_requests, metric_limits, hpa = self._shapes.of(key, pod)
+        # Positional: a NamedTuple's keyword call costs ~0.2 µs more, 150,000 times a list.
         record = PodRecord(
-            namespace=key[0],
-            name=key[1],
-            node=intern(str(node or "")),
-            scheduler=intern(str(scheduler or DEFAULT_SCHEDULER)),
-            priority="" if priority is None else intern(str(priority)),
-            lifecycle=lifecycle(pod),
-            requests=requests,
-            limits=limits,
-            owner=owner,
-            metric_requests=metric_requests,
-            metric_limits=metric_limits,
-            hpa_requests=hpa,
+            key[0],  # namespace
+            key[1],  # name
+            intern(str(node or "")),  # node
+            intern(str(scheduler or DEFAULT_SCHEDULER)),  # scheduler
+            "" if priority is None else intern(str(priority)),  # priority
+            state,  # lifecycle
+            requests,
+            limits,
+            owner,
+            metric_requests,
+            metric_limits,
+            hpa,  # hpa_requests
         )
         old = self.pods.get(key)
         self.pods[key] = record

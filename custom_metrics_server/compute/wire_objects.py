@@ -4,15 +4,18 @@ This module owns the typed wire path of the Kubernetes backend's reflectors. A l
 watch event is decoded by msgspec into small structs holding just what `records.ClusterState`
 reads (metadata identity, labels and controller; a pod's node, scheduler, priority, lifecycle
 fields and the resource model's inputs; a node's allocatable and addresses). Everything else
-(managedFields, env, volumes, images, probes, container states) is skipped inside the decoder
-without building Python objects: 13 µs a 2.8 KB pod with orjson's full decode, ~4 µs here.
+(managedFields, env, volumes, images, probes, annotations) is skipped inside the decoder
+without building Python objects: ~10 µs a 2.8 KB pod with orjson's full decode, ~3 µs here
+(`benchmarks/ingest_decode.py`). The structs are not tracked by the cyclic GC.
 
 Fidelity: the resource model's inputs (container, overhead and pod-level `resources`, the
-resize-related status lists) are kept as `msgspec.Raw` byte slices: the resource-shape key is
-built from those bytes, and on a shape-memo miss `model_pod` decodes them into the same dict
-the model reads on the dict path. Every other field is typed exactly as the records read it,
-nulls included; a page or event that does not fit the schema (a field of another JSON type)
-is decoded again as plain dicts (`orjson`), so such objects take the dict path and behave as
+container statuses' resize fields, the pod-level resize status and the conditions) and the
+container states are kept as `msgspec.Raw` byte slices: the resource-shape key is built from
+those bytes, and on a shape-memo miss `model_pod` decodes them into the dict the model reads
+on the dict path (as `orjson.loads` decodes them); a deleted pod's lifecycle is decided by
+`lifecycle.pod_lifecycle` itself on the same kind of dict. Every other field is typed as the
+records read it, nulls included; a page or event with a field of another JSON type is
+decoded again as plain dicts (`orjson`), so its objects take the dict path and behave as
 before. Costs: a page is one decode, O(bytes); the helpers below are O(containers).
 """
 

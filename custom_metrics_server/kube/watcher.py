@@ -480,13 +480,19 @@ class Reflector:
         now = self._clock()
         if now - self._sink_error_logged_at >= SINK_ERROR_LOG_INTERVAL:
             self._sink_error_logged_at = now
-            metadata = obj.get("metadata", {}) if isinstance(obj, dict) else {}
+            if isinstance(obj, dict):
+                metadata = obj.get("metadata") or {}
+                namespace, name = metadata.get("namespace", ""), metadata.get("name", "?")
+            else:  # a codec's object: its metadata as attributes, when it has them
+                metadata = getattr(obj, "metadata", None)
+                namespace = getattr(metadata, "namespace", "") or ""
+                name = getattr(metadata, "name", "?") or "?"
             logger.error(
                 "%s: the sink failed on %s of %s/%s (%d sink errors so far)",
                 self.name,
                 what,
-                metadata.get("namespace", ""),
-                metadata.get("name", "?"),
+                namespace,
+                name,
                 self._stats.sink_errors,
                 exc_info=err,
             )

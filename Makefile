@@ -92,6 +92,7 @@ bench-smoke: install
 	$(BIN)/python benchmarks/resources_exposition.py --smoke  # /metrics/resources and pods/* in process, old vs new (~10 s)
 	$(BIN)/python benchmarks/object_queries.py --smoke  # HPA Object and Pods queries in process, old vs new (~5 s)
 	$(BIN)/python benchmarks/review_client.py --smoke  # a SubjectAccessReview's CPU, httpx vs lean (~5 s)
+	$(BIN)/python benchmarks/ingest_decode.py --smoke  # list pages decoded and applied, dict vs schema path (~10 s)
 
 bench-routing: install  ## routing cost per request: 20 backends, 1,000 routes (in process)
 	$(BIN)/python benchmarks/routing.py $(ARGS)

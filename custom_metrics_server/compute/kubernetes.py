@@ -42,7 +42,7 @@ import httpx
 from custom_metrics_server.compute.exposition import render_pod_resource_metrics
 from custom_metrics_server.compute.metrics import ResourceMetricsBackend
 from custom_metrics_server.compute.node_agents import AgentDirectory, agent_http_client
-from custom_metrics_server.compute.records import NODES, WATCHED, ClusterState
+from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState
 from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY, KubeletScraper
 from custom_metrics_server.compute.scraper_metrics import ScraperCollector
 from custom_metrics_server.compute.state_exposition import (
@@ -50,6 +50,7 @@ from custom_metrics_server.compute.state_exposition import (
     stream_state_exposition,
 )
 from custom_metrics_server.compute.usage import UsageStore
+from custom_metrics_server.compute.wire_objects import NodeWire, ObjectWire, PodWire, WireCodec
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import DiscoveryRestMapper
@@ -158,6 +159,8 @@ class KubernetesBackend(ResourceMetricsBackend):
                 else state.sink(gr),
                 name=str(gr),
                 page_size=self.settings.watch_page_size,
+                # Schema decoders: only the fields the records read are built.
+                codec=WireCodec(PodWire if gr == PODS else NodeWire if gr == NODES else ObjectWire),
             )
             for gr in WATCHED
         ]

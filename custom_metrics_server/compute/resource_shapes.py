@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import orjson
 
@@ -29,6 +29,7 @@ from custom_metrics_server.compute.model import (
     pod_limits,
     pod_requests,
 )
+from custom_metrics_server.compute.wire_objects import ObjectWire, PodWire, model_pod, pod_shape
 from custom_metrics_server.domain import ObjectKey
 from custom_metrics_server.machinery.quantity import Quantity
 
@@ -113,12 +114,19 @@ class ResourceShapes:
     """The views of pods' resources as value mappings, memoised by resource shape."""
 
     def __init__(self) -> None:
-        self._shapes: dict[bytes, Resources] = {}
+        # Keyed by the dict's shape (bytes) or a decoded pod's (`wire_objects.pod_shape`, a
+        # tuple): the two kinds of key never meet.
+        self._shapes: dict[bytes | tuple[Any, ...], Resources] = {}
 
-    def of(self, key: ObjectKey, pod: Mapping[str, Any]) -> Resources:
-        """The views of pod ``key``'s resources (read-only, possibly shared)."""
+    def of(self, key: ObjectKey, pod: Mapping[str, Any] | ObjectWire) -> Resources:
+        """The views of pod ``key``'s resources (read-only, possibly shared), from its dict
+        or its schema-decoded struct (whose model fields are decoded only on a miss)."""
+        shape: bytes | tuple[Any, ...] | None
         try:
-            shape = _resource_shape(pod)
+            if isinstance(pod, PodWire):
+                shape = pod_shape(pod)
+            else:
+                shape = _resource_shape(cast("Mapping[str, Any]", pod))
         except (TypeError, AttributeError, orjson.JSONEncodeError):
             shape = None
         if shape is not None:
@@ -126,7 +134,9 @@ class ResourceShapes:
             if cached is not None:
                 return cached
         try:
-            found = _views(pod)
+            found = _views(
+                model_pod(pod) if isinstance(pod, PodWire) else cast("Mapping[str, Any]", pod)
+            )
         except (ValueError, TypeError) as err:
             logger.warning("pod %s/%s: resources not understood, counted as none: %s", *key, err)
             found = (_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY)

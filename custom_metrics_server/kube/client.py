@@ -5,7 +5,7 @@ the original exception chained; no `kubernetes` client models anywhere.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping
 from typing import Any
 
 import httpx
@@ -116,8 +116,12 @@ class KubeClient:
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         """GET a JSON document."""
+        return orjson.loads(await self.get_raw(path, params))
+
+    async def get_raw(self, path: str, params: Mapping[str, str] | None = None) -> bytes:
+        """GET a JSON document's bytes, undecoded (a schema decoder reads them)."""
         response = await self._send(self._http.build_request("GET", path, params=params))
-        return orjson.loads(response.content)
+        return response.content
 
     async def post_json(self, path: str, body: Any) -> Any:
         """POST a JSON document (TokenReview, SubjectAccessReview) and decode the answer."""
@@ -161,6 +165,17 @@ class KubeClient:
         self, path: str, params: Mapping[str, str], *, read_timeout: float
     ) -> AsyncIterator[dict[str, Any]]:
         """The events of a watch, one decoded JSON object per line, until the server ends it."""
+        lines = self.watch_lines(path, params, read_timeout=read_timeout)
+        try:
+            async for line in lines:
+                yield orjson.loads(line)
+        finally:
+            await lines.aclose()  # the response now, not when the generator is collected
+
+    async def watch_lines(
+        self, path: str, params: Mapping[str, str], *, read_timeout: float
+    ) -> AsyncGenerator[str, None]:
+        """The lines of a watch (one JSON event each, undecoded) until the server ends it."""
         request = self._http.build_request(
             "GET",
             path,
@@ -171,7 +186,7 @@ class KubeClient:
         try:
             async for line in response.aiter_lines():
                 if line:
-                    yield orjson.loads(line)
+                    yield line
         except httpx.HTTPError as err:
             raise KubeApiError(0, "", f"watch {path} broke: {err!r}") from err
         finally:

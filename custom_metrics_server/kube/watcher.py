@@ -52,6 +52,7 @@ from typing import Any, Final, Protocol
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import GoneError, KubeApiError
+from custom_metrics_server.kube.wire_codec import WatchEvent, WireCodec, dict_event, dict_page
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,16 @@ class ListWatchClient(Protocol):
         """Decoded watch events until the server ends the stream."""
         ...
 
+    async def get_raw(self, path: str, params: Mapping[str, str] | None = None) -> bytes:
+        """GET a JSON document's bytes (for a reflector with a `WireCodec`)."""
+        ...
+
+    def watch_lines(
+        self, path: str, params: Mapping[str, str], *, read_timeout: float
+    ) -> AsyncIterator[str]:
+        """A watch stream's lines, undecoded (for a reflector with a `WireCodec`)."""
+        ...
+
 
 @dataclass
 class ReflectorStats:
@@ -148,8 +159,10 @@ class Reflector:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         random: Callable[[], float] = _random.random,
+        codec: WireCodec | None = None,
     ) -> None:
         self.path = path
+        self._codec = codec  # None: every object a dict (`get_json`, `watch`)
         self.name = name
         self._client = client
         self._sink = sink
@@ -247,7 +260,10 @@ class Reflector:
         """One list page as (items, resourceVersion, continue); None if `token` expired."""
         query = {**params, "continue": token} if token else params
         try:
-            page = await self._client.get_json(self.path, query)
+            if self._codec is None:
+                page = dict_page(await self._client.get_json(self.path, query))
+            else:
+                page = self._codec.page(await self._client.get_raw(self.path, query))
         except GoneError as err:
             if token:
                 return None
@@ -256,13 +272,9 @@ class Reflector:
             if _is_too_large(err.code, err.message):
                 raise _Expired(str(err)) from err
             raise
-        try:
-            metadata = page["metadata"]
-            items = page["items"] or []
-            resource_version = str(metadata["resourceVersion"] or "")
-            token = metadata.get("continue") or ""
-        except (KeyError, TypeError) as err:
+        except (KeyError, TypeError, ValueError) as err:
             raise _ProtocolError(f"malformed list of {self.path}: {err!r}") from err
+        items, resource_version, token = page
         if not resource_version:  # a watch from "" would replay every object as ADDED
             raise _ProtocolError(f"the list of {self.path} has no resourceVersion")
         return items, resource_version, token
@@ -366,30 +378,34 @@ class Reflector:
         stats.watches += 1
         received = 0
         sink_event = self._sink.event
-        stream = self._client.watch(self.path, params, read_timeout=timeout + READ_TIMEOUT_MARGIN)
+        read_timeout = timeout + READ_TIMEOUT_MARGIN
+        codec = self._codec
+        stream: AsyncIterator[Any] = (
+            self._client.watch(self.path, params, read_timeout=read_timeout)
+            if codec is None
+            else self._client.watch_lines(self.path, params, read_timeout=read_timeout)
+        )
         try:
-            async for event in stream:
+            async for line in stream:
                 try:
-                    kind = event["type"]
-                    obj = event["object"]
+                    event: WatchEvent = dict_event(line) if codec is None else codec.event(line)
+                    kind, obj, resource_version = event
                     if kind in _OBJECT_EVENTS:
-                        resource_version = obj["metadata"]["resourceVersion"]
                         try:
                             sink_event(kind, obj)
                         except Exception as err:  # the sink's bug
                             self._sink_failed(kind, obj, err)
                         stats.events += 1
                     elif kind == "BOOKMARK":
-                        resource_version = obj["metadata"]["resourceVersion"]
                         stats.bookmarks += 1
                     elif kind == "ERROR":
                         raise self._status_error(obj)
                     else:
                         logger.debug("%s: ignoring watch event of type %r", self.name, kind)
                         continue
-                except (KeyError, TypeError) as err:
+                except (KeyError, TypeError, ValueError) as err:
                     raise _ProtocolError(f"malformed watch event: {err!r}") from err
-                self._rv = str(resource_version)
+                self._rv = resource_version
                 if not received:
                     self._progress(watching=True)
                 received += 1
@@ -464,13 +480,19 @@ class Reflector:
         now = self._clock()
         if now - self._sink_error_logged_at >= SINK_ERROR_LOG_INTERVAL:
             self._sink_error_logged_at = now
-            metadata = obj.get("metadata", {}) if isinstance(obj, dict) else {}
+            if isinstance(obj, dict):
+                metadata = obj.get("metadata") or {}
+                namespace, name = metadata.get("namespace", ""), metadata.get("name", "?")
+            else:  # a codec's object: its metadata as attributes, when it has them
+                metadata = getattr(obj, "metadata", None)
+                namespace = getattr(metadata, "namespace", "") or ""
+                name = getattr(metadata, "name", "?") or "?"
             logger.error(
                 "%s: the sink failed on %s of %s/%s (%d sink errors so far)",
                 self.name,
                 what,
-                metadata.get("namespace", ""),
-                metadata.get("name", "?"),
+                namespace,
+                name,
                 self._stats.sink_errors,
                 exc_info=err,
             )

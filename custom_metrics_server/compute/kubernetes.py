@@ -54,6 +54,7 @@ from custom_metrics_server.compute.wire_objects import NodeWire, ObjectWire, Pod
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import DiscoveryRestMapper
+from custom_metrics_server.kube.lean_api import LeanListClient
 from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.kube.startup import startup_call
 from custom_metrics_server.kube.watcher import Reflector, WatchSink
@@ -150,9 +151,11 @@ class KubernetesBackend(ResourceMetricsBackend):
         # as metrics-server's --metric-resolution.
         self.usage_store = UsageStore(metric_resolution=self.settings.scrape_interval)
         super().__init__(state, self.usage_store, name=name)
+        # List pages over the lean pool (~1.3 s of the 150k ingest went into httpx's reads).
+        self.lists = LeanListClient(client, max_connections=len(WATCHED))
         self.reflectors = [
             Reflector(
-                client,
+                self.lists,
                 path=collection_path(gr),
                 sink=_NoticingSink(state.sink(gr), self._notice_nodes)
                 if gr == NODES
@@ -288,6 +291,7 @@ class KubernetesBackend(ResourceMetricsBackend):
         await self._stack.aclose()
         if self._agent_client is not None:
             await self._agent_client.aclose()
+        await self.lists.aclose()
         await self.client.aclose()
 
     def collector(self) -> ScraperCollector:

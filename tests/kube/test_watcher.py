@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from custom_metrics_server.kube.client import GoneError, KubeApiError, KubeClient
+from custom_metrics_server.kube.lean_api import LeanListClient
 from custom_metrics_server.kube.watcher import FEED_CHUNK, Reflector
 from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod, status
 
@@ -132,11 +133,25 @@ def api() -> Iterator[FakeKubeApiServer]:
         yield server
 
 
-@pytest.fixture
-async def client(api: FakeKubeApiServer) -> AsyncIterator[KubeClient]:
+@pytest.fixture(params=["httpx", "lean"])
+async def client(api: FakeKubeApiServer, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """Every reflector test runs twice: list pages through httpx (`KubeClient`) and through
+    the lean pool (`LeanListClient`, what the Kubernetes backend uses)."""
     kube = KubeClient(api.connection())
-    yield kube
+    lists = LeanListClient(kube) if request.param == "lean" else None
+    if lists is not None:
+        assert lists._lean.lean  # the fake is a plain TLS origin: the lean path, not a fallback
+    yield kube if lists is None else lists
+    if lists is not None:
+        await lists.aclose()
     await kube.aclose()
+
+
+@pytest.fixture
+async def kube(api: FakeKubeApiServer) -> AsyncIterator[KubeClient]:
+    client = KubeClient(api.connection())
+    yield client
+    await client.aclose()
 
 
 def reflector_for(client: Any, sink: Any, **options: Any) -> Reflector:
@@ -841,8 +856,9 @@ async def test_a_failed_list_is_retried_from_the_start_with_a_new_list_started()
 
 
 async def test_fake_serves_node_proxy_bodies_and_upstream_errors(
-    api: FakeKubeApiServer, client: KubeClient
+    api: FakeKubeApiServer, kube: KubeClient
 ) -> None:
+    client = kube
     body = "# TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total 12.5 1700000000000\n"
     api.set_node_proxy("n1", body)
     assert await client.get_bytes("/api/v1/nodes/n1/proxy/metrics/resource") == body.encode()

@@ -134,7 +134,13 @@ R = TypeVar("R", bound=_Renderable)
 def fragments(samples: Sequence[R], key: str, encode: Callable[[R], bytes]) -> list[bytes]:
     """Each sample's encoded item, memoised on the sample under `key` (a str: its hash is
     computed once per request, not per item) unless the samples are single-use. The cache of a
-    sample is bounded: keys carry request-chosen selectors. O(samples)."""
+    sample is bounded: keys carry request-chosen selectors. O(samples).
+
+    A memoised fragment is an exact-size copy of what `encode` returned: orjson (3.12 on)
+    returns its output in the buffer it wrote it to, at least 4 KiB and up to 10x the length
+    (a 300-byte item holds 4,097 bytes), and one fragment is kept per pod asked about, so at
+    150,000 pods the HPAs' answers held ~300 MiB of buffer tails. The copy costs 0.2 us, on a
+    miss only."""
     if samples and not samples[0].reused:
         return [encode(sample) for sample in samples]
     out: list[bytes] = []
@@ -145,7 +151,7 @@ def fragments(samples: Sequence[R], key: str, encode: Callable[[R], bytes]) -> l
         if fragment is None:
             if len(cache) > 8:
                 cache.clear()
-            fragment = cache[key] = encode(sample)
+            fragment = cache[key] = bytes(memoryview(encode(sample)))
         append(fragment)
     return out
 

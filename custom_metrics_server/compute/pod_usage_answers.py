@@ -14,17 +14,26 @@ since the last answer.
 
 Cost: O(pods) dictionary lookups, about 0.2 us a pod when nothing changed; a pod whose node
 was scraped since is recomputed by the caller's `compute`.
+
+A table holds one entry per object asked about, and only objects that exist are memoised, so
+`prune` bounds it by the live objects: the entries of deleted objects (a Job's pods, a rolled
+Deployment's old ReplicaSet pods) are swept out once they outnumber a slack.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from custom_metrics_server.compute.records import PodRecord
 from custom_metrics_server.domain import ObjectKey, Sample
 
-__all__ = ["Answers", "pod_usage_samples"]
+__all__ = ["SLACK", "Answers", "pod_usage_samples", "prune"]
+
+#: Entries of deleted objects a table may hold before they are swept out: this many, or an
+#: eighth of the live objects if more (so a sweep happens at most once per that many
+#: insertions).
+SLACK: Final = 1024
 
 
 class _Usage(Protocol):
@@ -75,3 +84,14 @@ def pod_usage_samples(
         if sample is not None:
             append(sample)
     return found
+
+
+def prune(table: Answers, live: Mapping[ObjectKey, object]) -> None:
+    """Drop the entries of objects no longer in `live` once the table holds more than the
+    live objects plus the slack (every entry is of an object that existed when it was made).
+    O(1) while within; a sweep is O(table) and leaves at most `len(live)` entries, so the next
+    one comes `SLACK` insertions later at the earliest: amortised O(1) an insertion."""
+    count = len(live)
+    if len(table) > count + max(SLACK, count >> 3):
+        for key in [key for key in table if key not in live]:
+            del table[key]

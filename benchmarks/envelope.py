@@ -102,7 +102,7 @@ def rss_mib(pid: int) -> float:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
 
 
-def memory_mib(pid: int) -> dict[str, float]:
+def memory_mib(pid: int | str) -> dict[str, float]:
     """The process's resident memory from /proc/PID/status, MiB: VmRSS (all), RssAnon (the
     heap: what the server's own objects and the allocator's free lists hold), RssFile (the
     mapped files: interpreter, extension modules), VmHWM (the peak RSS so far)."""

@@ -995,6 +995,23 @@ def quiet_pause(args: argparse.Namespace, server: Server, result: dict[str, Any]
     if args.quiet_pause > 0:
         time.sleep(args.quiet_pause)
         server.memory(result, "quiet")
+    if args.malloc_trim:
+        malloc_trim(server.pid)
+        server.memory(result, "malloc_trim")
+
+
+def malloc_trim(pid: int) -> None:
+    """`malloc_trim(0)` inside the server (through gdb, which stops it for ~1 s): what the
+    RSS falls by is memory glibc held free, not objects: fragmentation, not a leak."""
+    if shutil.which("gdb") is None:
+        log("gdb not found: no malloc_trim reading")
+        return
+    subprocess.run(
+        ["gdb", "-p", str(pid), "-batch", "-ex", "call (int) malloc_trim(0)"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
 
 
 # ---------------------------------------------------------------------- events alone
@@ -1717,6 +1734,12 @@ def main() -> int:  # noqa: PLR0915
         type=float,
         default=20.0,
         help="seconds with no events and no queries before the last memory reading",
+    )
+    parser.add_argument(
+        "--malloc-trim",
+        action="store_true",
+        help="after the quiet reading, call malloc_trim(0) in the server through gdb and read "
+        "the memory again (what glibc held free)",
     )
     parser.add_argument("--smoke", action="store_true", help="~30 s at small scale (CI)")
     parser.add_argument("--server-arg", action="append", default=[], help="extra serve flag")

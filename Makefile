@@ -86,6 +86,7 @@ bench-smoke: install
 	$(BIN)/python benchmarks/routing.py --smoke
 	$(BIN)/python benchmarks/envelope.py --smoke  # issue 17's envelope at 1,200 pods (~30 s)
 	$(BIN)/python benchmarks/scrape_client.py --smoke  # one kubelet scrape's HTTP cost (~7 s)
+	$(BIN)/python benchmarks/memory_phases.py --smoke  # what each envelope phase leaves in memory (~20 s)
 	$(BIN)/python benchmarks/pod_metrics.py --smoke  # pod-metrics rounds, 100 pods (~40 s)
 	$(BIN)/python benchmarks/passthrough.py --smoke  # the pass-through's added latency (~15 s)
 	$(BIN)/python benchmarks/workers.py --smoke  # 1 process, 2 replicated, 2 forwarding workers (~50 s)

@@ -102,6 +102,18 @@ def rss_mib(pid: int) -> float:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
 
 
+def memory_mib(pid: int | str) -> dict[str, float]:
+    """The process's resident memory from /proc/PID/status, MiB: VmRSS (all), RssAnon (the
+    heap: what the server's own objects and the allocator's free lists hold), RssFile (the
+    mapped files: interpreter, extension modules), VmHWM (the peak RSS so far)."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            out[name] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
 def machine() -> dict[str, Any]:
     cpu = "?"
     with contextlib.suppress(OSError):
@@ -267,6 +279,15 @@ class Server:
 
     def rss(self) -> float:
         return rss_mib(self.pid)
+
+    def memory(self, result: dict[str, Any], phase: str) -> None:
+        """Record the resident memory after `phase` in `result["memory"]` (in phase order)."""
+        figures = {**memory_mib(self.pid), "load": load()}
+        result.setdefault("memory", {})[phase] = figures
+        log(
+            f"memory after {phase}: VmRSS {figures['VmRSS']:.0f} MiB, RssAnon "
+            f"{figures['RssAnon']:.0f} MiB, peak {figures['VmHWM']:.0f} MiB"
+        )
 
     def wait_ready(self, timeout: float) -> float:
         deadline = time.monotonic() + timeout
@@ -620,6 +641,13 @@ def shape_for(args: argparse.Namespace, pods: int) -> dict[str, int]:
     return shape
 
 
+def tree_path(args: argparse.Namespace) -> str | None:
+    """`--tree`: the server imports the package from this tree (an older commit extracted
+    with `git archive <commit> custom_metrics_server | tar -x -C TREE`), for before/after
+    runs of the whole envelope; `--compare` alternates trees within `--ingest-only`."""
+    return str(args.tree) if args.tree else None
+
+
 def world_flags(args: argparse.Namespace) -> tuple[str, ...]:
     return ("--gzip",) if args.gzip else ()
 
@@ -689,7 +717,14 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             result["world"]["start_s"] = round(world.load_seconds, 1)
             log(f"world ready in {world.load_seconds:.1f}s at {world.url}; starting the server")
             result["loads"]["before_ingest"] = load()
-            server = Server(workdir, world.kubeconfig, world.auth, interval, args.server_arg)
+            server = Server(
+                workdir,
+                world.kubeconfig,
+                world.auth,
+                interval,
+                args.server_arg,
+                pythonpath=tree_path(args),
+            )
             if args.profile:
                 time.sleep(0.3)
                 profiler.start(server.pid, f"{pods}-ingest")
@@ -715,8 +750,10 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             log(
                 f"ready: {result['ingest']['spawn_to_ready_s']}s, CPU {cpu_ready:.1f}s, RSS {server.rss():.0f} MiB"
             )
+            server.memory(result, "ingest")
             # (c) scrape rounds: the first two give every pod usage; then a quiet window.
             wait_rounds(server, 2, timeout=6 * interval + 120)
+            server.memory(result, "two_rounds")
             if args.serving_only:
                 # (f) alone: the event stream on, one scrape interval as the baseline that
                 # `cpu_per_request_ms` removes, then the HPA load (and wrk unless 0 s).
@@ -725,6 +762,7 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
                 events = window_rounds(server, 1, timeout=4 * interval + 120, world=world)
                 events["cpu_share"] = events["cpu_s"] / events["wall_s"]
                 result["events"] = events
+                server.memory(result, "events")
                 serve_phases(
                     args,
                     result=result,
@@ -751,6 +789,7 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             quiet["cpu_share"] = quiet["cpu_s"] / quiet["wall_s"]
             result["scrapes"] = quiet
             result["rss_after_rounds_mib"] = round(server.rss(), 1)
+            server.memory(result, "scrapes")
             log(
                 f"scrapes: {quiet['cpu_per_round_s']:.2f}s CPU a round, last round {quiet['last_round_s']:.2f}s wall, RSS {result['rss_after_rounds_mib']} MiB"
             )
@@ -783,6 +822,7 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
                 "rss_after_mib": round(server.rss(), 1),
                 "load": load(),
             }
+            server.memory(result, "resources")
             log(
                 f"/metrics/resources: {result['resources']['cpu_s']}s CPU, {result['resources']['bytes']:,} bytes"
             )
@@ -805,6 +845,7 @@ def run_scale(args: argparse.Namespace, pods: int, outdir: Path) -> dict[str, An
             )
             events["world_cpu_share"] = events["world_cpu_s"] / events["wall_s"]
             result["events"] = events
+            server.memory(result, "events")
             log(
                 f"events: {events['event_rate']:.0f}/s, total {events['cpu_share']:.1%} of a core, events alone {events['events_cpu_share']:.1%}"
             )
@@ -914,6 +955,7 @@ def serve_phases(  # noqa: PLR0915 - the (f) phase, one step after another
         (stats1["cpu_seconds"] - world_cpu0) / serving["elapsed_s"], 3
     )
     result["hpa"] = serving
+    server.memory(result, "hpa")
     log(
         f"HPA load: {serving['achieved_rps']} req/s, p50 {serving['p50_ms']} ms, p99 {serving['p99_ms']} ms, {serving['statuses']}"
     )
@@ -922,6 +964,7 @@ def serve_phases(  # noqa: PLR0915 - the (f) phase, one step after another
         world.stream(0)
         result["rss_end_mib"] = round(server.rss(), 1)
         result["profiles"] = {k: v for k, v in profiles.items() if v}
+        quiet_pause(args, server, result)
         return
     wrk_url = f"{server.url}{API}/namespaces/{big}/pods/*/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dcpu"
     check = server.http.get(wrk_url.removeprefix(server.url))
@@ -937,11 +980,38 @@ def serve_phases(  # noqa: PLR0915 - the (f) phase, one step after another
     wrk["bytes"] = len(check.content)
     wrk["load"] = load()
     result["wrk"] = wrk
+    server.memory(result, "wrk")
     log(f"wrk pods/* over {wrk['items']} pods: {wrk.get('rps')} req/s, p99 {wrk.get('p99_ms')} ms")
     world.stream(0)
     result["rss_end_mib"] = round(server.rss(), 1)
     result["server_metrics_end"] = scrape_figures(server.metrics())
     result["profiles"] = {k: v for k, v in profiles.items() if v}
+    quiet_pause(args, server, result)
+
+
+def quiet_pause(args: argparse.Namespace, server: Server, result: dict[str, Any]) -> None:
+    """The memory once the load is off (no events, no queries; scrape rounds go on) for
+    `--quiet-pause` seconds: what stays is held, what goes was transient."""
+    if args.quiet_pause > 0:
+        time.sleep(args.quiet_pause)
+        server.memory(result, "quiet")
+    if args.malloc_trim:
+        malloc_trim(server.pid)
+        server.memory(result, "malloc_trim")
+
+
+def malloc_trim(pid: int) -> None:
+    """`malloc_trim(0)` inside the server (through gdb, which stops it for ~1 s): what the
+    RSS falls by is memory glibc held free, not objects: fragmentation, not a leak."""
+    if shutil.which("gdb") is None:
+        log("gdb not found: no malloc_trim reading")
+        return
+    subprocess.run(
+        ["gdb", "-p", str(pid), "-batch", "-ex", "call (int) malloc_trim(0)"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
 
 
 # ---------------------------------------------------------------------- events alone
@@ -960,8 +1030,16 @@ def run_events_only(args: argparse.Namespace, pods: int) -> dict[str, Any]:
         world = World(workdir, shape, extra=world_flags(args))
         server: Server | None = None
         try:
-            server = Server(workdir, world.kubeconfig, world.auth, 3600.0, args.server_arg)
+            server = Server(
+                workdir,
+                world.kubeconfig,
+                world.auth,
+                3600.0,
+                args.server_arg,
+                pythonpath=tree_path(args),
+            )
             server.wait_ready(timeout=600)
+            server.memory(out, "ingest")
             # The one round of a 1 h interval spreads its starts over 30 minutes: a trickle of
             # scrapes (nodes / 1,800 s), the same in both windows.
             time.sleep(10)
@@ -982,6 +1060,7 @@ def run_events_only(args: argparse.Namespace, pods: int) -> dict[str, Any]:
                     "load": load(),
                 }
                 out[name] = figures
+                server.memory(out, name)
                 if name == "idle":
                     idle = figures
             world.stream(0)
@@ -991,6 +1070,7 @@ def run_events_only(args: argparse.Namespace, pods: int) -> dict[str, Any]:
             out["events_core_share"] = round(extra / events["wall_s"], 4)
             out["cpu_per_event_us"] = round(1e6 * extra / max(1, events["events"]), 1)
             out["rss_mib"] = round(server.rss(), 1)
+            quiet_pause(args, server, out)
         finally:
             if server is not None:
                 server.close()
@@ -1459,6 +1539,21 @@ def table(results: list[dict[str, Any]]) -> str:
         "≤ 450",
         [f"{fmt(r.get('rss_end_mib'), 0)} ({mark(r.get('rss_end_mib'), 450)})" for r in results],
     )
+    phases = list(dict.fromkeys(p for r in results for p in r.get("memory", {})))
+    for phase in phases:
+        row(
+            f"(d) after {phase}: VmRSS / RssAnon (MiB)",
+            "≤ 450",
+            [
+                f"{fmt(get(r, 'memory', phase, 'VmRSS'), 0)} / {fmt(get(r, 'memory', phase, 'RssAnon'), 0)}"
+                for r in results
+            ],
+        )
+    row(
+        "(d) peak RSS, VmHWM (MiB)",
+        "",
+        [fmt(get(r, "memory", phases[-1], "VmHWM"), 0) if phases else "n/a" for r in results],
+    )
     row(
         "(d) pod records + indexes, tracemalloc (MiB)",
         "",
@@ -1628,6 +1723,24 @@ def main() -> int:  # noqa: PLR0915
         type=Path,
         help="--ingest-only: alternate with a server importing the package from this tree",
     )
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        help="run the server from the package in this tree (PYTHONPATH): the old code of a "
+        "before/after pair of whole runs",
+    )
+    parser.add_argument(
+        "--quiet-pause",
+        type=float,
+        default=20.0,
+        help="seconds with no events and no queries before the last memory reading",
+    )
+    parser.add_argument(
+        "--malloc-trim",
+        action="store_true",
+        help="after the quiet reading, call malloc_trim(0) in the server through gdb and read "
+        "the memory again (what glibc held free)",
+    )
     parser.add_argument("--smoke", action="store_true", help="~30 s at small scale (CI)")
     parser.add_argument("--server-arg", action="append", default=[], help="extra serve flag")
     parser.add_argument("--breakdown-only", help=argparse.SUPPRESS)
@@ -1668,6 +1781,7 @@ def main() -> int:  # noqa: PLR0915
     if args.smoke:
         args.pods = args.pods or 1200
         args.interval, args.rounds, args.window, args.wrk_seconds = 2.0, 2, 3.0, 2.0
+        args.quiet_pause = min(args.quiet_pause, 2.0)
         args.event_rate, args.hpa_rate = min(args.event_rate, 200.0), min(args.hpa_rate, 100.0)
         args.breakdown = True
         args.big_namespace_pods = args.big_namespace_pods or 300
@@ -1706,7 +1820,11 @@ def main() -> int:  # noqa: PLR0915
         text = "\n".join(
             f"{r['shape']['pods']:,} pods: {r['event_rate']} events/s cost "
             f"{100 * r['events_core_share']:.1f} % of a core, {r['cpu_per_event_us']} µs an event "
-            f"(load {r['events']['load']})"
+            f"(load {r['events']['load']}); VmRSS / RssAnon MiB after "
+            + ", ".join(
+                f"{phase} {m['VmRSS']:.0f} / {m['RssAnon']:.0f}"
+                for phase, m in r.get("memory", {}).items()
+            )
             for r in results
         )
     elif args.replicas:

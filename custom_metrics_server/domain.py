@@ -152,7 +152,13 @@ def fragments(samples: Sequence[R], key: str, encode: Callable[[R], bytes]) -> l
     A list of at least 64 samples is also compared, position by position and in C, with the
     last list encoded under `key`: where the sample is the same object its fragment is taken
     from that list, so a `pods/*` answer over thousands of pods that changed in a few places
-    looks up only those. The caller owns the returned list."""
+    looks up only those. The caller owns the returned list.
+
+    A memoised fragment is an exact-size copy of what `encode` returned: orjson (3.12 on)
+    returns its output in the buffer it wrote it to, at least 4 KiB and up to 10x the length
+    (a 300-byte item holds 4,097 bytes), and one fragment is kept per pod asked about, so at
+    150,000 pods the HPAs' answers held ~300 MiB of buffer tails. The copy costs 0.2 us, on a
+    miss only."""
     if samples and not samples[0].reused:
         return [encode(sample) for sample in samples]
     last = _ALIGNED.get(key) if len(samples) >= _ALIGNED_MIN else None
@@ -175,7 +181,7 @@ def _fragment(sample: R, key: str, encode: Callable[[R], bytes]) -> bytes:
     if fragment is None:
         if len(cache) > 8:
             cache.clear()
-        fragment = cache[key] = encode(sample)
+        fragment = cache[key] = bytes(memoryview(encode(sample)))
     return fragment
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from custom_metrics_server.backends.demo_kubelets import ContainerUsage, kubelet_exposition
+from custom_metrics_server.compute import pod_usage_answers
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.metrics import USAGE, UTILIZATION, ResourceMetricsBackend
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
@@ -154,3 +155,47 @@ async def test_a_pod_not_bound_to_a_node_is_checked_by_its_usage() -> None:
     assert await answer(backend, USAGE) == []
     values[("ns", "e")] = PodUsage(0.5, 2.0**20, 1000.0, 15.0)  # reported before the binding
     assert [s.described.name for s in await answer(backend, USAGE)] == ["e"]
+
+
+async def test_memo_entries_of_deleted_pods_are_dropped(monkeypatch: Any) -> None:
+    monkeypatch.setattr(pod_usage_answers, "SLACK", 2)
+    state, store = cluster(), UsageStore()
+    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
+        scrape(store, "n1", now, used)
+        scrape(store, "n2", now, used)
+    backend = ResourceMetricsBackend(state, store, clock=lambda: 1016.0)
+    assert len(await answer(backend, USAGE)) == 4
+    (table,) = backend._answers.values()
+    assert set(table) == set(state.pods)
+    for name in ("a", "b", "c"):
+        state.remove(PODS, ("ns", name))
+    # 4 entries, 1 live pod: over 1 + the slack of 2, so the next answer sweeps
+    assert len(await answer(backend, USAGE)) == 1
+    assert set(table) == {("ns", "d")}
+
+
+async def test_a_memo_table_never_exceeds_the_live_pods_plus_the_slack(monkeypatch: Any) -> None:
+    """Pods come and go (Jobs): every one is asked about once, then deleted."""
+    monkeypatch.setattr(pod_usage_answers, "SLACK", 8)
+    state, store = cluster(), UsageStore()
+    backend = ResourceMetricsBackend(state, store, clock=lambda: 1016.0)
+    sink = state.sink(PODS)
+    sizes = []
+    for i in range(200):
+        sink.event("ADDED", pod(f"job-{i}", "n1"))
+        await backend.fetch(request(state, USAGE, "resource=cpu"))
+        sizes.extend(len(t) for t in backend._answers.values())
+        sink.event("DELETED", pod(f"job-{i}", "n1"))
+    live = len(state.pods) + 1  # the four pods and the one job pod of the moment
+    assert max(sizes) <= live + 8 + 1
+    assert min(sizes[-50:]) >= live  # swept, not cleared: the live entries stay memoised
+
+
+def test_prune_keeps_live_entries_and_is_a_no_op_within_the_slack() -> None:
+    table: Any = {("ns", str(i)): (None, None, 0.0, None) for i in range(2000)}
+    live = {("ns", str(i)): object() for i in range(500)}
+    pod_usage_answers.prune(table, live)  # 2,000 > 500 + 1,024: swept
+    assert set(table) == set(live)
+    table[("ns", "gone")] = (None, None, 0.0, None)
+    pod_usage_answers.prune(table, live)  # 501 <= 500 + 1,024: kept
+    assert ("ns", "gone") in table

@@ -93,8 +93,26 @@ def usage_series(usages: Usages, *, node: bool) -> list[Series]:
     # Micro-cores and whole bytes: finer digits are noise from float rates.
     cpu = round(sum(u.cpu_cores for _, u in usages), 6)
     memory = float(round(sum(u.memory_bytes for _, u in usages)))
-    extra = {"node": usages[0][0].node} if node else {}
-    return [(labels_of("cpu", **extra), cpu), (labels_of("memory", **extra), memory)]
+    cpu_labels, memory_labels = _usage_labels(usages[0][0].node if node else None)
+    return [(cpu_labels, cpu), (memory_labels, memory)]
+
+
+#: The usage series' label sets by node (None: no node label), shared by every sample of
+#: the node's pods (read-only): a memoised pod answer keeps its labels, and 75,000 memoised
+#: answers held 14 MiB of equal dicts. Bounded: node names come from the cluster.
+_USAGE_LABELS: dict[str | None, tuple[Mapping[str, str], Mapping[str, str]]] = {}
+_USAGE_LABELS_LIMIT: Final = 65_536
+
+
+def _usage_labels(node: str | None) -> tuple[Mapping[str, str], Mapping[str, str]]:
+    """The (cpu, memory) label sets of a usage series. O(1)."""
+    found = _USAGE_LABELS.get(node)
+    if found is None:
+        if len(_USAGE_LABELS) >= _USAGE_LABELS_LIMIT:
+            _USAGE_LABELS.clear()
+        extra = {} if node is None else {"node": node}
+        found = _USAGE_LABELS[node] = (labels_of("cpu", **extra), labels_of("memory", **extra))
+    return found
 
 
 def utilization_series(usages: Usages, view: str, *, hpa: bool, node: bool) -> list[Series]:

@@ -52,7 +52,12 @@ from custom_metrics_server.compute.metric_series import (
     utilization_series,
 )
 from custom_metrics_server.compute.object_answers import Held, held_by, object_samples
-from custom_metrics_server.compute.pod_usage_answers import Answers, Lists, pod_usage_samples
+from custom_metrics_server.compute.pod_usage_answers import (
+    Answers,
+    Lists,
+    pod_usage_samples,
+    prune,
+)
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -202,6 +207,7 @@ class ResourceMetricsBackend:
         # One table per (metric, resource, selector): the selector is hashed once per request.
         which = (request.metric.metric, gr, request.metric_selector)
         table = self._answers.setdefault(which, {})
+        prune(table, self.state.pods if gr == PODS else self.state.inventory.table(gr))
         if len(table) > _CACHE_LIMIT:
             table.clear()
         now = float(int(self._clock()))

@@ -20,6 +20,10 @@ the last answer's in C, and only the positions that differ go through the per-po
 3,000-pod answer costs ~4 C passes over the list plus O(changed) Python steps instead of
 ~10 Python steps a pod; the encoder compares the samples with its last list in the same way
 (`domain.fragments`).
+
+A table holds one entry per object asked about, and only objects that exist are memoised, so
+`prune` bounds it by the live objects: the entries of deleted objects (a Job's pods, a rolled
+Deployment's old ReplicaSet pods) are swept out once they outnumber a slack.
 """
 
 from __future__ import annotations
@@ -32,12 +36,16 @@ from typing import Any, Final, Protocol
 from custom_metrics_server.compute.records import PodRecord
 from custom_metrics_server.domain import ObjectKey, Sample
 
-__all__ = ["LIST_MIN", "Answers", "Lists", "pod_usage_samples"]
+__all__ = ["LIST_MIN", "SLACK", "Answers", "Lists", "pod_usage_samples", "prune"]
 
 #: Lists shorter than this go through the per-pod loop alone (the C passes do not pay).
 LIST_MIN: Final = 64
 _LISTS_LIMIT: Final = 256
 _NODE = itemgetter(PodRecord._fields.index("node"))  # a tuple index: half attrgetter's cost
+#: Entries of deleted objects a table may hold before they are swept out: this many, or an
+#: eighth of the live objects if more (so a sweep happens at most once per that many
+#: insertions).
+SLACK: Final = 1024
 
 
 class _Usage(Protocol):
@@ -183,3 +191,14 @@ def _each(
         if sample is not None:
             append(sample)
     return found
+
+
+def prune(table: Answers, live: Mapping[ObjectKey, object]) -> None:
+    """Drop the entries of objects no longer in `live` once the table holds more than the
+    live objects plus the slack (every entry is of an object that existed when it was made).
+    O(1) while within; a sweep is O(table) and leaves at most `len(live)` entries, so the next
+    one comes `SLACK` insertions later at the earliest: amortised O(1) an insertion."""
+    count = len(live)
+    if len(table) > count + max(SLACK, count >> 3):
+        for key in [key for key in table if key not in live]:
+            del table[key]

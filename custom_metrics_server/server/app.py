@@ -35,7 +35,7 @@ from custom_metrics_server.plugins.loader import Loaded
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.routing import Host, hosts_of
 from custom_metrics_server.runtime.asgi import Receive, Scope, Send, serve_lifespan
-from custom_metrics_server.runtime.heap import steady_gc
+from custom_metrics_server.runtime.heap import steady_gc, trim_heap
 from custom_metrics_server.runtime.tasks import background
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 from custom_metrics_server.security.gate import AllowAllGate, Gate
@@ -233,6 +233,7 @@ class Server:
             await stack.enter_async_context(background(readiness.run(), name="readiness-log"))
             ready = lambda: all(c.ready for c in self._checks("readyz").values())  # noqa: E731
             await stack.enter_async_context(background(steady_gc(ready), name="steady-gc"))
+            await stack.enter_async_context(background(trim_heap(), name="heap-trim"))
             yield
         logger.info("backends stopped")
 

@@ -161,17 +161,18 @@ def fragments(samples: Sequence[R], key: str, encode: Callable[[R], bytes]) -> l
     miss only."""
     if samples and not samples[0].reused:
         return [encode(sample) for sample in samples]
-    last = _ALIGNED.get(key) if len(samples) >= _ALIGNED_MIN else None
+    if len(samples) < _ALIGNED_MIN:  # the usual HPA answer: one sample, or a few dozen
+        return [_fragment(sample, key, encode) for sample in samples]
+    last = _ALIGNED.get(key)
     if last is not None and len(last[0]) == len(samples):
         out = last[1].copy()
         for i in compress(range(len(samples)), map(is_not, samples, last[0])):
             out[i] = _fragment(samples[i], key, encode)
     else:
         out = [_fragment(sample, key, encode) for sample in samples]
-    if len(samples) >= _ALIGNED_MIN:
-        if len(_ALIGNED) >= _ALIGNED_LIMIT:
-            _ALIGNED.clear()
-        _ALIGNED[key] = (tuple(samples), out.copy())  # a copy: the caller may reuse its list
+    if len(_ALIGNED) >= _ALIGNED_LIMIT:
+        _ALIGNED.clear()
+    _ALIGNED[key] = (tuple(samples), out.copy())  # a copy: the caller may reuse its list
     return out
 
 

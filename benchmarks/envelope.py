@@ -1241,7 +1241,6 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
 
     import orjson
 
-    from custom_metrics_server.compute.exposition_stream import stream_state_exposition
     from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
     from custom_metrics_server.compute.kubelet_rows import read_usage_rows
     from custom_metrics_server.compute.records import (
@@ -1251,7 +1250,10 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
         WATCHED,
         ClusterState,
     )
-    from custom_metrics_server.compute.state_exposition import render_state_exposition
+    from custom_metrics_server.compute.state_exposition import (
+        render_state_exposition,
+        stream_state_exposition,
+    )
     from custom_metrics_server.compute.usage import UsageStore
     from custom_metrics_server.domain import GroupResource
     from tests.fakes.envelope_world import (

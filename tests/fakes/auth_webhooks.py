@@ -70,6 +70,10 @@ def status_body(code: int, reason: str, message: str) -> bytes:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: a burst of new review connections can overflow it,
+    # and a dropped SYN is retried after 1 s (the envelope's HPA phase had 1 s maxima and the
+    # kernel counted listen overflows); kube-apiserver listens with the system's maximum.
+    request_queue_size = 1024
     fake: FakeAuthApiServer
 
 

@@ -751,6 +751,7 @@ def test_dockerignore_sends_what_the_dockerfile_copies_and_nothing_else() -> Non
         ".mypy_cache/3.11/cli.data.json",
         "manifests/overlays/production/certs/ca.key",
         "custom_metrics_server/__pycache__/cli.cpython-311.pyc",
+        "custom_metrics_server/compute/_kubelet_scan.cpython-311-x86_64-linux-gnu.so",
         "custom_metrics_server.egg-info/PKG-INFO",
     ]:
         assert _docker_ignored(path, patterns), f"{path} would be sent to the build"

@@ -105,29 +105,6 @@ def _kubelet_context(connection: Connection, ca_file: str | None, insecure: bool
     )
 
 
-class _Credentials:
-    """The ``Authorization`` header line of ``connection``'s current bearer token (empty
-    without one), rebuilt only when the token changes."""
-
-    __slots__ = ("_connection", "_line", "_token")
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-        self._token: str | None = None
-        self._line = b""
-
-    def line(self) -> bytes:
-        """The header line. O(1) while the token is unchanged (the token file is re-read
-        every minute by :meth:`Connection.bearer_token`)."""
-        token = self._connection.bearer_token()
-        if token != self._token:
-            if token and any(char in token for char in "\r\n\x00"):
-                raise ScrapeFailure("unreachable", "the bearer token has a line break or NUL")
-            self._line = f"Authorization: Bearer {token}\r\n".encode() if token else b""
-            self._token = token
-        return self._line
-
-
 class _Origin:
     """One origin's lean pool and the fixed part of its request heads."""
 
@@ -195,7 +172,7 @@ class KubeletFetcher:
         self._kubelet_insecure_tls = kubelet_insecure_tls
         self.max_body_bytes = max_body_bytes
         self.target = target  # what is scraped, for messages: "kubelet" or "node agent"
-        self._credentials = _Credentials(client.connection)
+        self._connection = client.connection
         self._proxy_origin: _Origin | None = None
         self._proxy_checked = False
         #: direct scrapes: a lean pool per kubelet (host, port), least recently used first
@@ -288,12 +265,16 @@ class KubeletFetcher:
     async def _lean_get(self, origin: _Origin, path: str, *, shown: str = "") -> bytes:
         """One GET through a lean pool, with the errors mapped as the httpx paths map them."""
         shown = shown or path
+        try:
+            authorization = self._connection.authorization_line()
+        except ValueError as err:
+            raise ScrapeFailure("unreachable", str(err)) from None
         head = b"".join(
             (
                 f"GET {origin.prefix}{path} HTTP/1.1\r\n".encode(),
                 origin.host_line,
                 _FIXED_HEADERS,
-                self._credentials.line(),
+                authorization,
                 b"\r\n",
             )
         )

@@ -47,6 +47,7 @@ class Connection:
     #: where the settings came from, for messages: "kubeconfig /path", "in-cluster config"
     source: str = ""
     _token_cache: tuple[float, str] | None = field(default=None, repr=False)
+    _header_line: tuple[str | None, bytes] = field(default=(None, b""), repr=False)
 
     def bearer_token(self) -> str | None:
         """The current bearer token; a token file is re-read every minute (bound tokens rotate)."""
@@ -56,6 +57,18 @@ class Connection:
                 self._token_cache = (now, Path(self.token_file).read_text().strip())
             return self._token_cache[1]
         return self.token
+
+    def authorization_line(self) -> bytes:
+        """`Authorization: Bearer <token>\r\n` of the current token, b"" without one, for the
+        clients that write their own request heads (the lean HTTP/1.1 pool's); ValueError for a
+        token that would break the head (CR, LF or NUL). O(1) while the token is unchanged."""
+        token = self.bearer_token()
+        if token != self._header_line[0]:
+            if token and any(char in token for char in "\r\n\x00"):
+                raise ValueError("the bearer token has a line break or NUL")
+            line = f"Authorization: Bearer {token}\r\n".encode() if token else b""
+            self._header_line = (token, line)
+        return self._header_line[1]
 
     def ssl_context(self) -> ssl.SSLContext:
         """Client TLS context: the cluster CA (or the system store) and the client certificate."""

@@ -68,8 +68,6 @@ class LeanApi:
         self._pool: Http11Pool | None = None
         self._host_line = b""
         self._prefix = ""
-        self._token: str | None = None
-        self._token_line = b""
         url = urlsplit(connection.host)
         if (
             url.scheme not in ("http", "https")
@@ -99,16 +97,6 @@ class LeanApi:
         """Whether calls can go through the lean pool (else the caller uses httpx)."""
         return self._pool is not None
 
-    def _authorization(self) -> bytes:
-        """The `Authorization` header line of the current token; O(1) while it is unchanged."""
-        token = self.connection.bearer_token()
-        if token != self._token:
-            if token and any(char in token for char in "\r\n\x00"):
-                raise KubeApiError(0, "", "the bearer token has a line break or NUL")
-            self._token_line = f"Authorization: Bearer {token}\r\n".encode() if token else b""
-            self._token = token
-        return self._token_line
-
     async def call(
         self, method: str, path: str, *, query: str = "", content: bytes | None = None
     ) -> bytes:
@@ -118,11 +106,15 @@ class LeanApi:
         if pool is None:
             raise KubeApiError(0, "", "the lean pool cannot reach this API server")
         target = self._prefix + path + ("?" + query if query else "")
+        try:
+            authorization = self.connection.authorization_line()
+        except ValueError as err:
+            raise KubeApiError(0, "", str(err)) from None
         parts = [
             f"{method} {target} HTTP/1.1\r\n".encode("ascii"),
             self._host_line,
             _FIXED,
-            self._authorization(),
+            authorization,
         ]
         if content is not None:
             parts += (_JSON_BODY, b"Content-Length: %d\r\n" % len(content))

@@ -222,6 +222,23 @@ def test_bearer_and_extra_key_parsing() -> None:
     assert unescape_extra_key("bad%zzkey") == "bad%zzkey"
 
 
+def test_the_authorization_line_follows_the_token_and_refuses_a_broken_one(
+    tmp_path: Path,
+) -> None:
+    assert Connection(host="https://k").authorization_line() == b""
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    connection = Connection(host="https://k", token_file=str(token))
+    line = connection.authorization_line()
+    assert line == b"Authorization: Bearer first\r\n"
+    assert connection.authorization_line() is line  # built once while the token holds
+    token.write_text("second")
+    connection._token_cache = None  # the minute's re-read, now
+    assert connection.authorization_line() == b"Authorization: Bearer second\r\n"
+    with pytest.raises(ValueError, match="line break"):
+        Connection(host="https://k", token="a\r\nX-Injected: 1").authorization_line()
+
+
 def test_should_retry_follows_default_should_retry() -> None:
     assert should_retry(KubeApiError(500, "InternalError", "x"))
     assert should_retry(KubeApiError(429, "TooManyRequests", "x"))

@@ -110,3 +110,23 @@ def test_malloc_trim_is_glibcs_where_there_is_one() -> None:
     if trim is None:
         pytest.skip("no glibc")
     assert trim(0) in (0, 1)
+
+
+def test_settle_heap_sweeps_frozen_cycles_once_the_hour_has_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    try:
+        node = _Node()
+        node.other = node
+        gc.freeze()  # frozen while in use
+        del node
+        monkeypatch.setattr(heap, "_last_unfreeze", 0.0)
+        monkeypatch.setattr(heap, "UNFREEZE_EVERY", -1.0)  # the hour has passed
+        heap.settle_heap()
+        collectable = gc.get_objects()  # what the collections see (not the frozen)
+        assert heap._last_unfreeze > 0.0
+        assert not any(isinstance(o, _Node) for o in collectable)
+        gc.unfreeze()
+        assert not any(isinstance(o, _Node) and o.other is o for o in gc.get_objects())
+    finally:
+        gc.unfreeze()

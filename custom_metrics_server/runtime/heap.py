@@ -9,8 +9,8 @@ measured with a raised threshold) and shows up as request-latency spikes. Two to
   far fewer collections (most request garbage is freed by reference counting anyway);
 * `settle_heap()` after a bulk load or refresh moves what survived into the permanent
   generation (`gc.freeze()`). Replaced state is acyclic and still freed by reference
-  counting. Once an hour everything is unfrozen, so that cyclic garbage frozen by accident is
-  collected by the next full collection: the leak is bounded;
+  counting. Once an hour it sweeps instead (unfreeze, one full collection, freeze), so that
+  cyclic garbage frozen by accident is freed: the leak is bounded;
 * `steady_gc()` once the server is ready (the initial lists synced) settles the heap and
   lowers the youngest threshold to `STEADY_GEN0_THRESHOLD`. A threshold counts net
   allocations, so whatever garbage only the cyclic GC frees (httpx's request and response
@@ -73,13 +73,13 @@ def tune_gc() -> None:
 
 
 def settle_heap() -> None:
-    """Collect young garbage, then freeze what is left out of future collections."""
-    global _last_unfreeze  # noqa: PLW0603 - process-wide GC state is global by nature
+    """Collect young garbage, then freeze what is left out of future collections; once an
+    hour, sweep the frozen heap instead (`sweep_frozen`: an unfreeze followed at once by a
+    freeze would free nothing)."""
+    if time.monotonic() - _last_unfreeze > UNFREEZE_EVERY:
+        sweep_frozen()
+        return
     gc.collect(1)
-    now = time.monotonic()
-    if now - _last_unfreeze > UNFREEZE_EVERY:
-        _last_unfreeze = now
-        gc.unfreeze()
     gc.freeze()
 
 

@@ -79,10 +79,9 @@ __all__ = ["FRESH_CONTAINER_MIN_AGE", "StoreStats", "UsageStore", "cpu_rate"]
 class _NodeState:
     """One node's stored points: last and previous node points, and its pods."""
 
-    __slots__ = ("last", "layout", "order", "pods", "previous", "seen", "start_layout", "usage")
+    __slots__ = ("last", "layout", "order", "pods", "previous", "start_layout", "usage")
 
     def __init__(self) -> None:
-        self.seen = 0.0
         self.last: tuple[float, float, float] | None = None  # cpu, time, memory
         self.previous: tuple[float, float] | None = None  # cpu, time
         self.usage: NodeUsage | None = None
@@ -115,7 +114,8 @@ class UsageStore:
     def __init__(self, *, metric_resolution: float = 15.0) -> None:
         self.metric_resolution = metric_resolution
         self._nodes: dict[str, _NodeState] = {}
-        # node -> the `now` of its last apply (`seen_by_node`): read in C by the list answers.
+        # node -> the `now` of its last apply (`last_seen`, `seen_by_node`, `expire`): one
+        # dict, read in C by the list answers.
         self._seen: dict[str, float] = {}
         self._pod_node: dict[PodKey, str] = {}
         self._generation = 0
@@ -151,7 +151,7 @@ class UsageStore:
         state = self._nodes.get(node)
         if state is None:
             state = self._nodes[node] = _NodeState()
-        state.seen = self._seen[node] = now
+        self._seen[node] = now
         changed = self._apply_node(state, rows.node)
         if rows.pods is None or rows.containers is None:
             changed = self._same_pods(state, rows) or changed
@@ -269,7 +269,7 @@ class UsageStore:
         """Forget the nodes whose last answer is older than ``max_age`` seconds; returns
         their names. O(nodes + their pods)."""
         cutoff = now - max_age
-        stale = [name for name, state in self._nodes.items() if state.seen < cutoff]
+        stale = [name for name, seen in self._seen.items() if seen < cutoff]
         for name in stale:
             self.forget_node(name)
         return stale

@@ -19,7 +19,7 @@ from custom_metrics_server.compute.wire_objects import (
     wire_lifecycle,
 )
 
-__all__ = ["Object", "deleted_key", "identity", "node_inputs", "pod_inputs"]
+__all__ = ["Object", "controller_of", "deleted_key", "identity", "node_inputs", "pod_inputs"]
 
 #: An API object as the watch sinks receive it.
 Object = Mapping[str, Any] | ObjectWire
@@ -29,9 +29,10 @@ Object = Mapping[str, Any] | ObjectWire
 Identity = tuple[Any, Any, "Mapping[str, str] | None", "tuple[str, str] | None"]
 
 
-def _controller(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
+def controller_of(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (kind, name) of the ownerReference marked `controller`, in a metadata dict."""
     for ref in metadata.get("ownerReferences") or ():
-        if ref.get("controller"):
+        if isinstance(ref, Mapping) and ref.get("controller"):
             return (str(ref.get("kind", "")), str(ref.get("name", "")))
     return None
 
@@ -48,7 +49,7 @@ def identity(obj: Object) -> Identity:
         metadata.get("name"),
         metadata.get("namespace"),
         metadata.get("labels"),
-        _controller(metadata),
+        controller_of(metadata),
     )
 
 

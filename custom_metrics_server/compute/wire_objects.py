@@ -51,7 +51,7 @@ _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
 class OwnerWire(msgspec.Struct, gc=False, rename="camel"):
-    """One ownerReference (`records._controller` reads these three)."""
+    """One ownerReference (`record_inputs.controller_of` reads these three)."""
 
     kind: str | None = ""
     name: str | None = ""
@@ -208,7 +208,7 @@ class WireCodec(Generic[_T]):
 
 
 def wire_controller(metadata: MetaWire) -> tuple[str, str] | None:
-    """The controller (kind, name), as `records._controller` finds it in the dict."""
+    """The controller (kind, name), as `record_inputs.controller_of` finds it in the dict."""
     for ref in metadata.owner_references or ():
         if ref.controller:
             return (str(ref.kind), str(ref.name))

@@ -38,6 +38,7 @@ from custom_metrics_server.backends.pod_metrics.config import (
     PodMetricsConfig,
     ScrapeConfig,
 )
+from custom_metrics_server.compute.record_inputs import controller_of
 from custom_metrics_server.domain import GroupResource, ObjectKey
 
 __all__ = ["PODS", "PodTargets", "ReplicaSetOwners", "Target"]
@@ -72,13 +73,6 @@ class Target:
 class _Pod:
     targets: tuple[Target, ...]
     controller: tuple[str, str] | None  # (kind, name)
-
-
-def _controller(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
-    for ref in metadata.get("ownerReferences") or ():
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            return (str(ref.get("kind", "")), str(ref.get("name", "")))
-    return None
 
 
 def _port(spec: Mapping[str, Any], wanted: int | str) -> int | None:
@@ -220,7 +214,7 @@ class PodTargets:
             )
             for (port, path, scheme), (config, selection) in endpoints.items()
         )
-        return _Pod(targets, _controller(metadata))
+        return _Pod(targets, controller_of(metadata))
 
     @staticmethod
     def _matches(scrape: ScrapeConfig, namespace: str, labels: Mapping[str, str]) -> bool:
@@ -372,7 +366,7 @@ class ReplicaSetOwners:
         if not metadata.get("name"):
             return None
         key = (str(metadata.get("namespace", "")), str(metadata["name"]))
-        controller = _controller(metadata)
+        controller = controller_of(metadata)
         self._set(key, controller[1] if controller and controller[0] == "Deployment" else None)
         return key
 

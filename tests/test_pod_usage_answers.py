@@ -82,6 +82,7 @@ async def test_a_scrape_of_one_node_recomputes_its_pods_only() -> None:
         scrape(store, "n2", now, used)
     backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
     for metric in (USAGE, UTILIZATION):
+        await answer(backend, metric)  # a first ask leaves markers; the second memoises
         first = await answer(backend, metric)
         assert [s.described.name for s in first] == ["a", "b", "c", "d"]
         assert first == await fresh(state, store, metric)
@@ -91,16 +92,47 @@ async def test_a_scrape_of_one_node_recomputes_its_pods_only() -> None:
         assert [s.value for s in second[:2]] != [s.value for s in first[:2]]
         assert all(new is not old for new, old in zip(second[:2], first[:2], strict=True))
         assert all(new is old for new, old in zip(second[2:], first[2:], strict=True))
-        # Another node scraped (the store's generation moves): nothing of ns recomputed.
+        # Another node scraped (the store's generation moves): n1's pods, asked a second
+        # time from the same scrape, are memoised now; n2's are still the memoised ones.
         scrape(store, "n-elsewhere", 1031.0, 1.0)
         third = await answer(backend, metric)
-        assert all(new is old for new, old in zip(third, second, strict=True))
+        assert third == second
+        assert all(new is old for new, old in zip(third[2:], second[2:], strict=True))
+        fourth = await answer(backend, metric)
+        assert all(new is old for new, old in zip(fourth, third, strict=True))
         # Back to the first state for the next metric.
         store, state = UsageStore(), cluster()
         for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
             scrape(store, "n1", now, used)
             scrape(store, "n2", now, used)
         backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
+
+
+async def test_an_answer_is_memoised_on_its_second_ask_from_the_same_scrape() -> None:
+    """An HPA asks every 15 s and every node is scraped every 15 s, so its answers would be
+    memoised for nothing: only an answer asked twice from one scrape is kept whole."""
+    state, store = cluster(), UsageStore()
+    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
+        scrape(store, "n1", now, used)
+        scrape(store, "n2", now, used)
+    backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
+
+    def entries() -> dict[str, bool]:
+        """Pod name -> whether its entry holds a sample (False: a marker)."""
+        (table,) = (t for (metric, *_), t in backend._answers.items() if metric == USAGE)
+        return {key[1]: hit[0] is not pod_usage_answers.ASKED for key, hit in table.items()}
+
+    first = await answer(backend, USAGE)
+    assert entries() == dict.fromkeys("abcd", False)
+    assert await answer(backend, USAGE) == first  # recomputed, equal, and now memoised
+    assert entries() == dict.fromkeys("abcd", True)
+    scrape(store, "n1", 1030.0, 19.0)  # a's and b's memoised answers go stale
+    changed = await answer(backend, USAGE)
+    assert changed == await fresh(state, store, USAGE)
+    assert entries() == {"a": False, "b": False, "c": True, "d": True}
+    scrape(store, "n1", 1045.0, 25.0)  # asked once per scrape, as an HPA does: never kept
+    assert await answer(backend, USAGE) == await fresh(state, store, USAGE)
+    assert entries() == {"a": False, "b": False, "c": True, "d": True}
 
 
 async def test_a_forgotten_node_and_a_changed_record_show_at_once() -> None:

@@ -57,6 +57,7 @@ from custom_metrics_server.compute.pod_usage_answers import (
     Lists,
     pod_usage_samples,
     prune,
+    remember,
 )
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState, PodRecord
 from custom_metrics_server.domain import (
@@ -306,7 +307,8 @@ class ResourceMetricsBackend:
         token: object,
         now: float,
     ) -> Sample | None:
-        """Compute one object's sample and memoise it under (source, token, now)."""
+        """Compute one object's sample; memoise it under (source, token, now) when asked a
+        second time from the same token (`pod_usage_answers.remember`)."""
         record = self.state.inventory.table(request.metric.group_resource).get(key)
         if record is None:
             return None
@@ -319,7 +321,7 @@ class ResourceMetricsBackend:
             selector=request.metric_selector,
             now=now,
         )
-        table[key] = (source, token, now, sample)
+        remember(table, key, (source, token, now, sample))
         return sample
 
     def _sample(

@@ -125,11 +125,15 @@ class KubeClient:
 
     async def post_json(self, path: str, body: Any) -> Any:
         """POST a JSON document (TokenReview, SubjectAccessReview) and decode the answer."""
+        return (await self.post_json_status(path, body))[1]
+
+    async def post_json_status(self, path: str, body: Any) -> tuple[int, Any]:
+        """`post_json`, with the (2xx) status code beside the decoded answer."""
         request = self._http.build_request(
             "POST", path, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
         )
         response = await self._send(request)
-        return orjson.loads(response.content)
+        return response.status_code, orjson.loads(response.content)
 
     async def put_json(self, path: str, body: Any) -> Any:
         """PUT (replace) a JSON document; 409 Conflict when its resourceVersion is stale."""

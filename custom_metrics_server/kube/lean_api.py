@@ -102,6 +102,12 @@ class LeanApi:
     ) -> bytes:
         """The body of a 2xx answer to `method path?query` (with a JSON `content`); the errors
         of the module docstring. Only when `lean`."""
+        return (await self.exchange(method, path, query=query, content=content))[1]
+
+    async def exchange(
+        self, method: str, path: str, *, query: str = "", content: bytes | None = None
+    ) -> tuple[int, bytes]:
+        """`call`, with the 2xx status code beside the body."""
         pool = self._pool
         if pool is None:
             raise KubeApiError(0, "", "the lean pool cannot reach this API server")
@@ -132,7 +138,7 @@ class LeanApi:
             error = error_from_response(answer.status, answer.body)
             error.call = call
             raise error
-        return answer.body
+        return answer.status, answer.body
 
     async def aclose(self) -> None:
         """Close the pool."""

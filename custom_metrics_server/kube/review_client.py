@@ -68,9 +68,14 @@ class ReviewClient:
 
     async def post_json(self, path: str, body: Any) -> Any:
         """POST `body` as JSON and decode the answer (`KubeClient.post_json`'s contract)."""
+        return (await self.post_json_status(path, body))[1]
+
+    async def post_json_status(self, path: str, body: Any) -> tuple[int, Any]:
+        """`post_json`, with the (2xx) status code beside the decoded answer."""
         if not self._api.lean:
-            return await self.client.post_json(path, body)
-        return orjson.loads(await self._api.call("POST", path, content=orjson.dumps(body)))
+            return await self.client.post_json_status(path, body)
+        status, answer = await self._api.exchange("POST", path, content=orjson.dumps(body))
+        return status, orjson.loads(answer)
 
     async def aclose(self) -> None:
         """Close the lean pool (the fallback client is its owner's to close)."""

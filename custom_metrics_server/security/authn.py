@@ -53,6 +53,7 @@ from custom_metrics_server.security.webhook import (
     Backoff,
     JsonPoster,
     ReviewError,
+    ReviewMetrics,
     post_review,
 )
 
@@ -180,6 +181,7 @@ class TokenAuthenticator:
         self._cache: TtlCache[bytes, Identity | str] = TtlCache(capacity)
         self._flight: SingleFlight[bytes, Identity | str] = SingleFlight()
         self.reviews = 0  # TokenReview calls made (observability and tests)
+        self.metrics = ReviewMetrics("authn")
 
     async def authenticate(self, token: str) -> Identity:
         """The token's identity; raises `AuthenticationFailed` (invalid token or review failure)."""
@@ -201,7 +203,9 @@ class TokenAuthenticator:
         }
         self.reviews += 1
         try:
-            answer = await post_review(self._client, TOKEN_REVIEW_PATH, body, backoff=self._backoff)
+            answer = await post_review(
+                self._client, TOKEN_REVIEW_PATH, body, backoff=self._backoff, metrics=self.metrics
+            )
         except ReviewError as err:
             raise AuthenticationFailed(f"token review failed: {err}") from None
         result = _token_review_result(answer)

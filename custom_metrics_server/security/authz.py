@@ -44,6 +44,7 @@ from custom_metrics_server.security.webhook import (
     Backoff,
     JsonPoster,
     ReviewError,
+    ReviewMetrics,
     post_review,
 )
 
@@ -180,6 +181,7 @@ class Authorizer:
         self._cache: TtlCache[tuple[object, ...], Decision] = TtlCache(capacity)
         self._flight: SingleFlight[tuple[object, ...], Decision] = SingleFlight()
         self.reviews = 0  # SubjectAccessReview calls made (observability and tests)
+        self.metrics = ReviewMetrics("authz")
         if client is None:
             logger.warning(
                 "no authorization kubeconfig and not in a cluster: SubjectAccessReviews are "
@@ -230,6 +232,7 @@ class Authorizer:
             SUBJECT_ACCESS_REVIEW_PATH,
             review_body(identity, attributes),
             backoff=self._backoff,
+            metrics=self.metrics,
         )
         status = answer.get("status") or {}
         if not isinstance(status, dict):

@@ -73,7 +73,7 @@ from custom_metrics_server.security.trust import (
     TrustStore,
     request_header_settings,
 )
-from custom_metrics_server.security.webhook import Backoff
+from custom_metrics_server.security.webhook import Backoff, ReviewMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -291,6 +291,8 @@ class SecurityConfig:
     startup: list[Callable[[], Any]] = field(default_factory=list)
     background: list[Callable[[], Any]] = field(default_factory=list)
     clients: list[KubeClient | ReviewClient] = field(default_factory=list)
+    #: The webhooks' call metrics, for the server's registry.
+    review_metrics: list[ReviewMetrics] = field(default_factory=list)
 
     def ssl_context_factory(
         self, _config: object, _default: Callable[[], ssl.SSLContext]
@@ -564,4 +566,5 @@ def build_security(
         startup=startup,
         background=background,
         clients=clients,
+        review_metrics=[tokens.metrics, authorizer.metrics],
     )

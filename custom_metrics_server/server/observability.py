@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
 from prometheus_client import (
@@ -132,6 +132,11 @@ class ServerMetrics:
             registry=self.registry,
         ).set_function(_running_tasks)
         ProcessCollector(registry=self.registry)
+
+    def track_collectors(self, collectors: Iterable[Collector]) -> None:
+        """Expose collectors made elsewhere (the webhooks' call metrics)."""
+        for collector in collectors:
+            self.registry.register(collector)
 
     def track_metric_status(self, status: MetricStatus) -> None:
         """The per-metric self-metrics, built from `status` when `/metrics` is scraped."""

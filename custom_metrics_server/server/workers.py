@@ -134,6 +134,9 @@ class WorkerApp:
         self.security = security
         self.client = client
         self.metrics = ServerMetrics()
+        self.metrics.track_collectors(
+            c for metrics in security.review_metrics for c in metrics.collectors()
+        )
         shell = build_shell(
             title="custom-metrics-server worker",
             metrics=self.metrics,

@@ -461,6 +461,36 @@ def test_19_allowed_decisions_are_cached_per_whole_identity(
         assert len(reviews_for(policy, "cache-jack")) == 1
 
 
+def test_review_calls_show_in_upstream_s_delegated_metrics(
+    secure: SecureServer, pki: Pki, policy: FakeAuthApiServer
+) -> None:
+    """apiserver_delegated_authz_request_total and _duration_seconds by status code, as
+    kube-apiserver's aggregated servers expose them: an operator reads there whether slow
+    answers waited for kube-apiserver."""
+
+    def counted(text: str, name: str) -> float:
+        prefix = f'{name}{{code="201"}} '
+        return sum(
+            float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix)
+        )
+
+    policy.policy = allow_everything
+    with secure.client(pki.front_proxy) as client:
+        before = client.get("/metrics", headers=front_proxy_headers("metrics-kim", "g")).text
+        url = f"{P}/namespaces/ns/pods/pod-1/some-metric"
+        for group in ("a", "b", "c"):  # three identities, three reviews
+            response = client.get(url, headers=front_proxy_headers("metrics-lee", group))
+            assert response.status_code == 200
+        after = client.get("/metrics", headers=front_proxy_headers("metrics-kim", "g")).text
+    assert len(reviews_for(policy, "metrics-lee")) == 3
+    for name in (
+        "apiserver_delegated_authz_request_total",
+        "apiserver_delegated_authz_request_duration_seconds_count",
+    ):
+        assert counted(after, name) - counted(before, name) == 3, name
+    assert "# TYPE apiserver_delegated_authn_request_duration_seconds histogram" in after
+
+
 def test_20_review_failure_is_500_never_200_and_recovers(
     secure: SecureServer, pki: Pki, policy: FakeAuthApiServer
 ) -> None:

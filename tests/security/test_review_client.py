@@ -217,11 +217,11 @@ async def test_an_environment_proxy_sends_reviews_through_httpx(
     lean = ReviewClient(http)
     calls: list[tuple[str, Any]] = []
 
-    async def spy(path: str, body: Any) -> Any:
+    async def spy(path: str, body: Any) -> tuple[int, Any]:
         calls.append((path, body))
-        return {"status": {"allowed": False}}
+        return 201, {"status": {"allowed": False}}
 
-    monkeypatch.setattr(http, "post_json", spy)
+    monkeypatch.setattr(http, "post_json_status", spy)
     try:
         answer = await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
     finally:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
 
 from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.errors import StatusError
@@ -300,14 +301,14 @@ class FakePoster:
         self.bodies: list[dict[str, Any]] = []
         self.fail = False
 
-    async def post_json(self, path: str, body: Any) -> Any:
+    async def post_json_status(self, path: str, body: Any) -> tuple[int, Any]:
         self.bodies.append(body)
         if self.fail:
             raise KubeApiError(500, "InternalError", "boom")
         if body["kind"] == "TokenReview":
             ok = body["spec"]["token"] == "good"
-            return {"status": {"authenticated": ok, "user": {"username": "tina"}}}
-        return {"status": {"allowed": True}}
+            return 201, {"status": {"authenticated": ok, "user": {"username": "tina"}}}
+        return 201, {"status": {"allowed": True}}
 
 
 def delegating_app(poster: FakePoster) -> tuple[Any, list[dict[str, Any]]]:
@@ -581,3 +582,43 @@ async def test_the_configmap_content_in_effect_is_logged_once_per_change_and_err
         ),
     ]
     assert lines[2][1].startswith(f"{name}: keeping the last good client CA: client-ca-file")
+
+
+async def test_review_calls_are_counted_and_timed_by_status_code() -> None:
+    """Upstream's apiserver_delegated_{authn,authz}_request_total and _duration_seconds: one
+    observation per call attempt, labelled by the HTTP status (`<error>` when none came)."""
+    poster = FakePoster()
+    tokens = TokenAuthenticator(poster, backoff=Backoff(0.001, 1, 0, 2))
+    authorizer = Authorizer(poster, backoff=Backoff(0.001, 1, 0, 2))
+    identity = await tokens.authenticate("good")
+    await authorizer.authorize(identity, request_attributes("GET", P, b""))
+    poster.fail = True  # a 500 InternalError: retried once (2 steps), then refused
+    with pytest.raises(Exception, match="authorization check"):
+        await authorizer.authorize(identity, request_attributes("GET", P + "x", b""))
+
+    class Unreachable:
+        async def post_json_status(self, path: str, body: Any) -> tuple[int, Any]:
+            raise KubeApiError(0, "", "POST: ConnectError(refused)")
+
+    cut = Authorizer(Unreachable(), backoff=Backoff(0.001, 1, 0, 2))
+    with pytest.raises(Exception, match="authorization check"):
+        await cut.authorize(identity, request_attributes("GET", P, b""))
+
+    def exposed(*collectors: Any) -> str:
+        registry = CollectorRegistry()
+        for collector in collectors:
+            registry.register(collector)
+        return generate_latest(registry).decode()
+
+    authz = exposed(*authorizer.metrics.collectors(), *cut.metrics.collectors())
+    assert 'apiserver_delegated_authz_request_total{code="201"} 1.0' in authz
+    assert 'apiserver_delegated_authz_request_total{code="500"} 2.0' in authz
+    assert 'apiserver_delegated_authz_request_total{code="<error>"} 1.0' in authz
+    assert 'apiserver_delegated_authz_request_duration_seconds_count{code="500"} 2.0' in authz
+    assert (
+        'apiserver_delegated_authz_request_duration_seconds_bucket{code="201",le="10.0"} 1.0'
+        in authz
+    )
+    authn = exposed(*tokens.metrics.collectors())
+    assert 'apiserver_delegated_authn_request_total{code="201"} 1.0' in authn
+    assert "authz" not in authn

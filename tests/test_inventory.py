@@ -27,29 +27,46 @@ def test_select_uses_namespace_and_selector_and_sorts() -> None:
         ("b", "c", {"app": "web"}),
         ("a", "d", {"app": "db"}),
     )
-    assert cluster.list_objects(PODS, "a", parse_selector("app=web")) == [("a", "b"), ("a", "z")]
-    assert cluster.list_objects(PODS, None, parse_selector("app=web")) == [
+    assert list(cluster.list_objects(PODS, "a", parse_selector("app=web"))) == [
+        ("a", "b"),
+        ("a", "z"),
+    ]
+    assert list(cluster.list_objects(PODS, None, parse_selector("app=web"))) == [
         ("a", "b"),
         ("a", "z"),
         ("b", "c"),
     ]
-    assert cluster.list_objects(PODS, None, parse_selector("app in (db,web),app!=web")) == [
+    assert list(cluster.list_objects(PODS, None, parse_selector("app in (db,web),app!=web"))) == [
         ("a", "d")
     ]
-    assert cluster.list_objects(PODS, "a", EVERYTHING) == [("a", "b"), ("a", "d"), ("a", "z")]
-    assert cluster.list_objects(GroupResource("apps", "deployments"), None, EVERYTHING) == []
+    assert list(cluster.list_objects(PODS, "a", EVERYTHING)) == [("a", "b"), ("a", "d"), ("a", "z")]
+    assert list(cluster.list_objects(GroupResource("apps", "deployments"), None, EVERYTHING)) == []
+
+
+def test_a_selection_holds_while_only_records_change() -> None:
+    """The same tuple while no object is added, removed or relabelled: the list answers over
+    it are compared by identity."""
+    cluster = cluster_with(("a", "one", {"app": "web"}), ("a", "two", {"app": "web"}))
+    selector = parse_selector("app=web")
+    first = cluster.list_objects(PODS, "a", selector)
+    cluster.add("pods", "one", namespace="a", labels={"app": "web"})  # a new record, same labels
+    assert cluster.list_objects(PODS, "a", selector) is first
+    cluster.add("pods", "three", namespace="b", labels={"app": "web"})  # elsewhere: recomputed
+    again = cluster.list_objects(PODS, "a", selector)
+    assert again == first
+    assert again is not first
 
 
 def test_changes_invalidate_memoised_answers() -> None:
     cluster = cluster_with(("a", "one", {"app": "web"}))
     selector = parse_selector("app=web")
-    assert cluster.list_objects(PODS, "a", selector) == [("a", "one")]
+    assert list(cluster.list_objects(PODS, "a", selector)) == [("a", "one")]
     cluster.add("pods", "two", namespace="a", labels={"app": "web"})
-    assert cluster.list_objects(PODS, "a", selector) == [("a", "one"), ("a", "two")]
+    assert list(cluster.list_objects(PODS, "a", selector)) == [("a", "one"), ("a", "two")]
     cluster.add("pods", "one", namespace="a", labels={"app": "db"})  # relabel
-    assert cluster.list_objects(PODS, "a", selector) == [("a", "two")]
+    assert list(cluster.list_objects(PODS, "a", selector)) == [("a", "two")]
     cluster.inventory.delete(PODS, ("a", "two"))
-    assert cluster.list_objects(PODS, "a", selector) == []
+    assert list(cluster.list_objects(PODS, "a", selector)) == []
     assert len(cluster.inventory) == 1
 
 
@@ -88,7 +105,7 @@ def test_indexed_select_equals_a_full_scan(
         for index, (ns, labels) in enumerate(pods)
         if (namespace is None or ns == namespace) and selector.matches(labels)
     )
-    assert cluster.list_objects(PODS, namespace, selector) == expected
+    assert list(cluster.list_objects(PODS, namespace, selector)) == expected
 
 
 def test_groups_follow_relabels_reorders_and_deletes() -> None:
@@ -101,11 +118,14 @@ def test_groups_follow_relabels_reorders_and_deletes() -> None:
     )
     inventory = cluster.inventory
     cluster.add("pods", "p1", namespace="a", labels={"tier": "backend", "app": "web"})
-    assert cluster.list_objects(PODS, "a", parse_selector("app=web")) == [("a", "p1"), ("a", "p2")]
+    assert list(cluster.list_objects(PODS, "a", parse_selector("app=web"))) == [
+        ("a", "p1"),
+        ("a", "p2"),
+    ]
     inventory.delete(PODS, ("a", "p1"))
     inventory.delete(PODS, ("a", "p2"))
-    assert cluster.list_objects(PODS, None, parse_selector("tier=backend")) == [("b", "p3")]
-    assert cluster.list_objects(PODS, "a", EVERYTHING) == []
+    assert list(cluster.list_objects(PODS, None, parse_selector("tier=backend"))) == [("b", "p3")]
+    assert list(cluster.list_objects(PODS, "a", EVERYTHING)) == []
     inventory.delete(PODS, ("b", "p3"))
     assert inventory._postings == {}  # no empty posting or group is kept
     assert inventory._groups == {PODS: {}}
@@ -137,4 +157,4 @@ def test_select_after_updates_and_deletes_equals_a_full_scan(
         expected = sorted(
             k for k, v in alive.items() if namespace in (None, k[0]) and selector.matches(v)
         )
-        assert cluster.list_objects(PODS, namespace, selector) == expected
+        assert list(cluster.list_objects(PODS, namespace, selector)) == expected

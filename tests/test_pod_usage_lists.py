@@ -4,10 +4,12 @@ position in C, and every answer is still the one a backend without memory would 
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 from typing import Any
 
 from custom_metrics_server.backends.demo_kubelets import ContainerUsage, kubelet_exposition
+from custom_metrics_server.compute.journal import Journal
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.metrics import USAGE, UTILIZATION, ResourceMetricsBackend
 from custom_metrics_server.compute.pod_usage_answers import LIST_MIN, pod_usage_samples
@@ -204,3 +206,128 @@ def test_aligned_fragments_reuse_the_last_list_and_encode_only_new_samples() -> 
     encoded.clear()
     assert fragments(samples[:80], "test-aligned", encode) == again[:80]
     assert len(encoded) == 79  # the samples whose caches were cleared; "new" kept its own
+
+
+class CountingPods(dict[Any, Any]):
+    """The pods mapping, counting the records looked up."""
+
+    looked = 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        CountingPods.looked += 1
+        return super().get(key, default)
+
+
+def test_with_journals_only_the_changed_pods_are_looked_at() -> None:
+    where = placement()
+    state, store = cluster(where), UsageStore()
+    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
+        for node in NODE_NAMES:
+            scrape(store, where, node, now, used)
+    table: dict[Any, Any] = {}
+    computed: list[str] = []
+
+    def compute(key: Any, record: Any, token: object) -> Sample | None:
+        computed.append(key[1])
+        return Sample(
+            described=ObjectRef(kind="Pod", namespace=key[0], name=key[1], api_version="v1"),
+            metric="m",
+            value=Decimal(1),
+            timestamp=float(token),  # type: ignore[arg-type]
+        )
+
+    journals = (state.pod_journal, store.node_journal)
+    lists: dict[Any, Any] = {}
+
+    def ask() -> list[Sample]:
+        pods = CountingPods(state.pods)
+        CountingPods.looked = 0
+        return pod_usage_samples(
+            tuple(sorted(state.pods)), table, pods, store, compute, lists=lists, journals=journals
+        )
+
+    first = ask()
+    assert CountingPods.looked == len(where)  # the first answer looks at every pod
+    assert ask() == first
+    assert CountingPods.looked == 0  # nothing written since: nothing looked at
+    scrape(store, where, "n4", 1030.0, 20.0)
+    computed.clear()
+    after = ask()
+    on_n4 = sorted(n for n, node in where.items() if node == "n4")
+    assert CountingPods.looked == len(on_n4) == 12
+    assert sorted(computed) == on_n4
+    assert [s.timestamp for s in after if s.described.name in on_n4] == [1030.0] * 12
+    # A record replaced, then moved to another node: looked at, recomputed, re-indexed.
+    state.apply(PODS, pod("p01-01", "n1", cpu="3"))
+    computed.clear()
+    ask()
+    assert computed == ["p01-01"]
+    assert CountingPods.looked == 1
+    state.apply(PODS, pod("p01-02", "n6"))
+    where["p01-02"] = "n6"
+    ask()
+    scrape(store, where, "n6", 1045.0, 30.0)
+    computed.clear()
+    ask()
+    assert "p01-02" in computed
+    # More changes than pods since the last answer: everything is compared, as without.
+    for i in range(len(where) + 1):
+        scrape(store, where, NODE_NAMES[i % 8], 1060.0 + i, 40.0 + i)
+    ask()
+    assert CountingPods.looked >= len(where)
+
+
+async def test_journalled_answers_match_a_backend_without_memory_through_random_changes() -> None:
+    """Random scrapes, record replacements, moves, forgotten nodes, pods gone pending and back,
+    and additions: after each, the answer (through the journals) is the memoryless one."""
+    rng = random.Random(1748)
+    where = placement()
+    state, store = cluster(where), UsageStore()
+    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
+        for node in NODE_NAMES:
+            scrape(store, where, node, now, used)
+    backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
+    now = 1015.0
+    for step in range(160):
+        roll = rng.random()
+        name = rng.choice(sorted(where))
+        if roll < 0.45:
+            now += 1.0
+            scrape(store, where, rng.choice(NODE_NAMES), now, now / 50)
+        elif roll < 0.6:
+            state.apply(PODS, pod(name, where[name], cpu=str(rng.randint(1, 4))))
+        elif roll < 0.7:  # recreated elsewhere under its name, once its kubelet let it go
+            state.remove(PODS, ("ns", name))
+            old, where[name] = where[name], rng.choice(NODE_NAMES)
+            now += 1.0
+            scrape(store, where, old, now, now / 50)
+            state.apply(PODS, pod(name, where[name]))
+        elif roll < 0.75:
+            store.forget_node(rng.choice(NODE_NAMES))
+        elif roll < 0.8:
+            state.apply(PODS, pod(name, ""))  # pending for a while: the per-pod path answers
+        else:
+            added = f"q{step:03d}"
+            where[added] = rng.choice(NODE_NAMES)
+            state.apply(PODS, pod(added, where[added]))
+        for metric in (USAGE, UTILIZATION):
+            assert await answer(backend, metric) == await fresh(state, store, metric), step
+        for key, record in list(state.pods.items()):
+            if not record.node and rng.random() < 0.5:  # bound again
+                state.apply(PODS, pod(key[1], where[key[1]]))
+
+
+def test_a_journal_tells_what_changed_since_a_position_or_that_it_cannot() -> None:
+    journal: Journal[str] = Journal(limit=8)
+    assert journal.position == 0
+    assert journal.since(0, 100) == []
+    for item in "abcde":
+        journal.append(item)
+    assert journal.position == 5
+    assert journal.since(2, 100) == ["c", "d", "e"]
+    assert journal.since(2, 2) is None  # more than asked for: check everything instead
+    for item in "fghij":  # past the limit: the older half is dropped
+        journal.append(item)
+    assert journal.position == 10
+    assert journal.since(1, 100) is None  # no longer kept
+    assert journal.since(6, 100) == ["g", "h", "i", "j"]

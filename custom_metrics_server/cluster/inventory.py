@@ -119,7 +119,7 @@ class Inventory:
             GroupResource, dict[str, dict[LabelSet, ObjectKey | set[ObjectKey]]]
         ] = {}
         self._postings: dict[tuple[GroupResource, str, str], GroupKey | set[GroupKey]] = {}
-        self._memo: dict[tuple[GroupResource, str | None, Selector], list[ObjectKey]] = {}
+        self._memo: dict[tuple[GroupResource, str | None, Selector], tuple[ObjectKey, ...]] = {}
         self.generation = 0
 
     def __len__(self) -> int:
@@ -134,10 +134,11 @@ class Inventory:
         if old is not None and (
             old.labels is record.labels or list(old.labels.items()) == list(record.labels.items())
         ):
-            # Most updates (status, resources) keep the labels: the group stays valid. (The
-            # same labels in another order are another group key: re-filed below.)
+            # Most updates (status, resources) keep the labels: the group stays valid, and so
+            # do the memoised selections (keys only). (The same labels in another order are
+            # another group key: re-filed below.)
             objects[record.key] = record
-            self._changed()
+            self.generation += 1
             return
         if old is not None:
             self.delete(record.group_resource, record.key)
@@ -193,12 +194,16 @@ class Inventory:
 
     def select(
         self, group_resource: GroupResource, namespace: str | None, selector: Selector
-    ) -> list[ObjectKey]:
-        """Sorted keys of objects matching the selector; namespace None = every namespace."""
+    ) -> tuple[ObjectKey, ...]:
+        """Sorted keys of objects matching the selector; namespace None = every namespace.
+
+        Memoised until an object is added, removed or relabelled (not when only its record
+        changes): the same tuple while it holds, so the answers memoised over it
+        (`compute.pod_usage_answers`) compare it by identity."""
         memo_key = (group_resource, namespace, selector)
         found = self._memo.get(memo_key)
         if found is None:
-            found = self._select(group_resource, namespace, selector)
+            found = tuple(self._select(group_resource, namespace, selector))
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
             self._memo[memo_key] = found

@@ -54,6 +54,7 @@ from custom_metrics_server.compute.metric_series import (
 from custom_metrics_server.compute.object_answers import Held, held_by, object_samples
 from custom_metrics_server.compute.pod_usage_answers import (
     Answers,
+    Journals,
     Lists,
     pod_usage_samples,
     prune,
@@ -161,6 +162,10 @@ class ResourceMetricsBackend:
         self._metrics = frozenset(infos)
         self._answers: dict[tuple[str, GroupResource, Selector], Answers] = {}
         self._lists: dict[tuple[str, GroupResource, Selector], Lists] = {}
+        node_journal = getattr(usage, "node_journal", None)
+        self._journals: Journals | None = (
+            None if node_journal is None else (state.pod_journal, node_journal)
+        )
 
     def list_metrics(self) -> Collection[MetricInfo]:
         """See `MetricsBackend.list_metrics`."""
@@ -222,6 +227,7 @@ class ResourceMetricsBackend:
                     request, metric, table, key, source=pod, token=token, now=now
                 ),
                 lists=self._lists.setdefault(which, {}),
+                journals=self._journals,
             )
         usage_generation = getattr(self.usage, "generation", 0) if metric in _USAGE_METRICS else 0
         if gr != PODS:

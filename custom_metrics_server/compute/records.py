@@ -29,6 +29,7 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS
+from custom_metrics_server.compute.journal import Journal
 from custom_metrics_server.compute.record_inputs import (
     Object,
     deleted_key,
@@ -171,6 +172,8 @@ class ClusterState(InMemoryCluster):
         self._sinks = {gr: _Sink(self, gr) for gr in WATCHED}
         self._shapes = ResourceShapes()
         self.generation = 0
+        #: The pods whose record was replaced or removed, in order (`journal`).
+        self.pod_journal: Journal[ObjectKey] = Journal()
 
     def mapping(self, resource: str) -> ResourceMapping | None:
         """Live discovery first (when there is one), then the built-in kinds."""
@@ -301,6 +304,7 @@ class ClusterState(InMemoryCluster):
         )
         old = self.pods.get(key)
         self.pods[key] = record
+        self.pod_journal.append(key)
         if old is not None and old.node == record.node:
             return  # filed already (most updates: status changes on the same node)
         self._unindex_pod(key, old)
@@ -321,6 +325,7 @@ class ClusterState(InMemoryCluster):
         self.inventory.delete(group_resource, key)
         if group_resource == PODS:
             self._unindex_pod(key, self.pods.pop(key, None))
+            self.pod_journal.append(key)
         elif group_resource == NODES:
             self.nodes.pop(key[1], None)
         self.generation += 1

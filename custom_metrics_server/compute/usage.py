@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from math import isnan
 from sys import intern
 
+from custom_metrics_server.compute.journal import Journal
 from custom_metrics_server.compute.samples import (
     CpuSample,
     NodeSample,
@@ -117,6 +118,8 @@ class UsageStore:
         # node -> the `now` of its last apply (`last_seen`, `seen_by_node`, `expire`): one
         # dict, read in C by the list answers.
         self._seen: dict[str, float] = {}
+        #: The nodes whose `last_seen` moved (applied or forgotten), in order (`journal`).
+        self.node_journal: Journal[str] = Journal()
         self._pod_node: dict[PodKey, str] = {}
         self._generation = 0
         # pod -> (its stored array, the ResourceUsage derived from it): memoised per array,
@@ -152,6 +155,7 @@ class UsageStore:
         if state is None:
             state = self._nodes[node] = _NodeState()
         self._seen[node] = now
+        self.node_journal.append(node)
         changed = self._apply_node(state, rows.node)
         if rows.pods is None or rows.containers is None:
             changed = self._same_pods(state, rows) or changed
@@ -258,6 +262,7 @@ class UsageStore:
         if state is None:
             return False
         del self._seen[node]
+        self.node_journal.append(node)
         index = self._pod_node
         for key in state.pods:
             if index.get(key) == node:

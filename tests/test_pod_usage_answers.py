@@ -118,9 +118,11 @@ async def test_an_answer_is_memoised_on_its_second_ask_from_the_same_scrape() ->
     backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
 
     def entries() -> dict[str, bool]:
-        """Pod name -> whether its entry holds a sample (False: a marker)."""
-        (table,) = (t for (metric, *_), t in backend._answers.items() if metric == USAGE)
-        return {key[1]: hit[0] is not pod_usage_answers.ASKED for key, hit in table.items()}
+        """Pod name -> whether its answer is memoised (False: only marked as asked)."""
+        (which,) = (w for w in backend._answers if w[0] == USAGE)
+        table, asked = backend._answers[which], backend._asked[which]
+        assert not set(table) & set(asked)
+        return {key[1]: True for key in table} | {key[1]: False for key in asked}
 
     first = await answer(backend, USAGE)
     assert entries() == dict.fromkeys("abcd", False)
@@ -197,13 +199,20 @@ async def test_memo_entries_of_deleted_pods_are_dropped(monkeypatch: Any) -> Non
         scrape(store, "n2", now, used)
     backend = ResourceMetricsBackend(state, store, clock=lambda: 1016.0)
     assert len(await answer(backend, USAGE)) == 4
+    assert len(await answer(backend, USAGE)) == 4  # asked twice: memoised
     (table,) = backend._answers.values()
     assert set(table) == set(state.pods)
+    (asked,) = backend._asked.values()
+    state.apply(PODS, pod("e", "n1"))  # asked once: a marker, swept like the answers
+    assert len(await answer(backend, USAGE)) == 4  # (no usage yet)
+    assert set(asked) == {("ns", "e")}
+    state.remove(PODS, ("ns", "e"))
     for name in ("a", "b", "c"):
         state.remove(PODS, ("ns", name))
     # 4 entries, 1 live pod: over 1 + the slack of 2, so the next answer sweeps
     assert len(await answer(backend, USAGE)) == 1
     assert set(table) == {("ns", "d")}
+    assert set(asked) <= {("ns", "e")}  # within the slack: swept with a later sweep
 
 
 async def test_a_memo_table_never_exceeds_the_live_pods_plus_the_slack(monkeypatch: Any) -> None:
@@ -212,15 +221,19 @@ async def test_a_memo_table_never_exceeds_the_live_pods_plus_the_slack(monkeypat
     state, store = cluster(), UsageStore()
     backend = ResourceMetricsBackend(state, store, clock=lambda: 1016.0)
     sink = state.sink(PODS)
-    sizes = []
+    sizes, totals = [], []
     for i in range(200):
         sink.event("ADDED", pod(f"job-{i}", "n1"))
         await backend.fetch(request(state, USAGE, "resource=cpu"))
         sizes.extend(len(t) for t in backend._answers.values())
+        sizes.extend(len(t) for t in backend._asked.values())
+        totals.append(
+            sum(map(len, backend._answers.values())) + sum(map(len, backend._asked.values()))
+        )
         sink.event("DELETED", pod(f"job-{i}", "n1"))
     live = len(state.pods) + 1  # the four pods and the one job pod of the moment
     assert max(sizes) <= live + 8 + 1
-    assert min(sizes[-50:]) >= live  # swept, not cleared: the live entries stay memoised
+    assert min(totals[-50:]) >= live  # swept, not cleared: the live entries stay known
 
 
 def test_prune_keeps_live_entries_and_is_a_no_op_within_the_slack() -> None:

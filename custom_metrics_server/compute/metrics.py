@@ -54,6 +54,7 @@ from custom_metrics_server.compute.metric_series import (
 from custom_metrics_server.compute.object_answers import Held, held_by, object_samples
 from custom_metrics_server.compute.pod_usage_answers import (
     Answers,
+    Asked,
     Journals,
     Lists,
     pod_usage_samples,
@@ -162,6 +163,7 @@ class ResourceMetricsBackend:
         self._metrics = frozenset(infos)
         self._answers: dict[tuple[str, GroupResource, Selector], Answers] = {}
         self._lists: dict[tuple[str, GroupResource, Selector], Lists] = {}
+        self._asked: dict[tuple[str, GroupResource, Selector], Asked] = {}
         node_journal = getattr(usage, "node_journal", None)
         self._journals: Journals | None = (
             None if node_journal is None else (state.pod_journal, node_journal)
@@ -210,13 +212,20 @@ class ResourceMetricsBackend:
         if len(self._answers) > _TABLE_LIMIT:
             self._answers.clear()
             self._lists.clear()
+            self._asked.clear()
         # One table per (metric, resource, selector): the selector is hashed once per request.
         which = (request.metric.metric, gr, request.metric_selector)
         table = self._answers.setdefault(which, {})
-        prune(table, self.state.pods if gr == PODS else self.state.inventory.table(gr))
+        live = self.state.pods if gr == PODS else self.state.inventory.table(gr)
+        prune(table, live)
         if len(table) > _CACHE_LIMIT:
             table.clear()
         now = float(int(self._clock()))
+        # Pods asked about once (`remember`); other objects are memoised by `object_answers`.
+        asked: Asked = self._asked.setdefault(which, {}) if gr == PODS else {}
+        prune(asked, live)
+        if len(asked) > _CACHE_LIMIT:
+            asked.clear()
         if gr == PODS and self.usage is not None and metric in _USAGE_METRICS:
             return pod_usage_samples(
                 request.objects,
@@ -224,7 +233,7 @@ class ResourceMetricsBackend:
                 self.state.pods,
                 self.usage,
                 lambda key, pod, token: self._memoised(
-                    request, metric, table, key, source=pod, token=token, now=now
+                    request, metric, (table, asked), key, source=pod, token=token, now=now
                 ),
                 lists=self._lists.setdefault(which, {}),
                 journals=self._journals,
@@ -250,7 +259,13 @@ class ResourceMetricsBackend:
                     append(hit[3])
                 continue
             sample = self._memoised(
-                request, metric, table, key, source=source, token=usage_generation, now=now
+                request,
+                metric,
+                (table, asked),
+                key,
+                source=source,
+                token=usage_generation,
+                now=now,
             )
             if sample is not None:
                 append(sample)
@@ -306,7 +321,7 @@ class ResourceMetricsBackend:
         self,
         request: BackendRequest,
         metric: str,
-        table: Answers,
+        tables: tuple[Answers, Asked],
         key: ObjectKey,
         *,
         source: object,
@@ -327,7 +342,7 @@ class ResourceMetricsBackend:
             selector=request.metric_selector,
             now=now,
         )
-        remember(table, key, (source, token, now, sample))
+        remember(*tables, key, (source, token, now, sample))
         return sample
 
     def _sample(

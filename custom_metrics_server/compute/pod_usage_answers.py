@@ -33,14 +33,15 @@ to it (its predecessor's) until its new node is scraped, even after the old node
 most one scrape interval, and only for a name that moved between nodes.
 
 A sample is memoised only when it is asked for a second time from the same usage token
-(`remember`); the first ask leaves a marker (`ASKED`, with the token). An HPA asks every 15 s
-and the scraper reads every node every 15 s, so nearly every HPA ask finds its pod's node
-scraped since the last: memoising each of those samples (with its JSON fragment, ~0.8 KB)
-held one never-read answer per pod asked about, 75,000 at 150,000 pods (the envelope's RSS
-after the HPA minute: 485 MiB before, 441 with markers). Answers asked twice between
-two scrapes (`pods/*` polled, two HPAs on one workload, a scrape interval longer than the
-HPA's period) are memoised from the second ask; a memoised answer that went stale drops back
-to a marker. The whole-list memo (`Lists`) keeps its samples either way.
+(`remember`); the first ask leaves a marker: the token, in a table of its own (`Asked`), so
+that a marker allocates nothing a request would scatter over the allocator's pools. An HPA
+asks every 15 s and the scraper reads every node every 15 s, so nearly every HPA ask finds
+its pod's node scraped since the last: memoising each of those samples (with its JSON
+fragment, ~0.8 KB) held one never-read answer per pod asked about, 75,000 at 150,000 pods
+(the envelope's RSS after the HPA minute: 485 MiB before, 441 with markers). Answers asked
+twice between two scrapes (`pods/*` polled, two HPAs on one workload, a scrape interval
+longer than the HPA's period) are memoised from the second ask; a memoised answer that went
+stale drops back to a marker. The whole-list memo (`Lists`) keeps its samples either way.
 
 A table holds one entry per object asked about, and only objects that exist are memoised, so
 `prune` bounds it by the live objects: the entries of deleted objects (a Job's pods, a rolled
@@ -59,10 +60,10 @@ from custom_metrics_server.compute.records import PodRecord
 from custom_metrics_server.domain import ObjectKey, Sample
 
 __all__ = [
-    "ASKED",
     "LIST_MIN",
     "SLACK",
     "Answers",
+    "Asked",
     "Journals",
     "Lists",
     "pod_usage_samples",
@@ -87,29 +88,32 @@ class _Usage(Protocol):
 
 
 #: Memoised answers of one (metric, resource, selector): object -> (what the sample was
-#: computed from, its usage token, when, the sample or None when the object has no value),
-#: or (`ASKED`, token, when, None) for an object asked about once (see `remember`).
+#: computed from, its usage token, when, the sample or None when the object has no value).
 Answers = dict[ObjectKey, tuple[object, object, float, Sample | None]]
 
-#: The first field of a marker entry: never a record, so no lookup takes it for an answer.
-ASKED: Final = object()
+#: Objects of one table asked about once: object -> the usage token of that ask (an object the
+#: usage store holds anyway, so a marker allocates nothing beyond its slot; see `remember`).
+Asked = dict[ObjectKey, object]
+
+_NOT_ASKED: Final = object()
 
 
 def remember(
     table: Answers,
+    asked: Asked,
     key: ObjectKey,
     entry: tuple[object, object, float, Sample | None],
 ) -> None:
     """Memoise a just-computed `entry` (source, token, when, sample) if the object was last
-    asked about with the same token (a marker says so), else leave a marker (a first ask, or
-    the memoised answer went stale). O(1); a marker is one tuple beside the table's slot, a
-    memoised answer ~0.8 KB."""
-    hit = table.get(key)
+    asked about with the same token, else mark the ask (a first one, or the memoised answer
+    went stale). O(1); a marker is a slot of `asked`, a memoised answer ~0.8 KB."""
     token = entry[1]
-    if hit is not None and hit[0] is ASKED and hit[1] == token:
+    if asked.get(key, _NOT_ASKED) == token:
         table[key] = entry
+        del asked[key]
     else:
-        table[key] = (ASKED, token, entry[2], None)
+        asked[key] = token
+        table.pop(key, None)
 
 
 class _Listed:
@@ -341,7 +345,7 @@ def _each(
     return found
 
 
-def prune(table: Answers, live: Mapping[ObjectKey, object]) -> None:
+def prune(table: dict[ObjectKey, Any], live: Mapping[ObjectKey, object]) -> None:
     """Drop the entries of objects no longer in `live` once the table holds more than the
     live objects plus the slack (every entry is of an object that existed when it was made).
     O(1) while within; a sweep is O(table) and leaves at most `len(live)` entries, so the next

@@ -8,7 +8,7 @@ the last fragments list per key that `fragments` keeps for long answers.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import compress
@@ -124,6 +124,40 @@ class ExternalSample:
     cache: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
     #: False for a sample made for one answer (see `Sample.reused`).
     reused: bool = field(default=True, compare=False, repr=False)
+
+
+class TimedSamples(list[Sample]):
+    """Samples that know their oldest and newest timestamps. A long answer kept up to date
+    change by change (`pods/*` over thousands of pods) returns one, sparing the engine and the
+    endpoint a pass each over every sample (at 150,000 pods each sample read is a cache
+    miss)."""
+
+    __slots__ = ("newest", "oldest")
+
+    def __init__(self, samples: Iterable[Sample], oldest: float, newest: float) -> None:
+        super().__init__(samples)
+        self.oldest, self.newest = oldest, newest
+
+
+def newest_timestamp(samples: Sequence[Sample]) -> float:
+    """The newest timestamp of a non-empty answer. O(1) for one sample or `TimedSamples`,
+    else O(samples)."""
+    if len(samples) == 1:
+        return samples[0].timestamp
+    if isinstance(samples, TimedSamples):
+        return samples.newest
+    newest: float = max(map(TIMESTAMP, samples))
+    return newest
+
+
+def oldest_timestamp(samples: Sequence[Sample]) -> float:
+    """The oldest timestamp of a non-empty answer; see `newest_timestamp`."""
+    if len(samples) == 1:
+        return samples[0].timestamp
+    if isinstance(samples, TimedSamples):
+        return samples.oldest
+    oldest: float = min(map(TIMESTAMP, samples))
+    return oldest
 
 
 class _Renderable(Protocol):

@@ -12,7 +12,7 @@ from custom_metrics_server.backends.demo_kubelets import ContainerUsage, kubelet
 from custom_metrics_server.compute.journal import Journal
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.compute.metrics import USAGE, UTILIZATION, ResourceMetricsBackend
-from custom_metrics_server.compute.pod_usage_answers import LIST_MIN, pod_usage_samples
+from custom_metrics_server.compute.pod_usage_answers import LIST_MIN, _Bounds, pod_usage_samples
 from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import (
@@ -20,6 +20,7 @@ from custom_metrics_server.domain import (
     MetricInfo,
     ObjectRef,
     Sample,
+    TimedSamples,
     fragments,
 )
 from custom_metrics_server.machinery.label_parser import parse_selector
@@ -288,6 +289,7 @@ async def test_journalled_answers_match_a_backend_without_memory_through_random_
             scrape(store, where, node, now, used)
     backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
     now = 1015.0
+    timed = 0
     for step in range(160):
         roll = rng.random()
         name = rng.choice(sorted(where))
@@ -311,10 +313,36 @@ async def test_journalled_answers_match_a_backend_without_memory_through_random_
             where[added] = rng.choice(NODE_NAMES)
             state.apply(PODS, pod(added, where[added]))
         for metric in (USAGE, UTILIZATION):
-            assert await answer(backend, metric) == await fresh(state, store, metric), step
+            got = await backend.fetch(request(state, metric))
+            assert list(got) == await fresh(state, store, metric), step
+            if isinstance(got, TimedSamples):  # the journalled path keeps its bounds
+                timed += 1
+                stamps = [sample.timestamp for sample in got]
+                assert (got.oldest, got.newest) == (min(stamps), max(stamps)), step
         for key, record in list(state.pods.items()):
             if not record.node and rng.random() < 0.5:  # bound again
                 state.apply(PODS, pod(key[1], where[key[1]]))
+    assert timed > 150  # most answers came through the journals
+
+
+def test_timestamp_bounds_follow_every_change() -> None:
+    rng = random.Random(7)
+    stamps: list[float | None] = [float(rng.randint(0, 50)) for _ in range(40)]
+    bounds = _Bounds(stamp for stamp in stamps if stamp is not None)
+    for _ in range(3000):
+        i = rng.randrange(len(stamps))
+        new = None if rng.random() < 0.05 else float(rng.randint(0, 80))
+        old = stamps[i]
+        bounds.replace(old, new)
+        stamps[i] = new
+        live = [stamp for stamp in stamps if stamp is not None]
+        assert bounds.bounds() == ((min(live), max(live)) if live else None)
+        if rng.random() < 0.02:  # a sample comes back
+            j = rng.randrange(len(stamps))
+            if stamps[j] is None:
+                stamps[j] = 10.0
+                bounds.replace(None, 10.0)
+    assert len(bounds.low) <= 2 * len(bounds.counts) + 65  # dead heap entries are bounded
 
 
 def test_a_journal_tells_what_changed_since_a_position_or_that_it_cannot() -> None:

@@ -51,13 +51,14 @@ Deployment's old ReplicaSet pods) are swept out once they outnumber a slack.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from heapq import heapify, heappop, heappush
 from itertools import compress
 from operator import is_not, itemgetter, ne, or_
 from typing import Any, Final, Protocol, cast
 
 from custom_metrics_server.compute.journal import Journal
 from custom_metrics_server.compute.records import PodRecord
-from custom_metrics_server.domain import ObjectKey, Sample
+from custom_metrics_server.domain import TIMESTAMP, ObjectKey, Sample, TimedSamples
 
 __all__ = [
     "LIST_MIN",
@@ -116,11 +117,71 @@ def remember(
         table.pop(key, None)
 
 
+class _Bounds:
+    """The oldest and newest of a multiset of timestamps, kept change by change: O(log n) a
+    change (two heaps with lazy deletion; rebuilt when their dead entries outnumber the live
+    ones), O(1) amortised a read."""
+
+    __slots__ = ("counts", "high", "low")
+
+    def __init__(self, stamps: Iterable[float]) -> None:
+        self.counts: dict[float, int] = {}
+        for stamp in stamps:
+            self.counts[stamp] = self.counts.get(stamp, 0) + 1
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        self.low = list(self.counts)
+        heapify(self.low)
+        self.high = [-stamp for stamp in self.counts]
+        heapify(self.high)
+
+    def replace(self, old: float | None, new: float | None) -> None:
+        """One sample's timestamp `old` became `new` (None: no sample)."""
+        counts = self.counts
+        if old is not None:
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
+        if new is not None:
+            if new in counts:
+                counts[new] += 1
+            else:
+                counts[new] = 1
+                heappush(self.low, new)
+                heappush(self.high, -new)
+        if len(self.low) > 2 * len(counts) + 64:
+            self._rebuild()
+
+    def bounds(self) -> tuple[float, float] | None:
+        """(oldest, newest), None when there is no sample."""
+        counts, low, high = self.counts, self.low, self.high
+        if not counts:
+            return None
+        while low[0] not in counts:
+            heappop(low)
+        while -high[0] not in counts:
+            heappop(high)
+        return low[0], -high[0]
+
+
 class _Listed:
     """The last answer over one tuple of pods, position by position, and the journals'
     positions it is valid at (`marks`; None without journals)."""
 
-    __slots__ = ("found", "keys", "marks", "missing", "positions", "records", "samples", "tokens")
+    __slots__ = (
+        "found",
+        "keys",
+        "marks",
+        "missing",
+        "positions",
+        "records",
+        "samples",
+        "stamps",
+        "tokens",
+    )
 
     def __init__(
         self,
@@ -136,6 +197,17 @@ class _Listed:
         self.marks = marks
         # key -> position, node -> positions: built on the first incremental check.
         self.positions: tuple[dict[ObjectKey, int], dict[str, list[int]]] | None = None
+        # The samples' timestamps (with `marks`: kept up to date by `_since`).
+        self.stamps: _Bounds | None = None
+
+    def answer(self) -> list[Sample]:
+        """A copy of the found samples for the caller; with their timestamps' bounds when
+        they are kept (`TimedSamples`)."""
+        if self.stamps is None or not self.found:
+            return self.found.copy()
+        bounds = self.stamps.bounds()
+        assert bounds is not None
+        return TimedSamples(self.found, *bounds)
 
     def where(self) -> tuple[dict[ObjectKey, int], dict[str, list[int]]]:
         """The positions of each key and of each node's pods. O(pods), once per answer."""
@@ -235,7 +307,9 @@ def _listed(
     if len(lists) >= _LISTS_LIMIT:
         lists.clear()
     listed = lists[slot] = _Listed(objects, records, tokens, samples, marks)
-    return listed.found.copy()
+    if marks is not None:
+        listed.stamps = _Bounds(map(TIMESTAMP, listed.found))
+    return listed.answer()
 
 
 def _since(
@@ -284,6 +358,11 @@ def _since(
             if sample is not before:
                 dirty = True
                 last.missing += (sample is None) - (before is None)
+                if last.stamps is not None:
+                    last.stamps.replace(
+                        None if before is None else before.timestamp,
+                        None if sample is None else sample.timestamp,
+                    )
         if dirty:
             last.found = (
                 cast("list[Sample]", samples.copy())
@@ -291,7 +370,7 @@ def _since(
                 else [s for s in samples if s is not None]
             )
     last.marks = marks
-    return last.found.copy()
+    return last.answer()
 
 
 def _one(

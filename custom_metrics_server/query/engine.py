@@ -55,6 +55,7 @@ from custom_metrics_server.domain import (
     ObjectKey,
     Readiness,
     Sample,
+    newest_timestamp,
 )
 from custom_metrics_server.errors import (
     StatusError,
@@ -233,9 +234,7 @@ class QueryEngine:
             stats.found += 1
             stats.last_success = now
             stats.last_outcome = "found"
-            stats.newest_age = now - (
-                samples[0].timestamp if len(samples) == 1 else max(map(TIMESTAMP, samples))
-            )
+            stats.newest_age = now - newest_timestamp(samples)
             return samples
         stats.not_found += 1
         stats.last_outcome = "not_found"

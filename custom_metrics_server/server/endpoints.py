@@ -49,11 +49,11 @@ from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS
 from custom_metrics_server.compute import metrics_api as resource_api
 from custom_metrics_server.compute import metrics_request
 from custom_metrics_server.domain import (
-    TIMESTAMP,
     ExternalMetricRequest,
     ExternalSample,
     ItemShape,
     MetricRequest,
+    oldest_timestamp,
 )
 from custom_metrics_server.errors import (
     NotAcceptable,
@@ -229,7 +229,7 @@ class ApiEndpoints:
         if isinstance(parsed, MetricRequest):
             samples = await self.engine.custom(parsed)
             if samples:
-                oldest = samples[0].timestamp if len(samples) == 1 else min(map(TIMESTAMP, samples))
+                oldest = oldest_timestamp(samples)
                 self.metrics.observe_freshness(parsed.group, time.time() - oldest)
             return encoding.metric_value_list(
                 samples,

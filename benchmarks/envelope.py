@@ -340,10 +340,41 @@ def scrape_figures(m: dict[str, float]) -> dict[str, float]:
     out["lag_le_50ms"] = m.get(f'{lag}{{le="0.05"}}', 0.0)
     out["lag_le_100ms"] = m.get(f'{lag}{{le="0.1"}}', 0.0)
     out["lag_le_1s"] = m.get(f'{lag}{{le="1.0"}}', 0.0)
+    # Histograms summed over their other labels, by bound: the server's own request latency
+    # and the SubjectAccessReviews' (apiserver_delegated_authz_request_duration_seconds).
+    for key, name in (
+        ("request", "apiserver_request_duration_seconds_bucket{"),
+        ("review", "apiserver_delegated_authz_request_duration_seconds_bucket{"),
+    ):
+        for series, value in m.items():
+            if series.startswith(name):
+                bound = series.split('le="', 1)[1].split('"', 1)[0]
+                out[f"{key}_le_{bound}"] = out.get(f"{key}_le_{bound}", 0.0) + value
     for series, value in m.items():
         if series.startswith(f"{prefix}s_total{{"):
             outcome = series.split('outcome="', 1)[1].split('"', 1)[0]
             out[f"scrapes_{outcome}"] = value
+    return out
+
+
+def histogram_quantiles(
+    before: dict[str, float], after: dict[str, float], key: str
+) -> dict[str, float | None]:
+    """Count and the p50/p90/p99 bucket bounds (ms) of what a histogram of `scrape_figures`
+    observed between two scrapes: an upper bound of each quantile, at the buckets' precision."""
+    bounds = sorted(
+        (float(k.rsplit("_", 1)[1]), k)
+        for k in after
+        if k.startswith(f"{key}_le_") and k.rsplit("_", 1)[1] != "+Inf"
+    )
+    total = after.get(f"{key}_le_+Inf", 0.0) - before.get(f"{key}_le_+Inf", 0.0)
+    out: dict[str, float | None] = {"count": total}
+    for q in (50, 90, 99):
+        out[f"p{q}_ms_at_most"] = None
+        for bound, k in bounds:
+            if total and after[k] - before.get(k, 0.0) >= q / 100 * total:
+                out[f"p{q}_ms_at_most"] = round(1000 * bound, 1)
+                break
     return out
 
 
@@ -943,6 +974,10 @@ def serve_phases(  # noqa: PLR0915 - the (f) phase, one step after another
         }
         for g in range(3)
     }
+    # Where the latency was spent: in the server (from the request head to the answer) and,
+    # within that, waiting for the SubjectAccessReviews.
+    serving["server_side"] = histogram_quantiles(metrics0, metrics1, "request")
+    serving["review_wait"] = histogram_quantiles(metrics0, metrics1, "review")
     serving["scrape_rounds_overrun"] = metrics1["overruns"] - metrics0["overruns"]
     if stats0.get("auth") and stats1.get("auth"):
         serving["access_reviews"] = (

@@ -4,10 +4,12 @@ position in C, and every answer is still the one a backend without memory would 
 
 from __future__ import annotations
 
+import json
 import random
 from decimal import Decimal
 from typing import Any
 
+from custom_metrics_server.api.wire import metric_value_list
 from custom_metrics_server.backends.demo_kubelets import ContainerUsage, kubelet_exposition
 from custom_metrics_server.compute.journal import Journal
 from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
@@ -17,6 +19,7 @@ from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, Clust
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import (
     BackendRequest,
+    ItemShape,
     MetricInfo,
     ObjectRef,
     Sample,
@@ -359,3 +362,24 @@ def test_a_journal_tells_what_changed_since_a_position_or_that_it_cannot() -> No
     assert journal.position == 10
     assert journal.since(1, 100) is None  # no longer kept
     assert journal.since(6, 100) == ["g", "h", "i", "j"]
+
+
+def test_a_long_answer_of_the_same_samples_reuses_its_body() -> None:
+    samples = [_item(f"p{i:03d}") for i in range(100)]
+    kwargs: dict[str, Any] = {
+        "api_version": "custom.metrics.k8s.io/v1beta2",
+        "shape": ItemShape.V1BETA2,
+        "metric_selector": parse_selector(""),
+    }
+    first = metric_value_list(samples, **kwargs)
+    assert metric_value_list(list(samples), **kwargs) is first  # same samples: same body
+    changed = samples.copy()
+    changed[42] = _item("renamed")
+    body = metric_value_list(changed, **kwargs)
+    assert body != first
+    assert json.loads(body)["items"][42]["describedObject"]["name"] == "renamed"
+    assert json.loads(body)["items"][41] == json.loads(first)["items"][41]
+    other = metric_value_list(samples, **{**kwargs, "api_version": "custom.metrics.k8s.io/v1beta1"})
+    assert b'"apiVersion":"custom.metrics.k8s.io/v1beta1"' in other  # another head, another body
+    short = samples[:10]
+    assert metric_value_list(short, **kwargs) is not metric_value_list(short, **kwargs)

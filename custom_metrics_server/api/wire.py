@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
+from operator import is_not
 from typing import Any, Final
 
 import orjson
@@ -115,6 +116,15 @@ def _item_v1beta1(sample: Sample, selector: dict[str, Any] | None) -> dict[str, 
 
 _ITEM_RENDERERS: Final = {ItemShape.V1BETA2: _item_v1beta2, ItemShape.V1BETA1: _item_v1beta1}
 
+#: The last bodies of long answers, by (fragment key, head): (their samples, the body). A
+#: `pods/*` answer over 3,000 pods polled faster than its nodes are scraped is the same list of
+#: samples most of the time; comparing 3,000 references is ~15 us where joining the 840 KB
+#: again is ~0.2 ms plus its page faults. Bounded: a few bodies, none over `_BODY_MAX` bytes.
+_BODIES: dict[tuple[str, bytes], tuple[tuple[Sample, ...], bytes]] = {}
+_BODIES_LIMIT: Final = 4
+_BODY_MIN_ITEMS: Final = 64
+_BODY_MAX: Final = 2 << 20
+
 
 def metric_value_list(
     samples: Sequence[Sample],
@@ -138,10 +148,25 @@ def metric_value_list(
         return head + body[1:] + b"}\n"
     # The fragment depends on the echoed selector too, so the selector is part of the key.
     cache_key = shape.value if selector is None else f"{shape.value}|{metric_selector}"
+    long = len(samples) >= _BODY_MIN_ITEMS
+    if long:
+        last = _BODIES.get((cache_key, head))
+        if (
+            last is not None
+            and len(last[0]) == len(samples)
+            and not any(map(is_not, samples, last[0]))
+        ):
+            return last[1]
     items = fragments(
         samples, cache_key, lambda sample: go_escape(orjson.dumps(render(sample, selector)))
     )
-    return _joined(head, items, b"]}\n")
+    body = _joined(head, items, b"]}\n")
+    if long and len(body) <= _BODY_MAX:
+        _BODIES.pop((cache_key, head), None)
+        if len(_BODIES) >= _BODIES_LIMIT:
+            del _BODIES[next(iter(_BODIES))]  # the least recently written
+        _BODIES[(cache_key, head)] = (tuple(samples), body)
+    return body
 
 
 def _joined(head: bytes, items: list[bytes], tail: bytes) -> bytes:

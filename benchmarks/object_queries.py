@@ -66,8 +66,10 @@ async def _old_fetch(self: Any, request: Any) -> Any:
             table,
             self.state.pods,
             self.usage,
+            # Every answer memoised, as before the second-ask rule: a marker with this very
+            # token makes `remember` memoise at once.
             lambda key, pod, token: self._memoised(
-                request, metric, table, key, source=pod, token=token, now=now
+                request, metric, (table, {key: token}), key, source=pod, token=token, now=now
             ),
         )
     usage_generation = getattr(self.usage, "generation", 0) if metric in m._USAGE_METRICS else 0

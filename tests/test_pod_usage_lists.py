@@ -83,6 +83,26 @@ def request(state: ClusterState, metric: str) -> BackendRequest:
     )
 
 
+def scraped_cluster() -> tuple[dict[str, str], ClusterState, UsageStore]:
+    """The placement, its state, and a usage store every node has answered twice."""
+    where = placement()
+    state, store = cluster(where), UsageStore()
+    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
+        for node in NODE_NAMES:
+            scrape(store, where, node, now, used)
+    return where, state, store
+
+
+def token_sample(key: Any, token: object, value: int = 1) -> Sample:
+    """A pod's sample stamped with its usage token (a scrape time)."""
+    return Sample(
+        described=ObjectRef(kind="Pod", namespace=key[0], name=key[1], api_version="v1"),
+        metric="m",
+        value=Decimal(value),
+        timestamp=float(token),  # type: ignore[arg-type]
+    )
+
+
 async def answer(backend: ResourceMetricsBackend, metric: str) -> list[Sample]:
     return list(await backend.fetch(request(backend.state, metric)))
 
@@ -92,11 +112,7 @@ async def fresh(state: ClusterState, store: UsageStore, metric: str) -> list[Sam
 
 
 async def test_long_answers_match_a_backend_without_memory_through_every_change() -> None:
-    where = placement()
-    state, store = cluster(where), UsageStore()
-    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
-        for node in NODE_NAMES:
-            scrape(store, where, node, now, used)
+    where, state, store = scraped_cluster()
     backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
     firsts = {}
     for metric in (USAGE, UTILIZATION):
@@ -139,22 +155,13 @@ async def test_long_answers_match_a_backend_without_memory_through_every_change(
 
 
 def test_the_list_memo_calls_compute_only_for_changed_positions() -> None:
-    where = placement()
-    state, store = cluster(where), UsageStore()
-    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
-        for node in NODE_NAMES:
-            scrape(store, where, node, now, used)
+    where, state, store = scraped_cluster()
     computed: list[str] = []
     table: dict[Any, Any] = {}
 
     def compute(key: Any, record: Any, token: object) -> Sample | None:
         computed.append(key[1])
-        value = Sample(
-            described=ObjectRef(kind="Pod", namespace=key[0], name=key[1], api_version="v1"),
-            metric="m",
-            value=Decimal(len(computed)),
-            timestamp=float(token),  # type: ignore[arg-type]
-        )
+        value = token_sample(key, token, len(computed))
         table[key] = (record, token, 0.0, value)
         return value
 
@@ -223,22 +230,13 @@ class CountingPods(dict[Any, Any]):
 
 
 def test_with_journals_only_the_changed_pods_are_looked_at() -> None:
-    where = placement()
-    state, store = cluster(where), UsageStore()
-    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
-        for node in NODE_NAMES:
-            scrape(store, where, node, now, used)
+    where, state, store = scraped_cluster()
     table: dict[Any, Any] = {}
     computed: list[str] = []
 
     def compute(key: Any, record: Any, token: object) -> Sample | None:
         computed.append(key[1])
-        return Sample(
-            described=ObjectRef(kind="Pod", namespace=key[0], name=key[1], api_version="v1"),
-            metric="m",
-            value=Decimal(1),
-            timestamp=float(token),  # type: ignore[arg-type]
-        )
+        return token_sample(key, token)
 
     journals = (state.pod_journal, store.node_journal)
     lists: dict[Any, Any] = {}
@@ -285,11 +283,7 @@ async def test_journalled_answers_match_a_backend_without_memory_through_random_
     """Random scrapes, record replacements, moves, forgotten nodes, pods gone pending and back,
     and additions: after each, the answer (through the journals) is the memoryless one."""
     rng = random.Random(1748)
-    where = placement()
-    state, store = cluster(where), UsageStore()
-    for now, used in ((1000.0, 10.0), (1015.0, 13.0)):
-        for node in NODE_NAMES:
-            scrape(store, where, node, now, used)
+    where, state, store = scraped_cluster()
     backend = ResourceMetricsBackend(state, store, clock=lambda: 5000.0)
     now = 1015.0
     timed = 0

@@ -221,12 +221,17 @@ class ResourceMetricsBackend:
         if len(table) > _CACHE_LIMIT:
             table.clear()
         now = float(int(self._clock()))
+        usage_generation = getattr(self.usage, "generation", 0) if metric in _USAGE_METRICS else 0
+        if gr != PODS:
+            return self._objects(
+                request, metric, table, (self.state.generation, usage_generation), now
+            )
         # Pods asked about once (`remember`); other objects are memoised by `object_answers`.
-        asked: Asked = self._asked.setdefault(which, {}) if gr == PODS else {}
+        asked = self._asked.setdefault(which, {})
         prune(asked, live)
         if len(asked) > _CACHE_LIMIT:
             asked.clear()
-        if gr == PODS and self.usage is not None and metric in _USAGE_METRICS:
+        if self.usage is not None and metric in _USAGE_METRICS:
             return pod_usage_samples(
                 request.objects,
                 table,
@@ -237,11 +242,6 @@ class ResourceMetricsBackend:
                 ),
                 lists=self._lists.setdefault(which, {}),
                 journals=self._journals,
-            )
-        usage_generation = getattr(self.usage, "generation", 0) if metric in _USAGE_METRICS else 0
-        if gr != PODS:
-            return self._objects(
-                request, metric, table, (self.state.generation, usage_generation), now
             )
         pods = self.state.pods
         found: list[Sample] = []

@@ -264,22 +264,24 @@ def _listed(
     then answers). O(pods) in C + O(changed pods); O(changes) when `_since` can tell."""
     slot = (len(objects), objects[0])
     last = lists.get(slot)
-    marks = None if journals is None else (journals[0].position, journals[1].position)
-    if last is not None and journals is not None and marks and last.marks is not None:
-        if last.keys is not objects and last.keys == objects:
-            last.keys = objects  # the same pods in a new tuple: compared once
-        if last.keys is objects:
-            found = _since(
-                last,
-                table=table,
-                pods=pods,
-                seen=seen,
-                compute=compute,
-                journals=journals,
-                marks=marks,
-            )
-            if found is not None:
-                return found
+    marks = None
+    if journals is not None:
+        marks = (journals[0].position, journals[1].position)
+        if last is not None and last.marks is not None:
+            if last.keys is not objects and last.keys == objects:
+                last.keys = objects  # the same pods in a new tuple: compared once
+            if last.keys is objects:
+                found = _since(
+                    last,
+                    table=table,
+                    pods=pods,
+                    seen=seen,
+                    compute=compute,
+                    journals=journals,
+                    marks=marks,
+                )
+                if found is not None:
+                    return found
     records: list[Any] = list(map(pods.get, objects))
     if not all(records):
         return None

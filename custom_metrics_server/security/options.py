@@ -42,7 +42,7 @@ import logging
 import math
 import os
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.review_client import ReviewClient
 from custom_metrics_server.kube.startup import require_allowed
 from custom_metrics_server.machinery.durations import go_duration_seconds
+from custom_metrics_server.runtime.metric_vectors import CounterVec, HistogramVec
 from custom_metrics_server.runtime.startup import CONFIGURATION, StartupError
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.runtime.tls import (
@@ -293,6 +294,11 @@ class SecurityConfig:
     clients: list[KubeClient | ReviewClient] = field(default_factory=list)
     #: The webhooks' call metrics, for the server's registry.
     review_metrics: list[ReviewMetrics] = field(default_factory=list)
+
+    def collectors(self) -> Iterator[CounterVec | HistogramVec]:
+        """What the server's registry exposes of this configuration: the webhooks' calls."""
+        for metrics in self.review_metrics:
+            yield from metrics.collectors()
 
     def ssl_context_factory(
         self, _config: object, _default: Callable[[], ssl.SSLContext]

@@ -115,9 +115,7 @@ class Server:
             gate = security.gate if security is not None else AllowAllGate()
         self.metrics = ServerMetrics()
         if security is not None:
-            self.metrics.track_collectors(
-                c for metrics in security.review_metrics for c in metrics.collectors()
-            )
+            self.metrics.track_collectors(security.collectors())
         self._collectors: dict[int, Collector] = {}
         hosts = hosts_of(backends)
         for host in hosts:

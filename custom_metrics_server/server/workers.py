@@ -134,9 +134,7 @@ class WorkerApp:
         self.security = security
         self.client = client
         self.metrics = ServerMetrics()
-        self.metrics.track_collectors(
-            c for metrics in security.review_metrics for c in metrics.collectors()
-        )
+        self.metrics.track_collectors(security.collectors())
         shell = build_shell(
             title="custom-metrics-server worker",
             metrics=self.metrics,

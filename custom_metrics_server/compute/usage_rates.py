@@ -1,8 +1,8 @@
 """The per-container arithmetic of the usage store (:mod:`.usage`), as metrics-server's
 storage does it: CPU counters to nanocores over a window in whole nanoseconds, Go's time
 comparisons with NaN as the zero time, and a pod's stored entry (a header and 7 floats per
-container in one ``array('d')``) built from its containers' rows and its old entry, with the
-fresh-container rule.
+container, a slice of its node's one ``array('d')``) built from its containers' rows and its
+old entry, with the fresh-container rule.
 
 Pure: no state, no I/O, no clock. Cost: ``pod_entry`` is O(containers) and is the loop every
 scrape runs per pod; the rest is O(1).
@@ -89,31 +89,38 @@ def pod_entry(  # noqa: PLR0915 - the per-container loop of every scrape, kept i
     names: tuple[str, ...],
     rows: list[int],
     columns: tuple[list[float], list[float], list[float], list[float] | None],
-    old: tuple[tuple[str, ...], array[float]] | None,
+    old: tuple[tuple[str, ...], array[float], int] | None,
     resolution: float,
-) -> tuple[tuple[str, ...], array[float]]:
-    """The stored entry of a pod from its containers' rows (``names[i]`` is row
-    ``rows[i]`` of the CPU, time, memory and start ``columns``; no start column: the
-    starts stored in ``old``, whose names are then ``names``) and its old entry.
-    O(containers)."""
+    *,
+    into: list[float],
+) -> tuple[str, ...]:
+    """Append a pod's stored entry (a header and ``STRIDE`` floats per container) to its
+    node's values ``into``, from its containers' rows (``names[i]`` is row ``rows[i]`` of the CPU,
+    time, memory and start ``columns``; no start column: the starts stored in ``old``, whose
+    names are then ``names``) and its old entry (names, the node's old array, the entry's
+    offset in it). Returns the names to store: ``old``'s tuple when equal, so one copy of
+    the strings is kept. O(containers)."""
     cpu_column, time_column, memory_column, start_column = columns
     old_offsets: dict[str, int] | None = None
     old_data: array[float] | None = None
+    old_base = 0
     if old is not None:
-        old_data = old[1]
-        if old[0] == names:
-            names = old[0]  # keep one copy of the name strings
+        old_names, old_data, old_base = old
+        if old_names == names:
+            names = old_names
         else:
-            old_offsets = {name: HEADER + STRIDE * i for i, name in enumerate(old[0])}
-    values: list[float] = [NAN, NAN, NAN, NAN]
+            old_offsets = {name: old_base + HEADER + STRIDE * i for i, name in enumerate(old_names)}
+    values = into
+    base = len(values)
     extend = values.extend
+    extend((NAN, NAN, NAN, NAN))
     cores = 0.0
     memory = 0.0
     earliest = math.inf
     window = NAN
     complete = True
     used = 0
-    offset = HEADER
+    offset = old_base + HEADER
     for index, row in enumerate(rows):
         cpu = cpu_column[row]
         when = time_column[row]
@@ -153,22 +160,23 @@ def pod_entry(  # noqa: PLR0915 - the per-container loop of every scrape, kept i
             if when < earliest:
                 earliest, window = when, span
     if complete and used:
-        values[CORES] = cores
-        values[MEMORY] = memory
-        values[TIME] = earliest
-        values[WINDOW] = window
-    return names, array("d", values)
+        values[base + CORES] = cores
+        values[base + MEMORY] = memory
+        values[base + TIME] = earliest
+        values[base + WINDOW] = window
+    return names
 
 
-def resource_usage(names: tuple[str, ...], data: array[float]) -> ResourceUsage | None:
-    """A pod's per-container usage from its stored entry. O(containers)."""
-    if isnan(data[CORES]):
+def resource_usage(names: tuple[str, ...], data: array[float], base: int) -> ResourceUsage | None:
+    """A pod's per-container usage from its stored entry (at ``base`` in its node's array).
+    O(containers)."""
+    if isnan(data[base + CORES]):
         return None
     containers: list[ContainerResourceUsage] = []
     earliest = math.inf
     window = 0
     total_cores = total_memory = 0
-    offset = HEADER
+    offset = base + HEADER
     for name in names:
         cpu, when, start, previous_cpu, previous_time, previous_start, memory = data[
             offset : offset + STRIDE

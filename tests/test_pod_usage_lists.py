@@ -377,3 +377,14 @@ def test_a_long_answer_of_the_same_samples_reuses_its_body() -> None:
     assert b'"apiVersion":"custom.metrics.k8s.io/v1beta1"' in other  # another head, another body
     short = samples[:10]
     assert metric_value_list(short, **kwargs) is not metric_value_list(short, **kwargs)
+
+
+def test_the_cluster_gives_its_own_strings_for_a_pod_key() -> None:
+    state = cluster(placement())
+    key = next(iter(state.pods))
+    asked = (key[0], "".join(list(key[1])))  # equal, another string object
+    assert asked[1] is not state.pods[key].name
+    shared = state.pod_key(asked)
+    assert shared == key
+    assert shared[1] is state.pods[key].name
+    assert state.pod_key(("ns", "absent")) == ("ns", "absent")

@@ -358,3 +358,20 @@ def test_usage_from_parsed_kubelet_bodies_end_to_end() -> None:
     assert pod.cpu_cores == pytest.approx(0.1)
     assert node._replace(cpu_cores=1.0) == NodeUsage(1.0, 2e9, T0 + 15, 15.0)
     assert node.cpu_cores == pytest.approx(1.0)
+
+
+def test_a_pod_new_to_a_node_is_stored_under_the_key_pod_key_gives() -> None:
+    # The cluster's own strings for the pod (ClusterState.pod_key): the store keeps no copy.
+    name = "".join(["we", "b-1"])  # a string object of its own, as a decoded record holds
+    known = {("ns", "web-1"): ("ns", name)}
+    store = UsageStore(pod_key=lambda key: known.get(key, key))
+    plain = UsageStore()
+    pods = [("ns", "web-1"), ("ns", "web-2")]
+    two_scrapes(store, "n1", pods, T0)
+    two_scrapes(plain, "n1", pods, T0)
+    walked = dict(store.pod_usages())
+    assert walked == dict(plain.pod_usages())
+    assert set(walked) == set(pods)
+    stored = next(key for key in walked if key == ("ns", "web-1"))
+    assert stored[1] is name
+    assert store.pod_node("ns", "web-1") == "n1"

@@ -149,7 +149,9 @@ class KubernetesBackend(ResourceMetricsBackend):
         state = ClusterState(resolver=self.discovery)
         # The fresh-container rule (usage after one scrape) uses the configured resolution,
         # as metrics-server's --metric-resolution.
-        self.usage_store = UsageStore(metric_resolution=self.settings.scrape_interval)
+        self.usage_store = UsageStore(
+            metric_resolution=self.settings.scrape_interval, pod_key=state.pod_key
+        )
         super().__init__(state, self.usage_store, name=name)
         # List pages over the lean pool (~1.3 s of the 150k ingest went into httpx's reads).
         self.lists = LeanListClient(client, max_connections=len(WATCHED))

@@ -342,6 +342,12 @@ class ClusterState(InMemoryCluster):
 
     # Queries --------------------------------------------------------------------------------
 
+    def pod_key(self, key: ObjectKey) -> ObjectKey:
+        """``key`` made of the strings of the pod's record when there is one, so that another
+        index of pods (the usage store) holds no second copy of 150,000 names. O(1)."""
+        pod = self.pods.get(key)
+        return key if pod is None else (pod.namespace, pod.name)
+
     def pods_on_node(self, node: str) -> list[PodRecord]:
         """Runnable pods bound to a node (what its capacity is spent on)."""
         return [

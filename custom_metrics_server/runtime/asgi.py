@@ -1,12 +1,9 @@
 """The ASGI types and the few ways we send a response, shared by every ASGI app of the package
 (the API server's chain and endpoints, the security gate, the node agent).
 
-A response always goes out as one `http.response.start` and body messages with an explicit
+A response always goes out as one `http.response.start` and one body message with an explicit
 `content-length`: bodies are built whole before they are sent (they are small, or pre-rendered);
-the one exception is a response without a body by definition (304). A body over
-`2 * BODY_SLICE` goes out in slices of `BODY_SLICE` bytes: uvloop's TLS transport encrypts a
-write whole into one growing memory buffer before the socket sees a byte, and slices of 64 KiB
-cost less (an 840 KB `pods/*` answer under `wrk -c16`: +6-8 % req/s for a bare uvicorn app).
+the one exception is a response without a body by definition (304).
 """
 
 from __future__ import annotations
@@ -23,9 +20,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = tuple[tuple[bytes, bytes], ...]
 
-#: The size of the slices a large body is written in (see the module docstring).
-BODY_SLICE: Final = 65_536
-
 #: Go's `http.NotFound` body, what a Kubernetes API server answers outside its routes.
 NOT_FOUND_TEXT: Final = b"404 page not found\n"
 TEXT_HEADERS: Final[Headers] = (
@@ -35,23 +29,15 @@ TEXT_HEADERS: Final[Headers] = (
 
 
 async def send_body(send: Send, status: int, body: bytes, headers: Headers = ()) -> None:
-    """One complete response with an explicit length; a large body in slices (see the module
-    docstring). O(len(body) / BODY_SLICE) messages, no copy (memoryview slices)."""
-    size = len(body)
+    """One complete response with an explicit length."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [*headers, (b"content-length", str(size).encode())],
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
         }
     )
-    if size <= 2 * BODY_SLICE:
-        await send({"type": "http.response.body", "body": body})
-        return
-    view = memoryview(body)
-    for at in range(0, size, BODY_SLICE):
-        end = at + BODY_SLICE
-        await send({"type": "http.response.body", "body": view[at:end], "more_body": end < size})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def send_headers_only(send: Send, status: int, headers: Headers = ()) -> None:

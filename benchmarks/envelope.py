@@ -1435,7 +1435,7 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
     s1 = snap()
     feed(state, PODS, (make_pod(plan, i) for i in range(len(plan.pods))))
     s2 = snap()
-    store = UsageStore()
+    store = UsageStore(pod_key=state.pod_key)  # as the server: the records' name strings
     for round_bodies, at in ((bodies, now), (later, now + 15)):
         for name, body in round_bodies.items():
             rows = read_usage_rows(body, default_time=at, known=store.known(name))

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean
+.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean image image-base lock verify-lock
 
 $(STAMP): pyproject.toml setup.py custom_metrics_server/compute/_kubelet_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,38 @@ update-chart-docs: install
 	$(BIN)/python scripts/chart_values_table.py --write
 
 verify: lint typecheck imports verify-openapi verify-chart-docs
+
+# The image's hash-pinned dependency locks (requirements/runtime.lock, requirements/build.lock)
+# for its platform, CPython 3.11 on Linux x86_64. `make lock` keeps the current pins that
+# pyproject.toml still admits (ARGS=--upgrade: the newest); `make verify-lock` fails when the
+# checked-in locks are not what `make lock` makes (it asks PyPI: CI runs it, `verify` does not).
+lock: install
+	scripts/image/lock.sh $(BIN)/uv $(ARGS)
+
+verify-lock: install
+	scripts/image/lock.sh $(BIN)/uv --check
+
+# The image (Dockerfile), built with buildah (chroot isolation, layer cache) into
+# $(IMAGE_ARCHIVE): a docker-archive named $(IMAGE_REPOSITORY):$(IMAGE_TAG) that
+# `ctr -n k8s.io images import`, `podman load` and `docker load` take. IMAGE_BASE=auto uses the
+# official python:3.11-slim by digest when it can be pulled, else (and with IMAGE_BASE=local) a
+# stand-in built from Debian's packages (scripts/image/build-base.sh). docs/deployment.md says
+# how to push it to a registry.
+IMAGE_REPOSITORY ?= localhost/custom-metrics-server
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_BASE ?= auto
+IMAGE_OFFICIAL_BASE ?= $(shell sed -n 's/^ARG PYTHON_IMAGE=//p' Dockerfile)
+IMAGE_LOCAL_BASE ?= localhost/custom-metrics-server-base:python3.11-bookworm
+IMAGE_ARCHIVE ?= build/image/custom-metrics-server.tar
+
+image:  ## build the image into $(IMAGE_ARCHIVE) (needs buildah; mmdebstrap for the local base)
+	IMAGE_REF=$(IMAGE_REPOSITORY):$(IMAGE_TAG) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) \
+	IMAGE_BASE=$(IMAGE_BASE) OFFICIAL_BASE='$(IMAGE_OFFICIAL_BASE)' LOCAL_BASE=$(IMAGE_LOCAL_BASE) \
+		scripts/image/build.sh
+
+image-base:  ## the local stand-in for python:3.11-slim (mmdebstrap, Debian bookworm)
+	BASE_SCRIPT_SHA=$$(sha256sum scripts/image/build-base.sh | cut -d' ' -f1) \
+		scripts/image/build-base.sh $(IMAGE_LOCAL_BASE)
 
 # The example plugin (examples/postgres-backend): its own package, installed into this venv in
 # editable mode, type-checked and tested on its own (its tests start a real PostgreSQL from the
@@ -111,4 +143,4 @@ load-smoke: install  ## 30 s, 50 clients; fails on any non-2xx answer or transpo
 	$(BIN)/python benchmarks/load.py --clients 50 --duration 30
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf build/image $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -47,6 +47,7 @@ from custom_metrics_server.runtime.startup import (
     report_startup_failure,
 )
 from custom_metrics_server.security.options import (
+    DEFAULT_CERT_DIR,
     SecurityConfig,
     add_security_flags,
     build_security,
@@ -91,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument(
         "--cert-dir",
         type=Path,
-        default=Path("apiserver.local.config/certificates"),
-        help="where the self-signed certificate is kept when no certificate is given",
+        default=DEFAULT_CERT_DIR,
+        help="where the self-signed certificate is kept when no certificate is given (default "
+        f"{DEFAULT_CERT_DIR}; when it cannot be written, e.g. on a read-only root, the "
+        "certificate is kept in memory for the run)",
     )
     serving.add_argument(
         "--tls-cert-file", type=Path, help="serving certificate (PEM, chain allowed)"
@@ -191,6 +194,34 @@ def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes) -> None:
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def _demo_kubeconfig(args: argparse.Namespace) -> Path | None:
+    """Where `--demo` writes its kubeconfig, checked before serving: a `--write-kubeconfig`
+    that cannot be written is a start-up error (one line, exit 2); the default, beside the
+    certificate in `--cert-dir`, is skipped with a warning (a read-only root)."""
+    path: Path = (args.write_kubeconfig or args.cert_dir / "kubeconfig").resolve()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as err:
+        reason = err.strerror or str(err)
+        if args.write_kubeconfig:
+            raise StartupError(
+                f"cannot write --write-kubeconfig {args.write_kubeconfig}",
+                status=reason,
+                fix="give --write-kubeconfig a writable path",
+                exit_code=CONFIGURATION,
+            ) from err
+        logger.warning(
+            "--demo: cannot write its kubeconfig to %s (%s): give --write-kubeconfig a "
+            "writable path (or a writable --cert-dir)",
+            path,
+            reason,
+        )
+        return None
+    return path
 
 
 def _startup_error(err: Exception, args: argparse.Namespace) -> StartupError:
@@ -295,13 +326,18 @@ def _serve(args: argparse.Namespace) -> None:
             "every caller on %s is allowed",
             bind,
         )
-    kubeconfig = (args.write_kubeconfig or args.cert_dir / "kubeconfig").resolve()
+    kubeconfig = _demo_kubeconfig(args) if args.demo and not args.worker_of else None
 
     def on_bound(port: int) -> None:
         host = f"[{bind}]" if ":" in bind else bind
         url = f"https://{host}:{port}"
         lines = [f"custom-metrics-server v{__version__} serving {loaded.what()} on {url}"]
-        if args.demo:
+        if args.demo and kubeconfig is None:
+            lines.append(
+                "no kubeconfig written (see the warning above); the serving CA:\n"
+                + security.serving.ca_pem.decode().strip()
+            )
+        elif kubeconfig is not None:
             write_kubeconfig(kubeconfig, server=url, ca_pem=security.serving.ca_pem)
             pods = (
                 "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/"

@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -89,7 +93,7 @@ async def test_trim_heap_gives_memory_back_periodically_in_a_tuned_process(
             done.set()
         return 1
 
-    monkeypatch.setattr(heap, "_tuned", True)
+    monkeypatch.setattr(heap, "_server", True)
     monkeypatch.setattr(heap, "malloc_trim", lambda: trim)
     task = asyncio.create_task(heap.trim_heap(every=0.001))
     await asyncio.wait_for(done.wait(), timeout=30)
@@ -100,7 +104,7 @@ async def test_trim_heap_gives_memory_back_periodically_in_a_tuned_process(
 
 
 async def test_trim_heap_leaves_an_untuned_process_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(heap, "_tuned", False)
+    monkeypatch.setattr(heap, "_server", False)
     monkeypatch.setattr(heap, "malloc_trim", lambda: pytest.fail("looked for malloc_trim"))
     await heap.trim_heap(every=0.001)  # returns: nothing to do
 
@@ -130,3 +134,70 @@ def test_settle_heap_sweeps_frozen_cycles_once_the_hour_has_passed(
         assert not any(isinstance(o, _Node) and o.other is o for o in gc.get_objects())
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("version", [(3, 14), (3, 15), (3, 10)])
+def test_tune_gc_leaves_other_collectors_alone_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, version: tuple[int, int]
+) -> None:
+    monkeypatch.setattr(heap, "_tuned", False)
+    monkeypatch.setattr(heap, "_server", False)
+    before = gc.get_threshold()
+    with caplog.at_level(logging.WARNING, logger=heap.__name__):
+        assert heap.tune_gc(version) is False
+    assert gc.get_threshold() == before
+    assert not heap._tuned  # so steady_gc leaves the collector alone too
+    assert heap._server  # the malloc trim does not depend on the collector
+    (record,) = caplog.records
+    assert f"Python {version[0]}.{version[1]}: the garbage collector tuning" in record.message
+
+
+@pytest.mark.parametrize("version", [(3, 11), (3, 12), (3, 13)])
+def test_tune_gc_tunes_the_generational_collectors(
+    monkeypatch: pytest.MonkeyPatch, version: tuple[int, int]
+) -> None:
+    monkeypatch.setattr(heap, "_tuned", False)
+    before = gc.get_threshold()
+    try:
+        assert heap.tune_gc(version) is True
+        assert gc.get_threshold()[0] == heap.GEN0_THRESHOLD
+        assert heap._tuned
+    finally:
+        gc.set_threshold(*before)
+
+
+# The tuning and the steady state on the real interpreters of every version requires-python
+# admits that this machine has (pyenv's, when installed): heap.py needs only the standard
+# library, so it runs by path without the package's dependencies.
+HEAP_ON_ANOTHER_PYTHON = """
+import asyncio, gc, importlib.util, sys
+spec = importlib.util.spec_from_file_location("heap", sys.argv[1])
+heap = importlib.util.module_from_spec(spec); spec.loader.exec_module(heap)
+tuned = heap.tune_gc()
+print(sys.version_info[:2], tuned, gc.get_threshold())
+async def main():
+    task = asyncio.create_task(heap.steady_gc(lambda: True, poll=0.01, sweep_every=3600))
+    await asyncio.sleep(0.05)
+    print(gc.get_threshold(), heap.promote_survivors in gc.callbacks, gc.get_freeze_count() > 0)
+    task.cancel()
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("minor", [11, 12, 13])
+def test_tuning_on_a_real_interpreter(minor: int) -> None:
+    pythons = sorted(Path.home().glob(f".pyenv/versions/3.{minor}.*/bin/python3.{minor}"))
+    found = shutil.which(f"python3.{minor}")
+    candidates = [str(p) for p in pythons] + ([found] if found else [])
+    if not candidates:
+        pytest.skip(f"no CPython 3.{minor} on this machine (pyenv or python3.{minor} on PATH)")
+    result = subprocess.run(
+        [candidates[0], "-I", "-c", HEAP_ON_ANOTHER_PYTHON, heap.__file__],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    first, second = result.stdout.splitlines()
+    assert first == f"(3, {minor}) True ({heap.GEN0_THRESHOLD}, 20, 10)", result
+    assert second == f"({heap.STEADY_GEN0_THRESHOLD}, {heap.STEADY_GEN1_THRESHOLD}, 10) True True"

@@ -23,6 +23,11 @@ from custom_metrics_server.runtime.tls import client_context
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
+#: Handed to the kubeconfig loader when no temporary directory is writable: under /proc, so no
+#: one (not even root) can create it, and writing inline data there fails with an OSError.
+_NO_TEMP_DIR = "/proc/self/no-writable-temporary-directory"
+
+
 class KubeConfigError(Exception):
     """No usable connection settings: `where` they were looked for, and `reason`."""
 
@@ -95,13 +100,20 @@ def load_connection(kubeconfig: str | None = None, *, context: str | None = None
         # The loader says "No configuration found." for a missing file; say what is wrong.
         reason = "is a directory" if Path(path).is_dir() else "no such file"
         raise KubeConfigError(where, reason)
+    no_temp: OSError | None = None
     try:
         if in_cluster:
             incluster_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             # Inline data (certificate-authority-data, ...) is written to temporary files by the
-            # loader; keep them in a private directory.
-            temp_dir = tempfile.mkdtemp(prefix="cms-kubeconfig-")
+            # loader; keep them in a private directory. A read-only root without a writable
+            # TMPDIR has none: a kubeconfig without inline data still loads then, one with it
+            # fails below with a line saying so (the loader creates this path only when it
+            # has data to write, and no one can create it).
+            try:
+                temp_dir = tempfile.mkdtemp(prefix="cms-kubeconfig-")
+            except OSError as err:
+                no_temp, temp_dir = err, _NO_TEMP_DIR
             kube_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path,
                 context=context,
@@ -109,7 +121,17 @@ def load_connection(kubeconfig: str | None = None, *, context: str | None = None
                 persist_config=False,
                 temp_file_path=temp_dir,
             )
-    except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as err:
+    except OSError as err:
+        if no_temp is None:
+            raise KubeConfigError(where, " ".join(str(err).split())) from err
+        raise KubeConfigError(
+            where,
+            f"its inline certificate or key data must be written to a temporary directory and "
+            f"none is writable ({no_temp}): set TMPDIR to a writable directory (an emptyDir "
+            "volume when the root filesystem is read-only), or name the files in the kubeconfig "
+            "(certificate-authority, client-certificate, client-key)",
+        ) from err
+    except (ConfigException, TypeError, ValueError, yaml.YAMLError) as err:
         raise KubeConfigError(where, " ".join(str(err).split())) from err
     token = None
     authorization = configuration.api_key.get("authorization") or configuration.api_key.get(

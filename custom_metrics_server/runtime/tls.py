@@ -139,6 +139,33 @@ def ensure_serving_certificate(cert_dir: Path, hosts: list[str]) -> ServingCerti
     return ServingCertificate(cert_file, key_file, trust_anchor(cert_file))
 
 
+def in_memory_serving_certificate(hosts: list[str]) -> ServingCertificate:
+    """A generated pair that lives only in this process, for a `--cert-dir` that cannot be
+    written (a read-only root): `ssl` loads a pair from paths only, so each is an anonymous
+    memory file (`memfd_create`, Linux) named by its `/proc/self/fd/N` path. The descriptors
+    stay open for the life of the process and are closed on exec (child processes cannot see
+    them). OSError where there is no memfd or no /proc."""
+    chain, key_pem, _ = generate_self_signed(hosts)
+    cert_file = _memory_file(CERT_FILE, chain)
+    key_file = _memory_file(KEY_FILE, key_pem)
+    return ServingCertificate(cert_file, key_file, trust_anchor(cert_file))
+
+
+def _memory_file(name: str, data: bytes) -> Path:
+    create = getattr(os, "memfd_create", None)
+    if create is None:
+        raise OSError(f"no memory files (memfd_create) on {os.uname().sysname}")
+    fd = create(name)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    path = Path(f"/proc/self/fd/{fd}")
+    if not path.exists():
+        os.close(fd)
+        raise OSError(f"{path} is not there (no /proc)")
+    return path
+
+
 def client_context(
     ca_file: str | None = None,
     *,

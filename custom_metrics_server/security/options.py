@@ -58,6 +58,7 @@ from custom_metrics_server.runtime.tls import (
     ReloadingServerContext,
     ServingCertificate,
     ensure_serving_certificate,
+    in_memory_serving_certificate,
     trust_anchor,
 )
 from custom_metrics_server.security.authn import Authenticator, TokenAuthenticator
@@ -89,6 +90,8 @@ DEFAULT_SERVING_HOSTS = (
     "custom-metrics-server.custom-metrics.svc.cluster.local",
 )
 DEMO_SERVING_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: `--cert-dir`: relative, as the Go servers' (the image's WORKDIR is its server's own).
+DEFAULT_CERT_DIR = Path("apiserver.local.config/certificates")
 
 
 #: The ClusterRoleBinding that lets the server create TokenReviews and SubjectAccessReviews.
@@ -358,11 +361,34 @@ def _serving(args: argparse.Namespace, *, demo: bool) -> ServingCertificate:
                 fix=_CERT_FIX,
             ) from err
         return ServingCertificate(Path(cert_file), Path(key_file), anchor)
-    cert_dir = Path(getattr(args, "cert_dir", "apiserver.local.config/certificates"))
+    cert_dir = Path(getattr(args, "cert_dir", DEFAULT_CERT_DIR))
     hosts = DEMO_SERVING_HOSTS if demo else DEFAULT_SERVING_HOSTS
     try:
         return ensure_serving_certificate(cert_dir, list(hosts))
-    except (OSError, ValueError) as err:
+    except OSError as err:
+        # The default --cert-dir (relative) on a read-only root: a certificate of this run kept
+        # in memory, as `serve --demo` in the image needs. Not for a --cert-dir the user chose,
+        # nor with --workers, whose processes must share one pair.
+        if cert_dir == DEFAULT_CERT_DIR and getattr(args, "workers", 1) <= 1:
+            try:
+                serving = in_memory_serving_certificate(list(hosts))
+            except OSError:
+                pass
+            else:
+                logger.warning(
+                    "--cert-dir %s cannot be written (%s): serving a self-signed certificate "
+                    "kept in memory, new at every start; give a writable --cert-dir to keep it",
+                    cert_dir,
+                    _os_reason(err),
+                )
+                return serving
+        raise SecurityConfigError(
+            f"cannot keep a self-signed serving certificate in --cert-dir {cert_dir}",
+            status=_os_reason(err),
+            fix="give --tls-cert-file and --tls-private-key-file, or a writable --cert-dir "
+            "(an emptyDir volume when the root filesystem is read-only)",
+        ) from err
+    except ValueError as err:
         raise SecurityConfigError(
             f"cannot keep a self-signed serving certificate in --cert-dir {cert_dir}",
             status=_os_reason(err),

@@ -45,6 +45,7 @@ from custom_metrics_server.errors import BackendUnavailable, StatusError
 from custom_metrics_server.runtime.asgi import ASGIApp, Receive, Scope, Send, serve_lifespan
 from custom_metrics_server.runtime.forward import ForwardClient, MainUnavailable
 from custom_metrics_server.runtime.serving import TlsServer, listen_error
+from custom_metrics_server.runtime.startup import CONFIGURATION, StartupError
 from custom_metrics_server.runtime.tasks import background
 from custom_metrics_server.runtime.workers import (
     SupervisingServer,
@@ -238,6 +239,21 @@ def supervise_replicas(
     )
 
 
+def _private_directory() -> tempfile.TemporaryDirectory[str]:
+    """The 0700 directory of the main process's socket; a start-up line when no temporary
+    directory is writable (a read-only root without TMPDIR)."""
+    try:
+        return tempfile.TemporaryDirectory(prefix="custom-metrics-server-")
+    except OSError as err:
+        raise StartupError(
+            "--workers needs a temporary directory for the socket its workers reach it on",
+            status=err.strerror or str(err),
+            fix="set TMPDIR to a writable directory (an emptyDir volume when the root "
+            "filesystem is read-only), or run one process (--workers 1)",
+            exit_code=CONFIGURATION,
+        ) from err
+
+
 def _supervise(
     args: argparse.Namespace,
     config: uvicorn.Config,
@@ -253,7 +269,7 @@ def _supervise(
     except OSError as err:
         raise listen_error(bind, args.secure_port, err) from err
     port = reserved.getsockname()[1]
-    with reserved, tempfile.TemporaryDirectory(prefix="custom-metrics-server-") as private:
+    with reserved, _private_directory() as private:
         path = str(Path(private) / "main.sock")  # the directory is 0700: this user only
         command = [
             *this_program(),

@@ -675,17 +675,30 @@ def test_dockerfile_final_stage_runs_the_console_script_as_non_root() -> None:
     (cmd,) = [_exec_form(v) for k, v in final if k == "CMD"]
     assert cmd == ["serve"]
     assert build_parser().parse_args(cmd).command == "serve"
+    # The working directory is the server's own: with a writable root `serve --demo` keeps its
+    # relative --cert-dir there (tests/test_image.py runs it on a read-only one).
+    (workdir,) = [value for keyword, value in final if keyword == "WORKDIR"]
+    assert f"--from=builder --chown=65534:65534 {workdir} {workdir}" in [
+        value for keyword, value in final if keyword == "COPY"
+    ]
+    assert not serve_parser().get_default("cert_dir").is_absolute()
 
 
-def test_dockerfile_is_multi_stage_on_python_311_slim_and_ships_only_the_venv() -> None:
+def test_dockerfile_is_multi_stage_on_python_311_slim_by_digest_and_ships_only_the_venv() -> None:
     stages = dockerfile_stages()
     assert len(stages) >= 2
     for stage in stages:
-        assert stage[0][1].split()[0] == "python:3.11-slim"
+        assert re.fullmatch(
+            r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", stage[0][1].split()[0]
+        )
     builder_name = stages[0][0][1].split()[-1]
     final = stages[-1]
     copies = [value for keyword, value in final if keyword in {"COPY", "ADD"}]
-    assert copies == [f"--from={builder_name} /opt/venv /opt/venv"]
+    assert copies[0] == f"--from={builder_name} /opt/venv /opt/venv"
+    assert all(
+        copy.startswith(f"--from={builder_name} --chown=65534:65534 /var/lib/")
+        for copy in copies[1:]
+    )
     env = " ".join(value for keyword, value in final if keyword == "ENV")
     assert "PYTHONDONTWRITEBYTECODE=1" in env
     assert "PYTHONUNBUFFERED=1" in env
@@ -704,12 +717,63 @@ def test_dockerfile_installs_dependencies_before_copying_the_package() -> None:
         assert matches, steps
         return matches[0]
 
+    copy_locks = index(
+        lambda s: s.startswith("COPY requirements/runtime.lock requirements/build.lock ")
+    )
+    install_deps = index(
+        lambda s: (
+            s.startswith("RUN")
+            and "pip install --require-hashes --no-deps --requirement requirements/runtime.lock"
+            in s
+            and "--requirement requirements/build.lock" in s
+        )
+    )
     copy_project = index(lambda s: s.startswith("COPY pyproject.toml"))
-    install_deps = index(lambda s: s.startswith("RUN") and "pip install --requirement" in s)
     copy_package = index(lambda s: s.startswith("COPY custom_metrics_server"))
-    install_package = index(lambda s: s.startswith("RUN") and "pip install --no-deps ." in s)
-    assert copy_project < install_deps < copy_package < install_package
+    install_package = index(
+        lambda s: s.startswith("RUN") and "pip install --no-deps --no-build-isolation ." in s
+    )
+    assert copy_locks < install_deps < copy_project < copy_package < install_package
     assert index(lambda s: s.startswith("RUN python -m venv /opt/venv")) < install_deps
+    # The C reader is checked where the copied source cannot shadow the installed package.
+    assert (
+        "python -P -c 'import custom_metrics_server.compute._kubelet_scan'"
+        in steps[install_package]
+    )
+    # The host's pip settings come in as build secrets, never as layers.
+    assert "--mount=type=secret,id=pip-conf" in steps[install_deps]
+    assert "--mount=type=secret,id=pip-ca" in steps[install_deps]
+
+
+def test_every_setup_runs_the_image_make_image_builds(
+    base: list[Obj], production: list[Obj], cert_manager: list[Obj], production_dir: Path
+) -> None:
+    """`make image` names it localhost/custom-metrics-server:<version> (podman's and buildah's
+    name for an unqualified local image); the overlays' `images:` entry rewrites exactly that
+    name, so pointing them at a registry (docs/deployment.md) changes the running image."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    built = f"localhost/custom-metrics-server:{version}"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "IMAGE_REPOSITORY ?= localhost/custom-metrics-server" in makefile
+    for objects in (base, production, cert_manager):
+        assert container(objects)["image"] == built
+    for overlay in (production_dir, MANIFESTS / "overlays" / "cert-manager"):
+        kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+        (entry,) = kustomization["images"]
+        assert entry["name"] == built.split(":", maxsplit=1)[0]
+        assert f"{entry['newName']}:{entry['newTag']}" == built
+    # A digest, as docs/deployment.md shows: the runtime pulls name:tag@digest by the digest.
+    kustomization = production_dir / "kustomization.yaml"
+    saved = kustomization.read_text()
+    digest = "sha256:" + "b" * 64
+    try:
+        kustomization.write_text(
+            saved.replace("    newTag: 0.1.0\n", f"    newTag: 0.1.0\n    digest: {digest}\n")
+        )
+        pinned = container(kustomize(production_dir))["image"]
+    finally:
+        kustomization.write_text(saved)
+    assert pinned == f"{built}@{digest}"
 
 
 def _docker_ignored(path: str, patterns: list[str]) -> bool:

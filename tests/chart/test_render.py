@@ -430,7 +430,10 @@ def test_a_budget_that_would_block_every_drain_is_refused() -> None:
 
 def test_image_tag_defaults_to_the_app_version_and_a_digest_wins() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert server_container(render())["image"] == f"custom-metrics-server:{chart['appVersion']}"
+    # The name `make image` gives the image it builds (podman's and buildah's for a local one).
+    assert server_container(render())["image"] == (
+        f"localhost/custom-metrics-server:{chart['appVersion']}"
+    )
     digest = "sha256:" + "a" * 64
     objects = render(
         example("node-agent"), sets=("image.repository=r.example/cms", f"image.digest={digest}")

@@ -93,7 +93,7 @@ def tune_gc(version: tuple[int, int] | None = None) -> bool:
         logger.warning(
             "Python %d.%d: the garbage collector tuning (measured on CPython 3.11-3.13's "
             "three generations) is not applied to this interpreter's collector; it runs "
-            "with its defaults (docs/operations.md, Python versions)",
+            "with its defaults (docs/deployment.md, Python versions)",
             *running,
         )
         return False

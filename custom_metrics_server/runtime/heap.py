@@ -163,7 +163,8 @@ async def steady_gc(
 
 async def trim_heap(every: float = TRIM_EVERY) -> None:
     """`malloc_trim(0)` every `every` seconds, in a thread (see the module docstring), in a
-    server process (one that called `tune_gc`) with glibc; returns at once elsewhere. Runs until cancelled."""
+    server process (one that called `tune_gc`) with glibc; returns at once elsewhere. Runs
+    until cancelled."""
     trim = malloc_trim() if _server else None
     while trim is not None:
         await asyncio.sleep(every)

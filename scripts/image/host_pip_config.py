@@ -23,8 +23,17 @@ import shutil
 import sys
 from pathlib import Path
 
-KEYS = ("index-url", "extra-index-url", "trusted-host", "proxy", "timeout", "default-timeout",
-        "retries", "no-index", "find-links")
+KEYS = (
+    "index-url",
+    "extra-index-url",
+    "trusted-host",
+    "proxy",
+    "timeout",
+    "default-timeout",
+    "retries",
+    "no-index",
+    "find-links",
+)
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 #: Where the Dockerfile mounts the CA secret.
 CA_TARGET = "/run/secrets/pip-ca.crt"
@@ -32,8 +41,12 @@ CA_TARGET = "/run/secrets/pip-ca.crt"
 
 def config_files() -> list[Path]:
     home = Path.home()
-    files = [Path("/etc/xdg/pip/pip.conf"), Path("/etc/pip.conf"), home / ".pip/pip.conf",
-             home / ".config/pip/pip.conf"]
+    files = [
+        Path("/etc/xdg/pip/pip.conf"),
+        Path("/etc/pip.conf"),
+        home / ".pip/pip.conf",
+        home / ".config/pip/pip.conf",
+    ]
     if os.environ.get("PIP_CONFIG_FILE"):
         files.append(Path(os.environ["PIP_CONFIG_FILE"]))
     return [path for path in files if path.is_file()]
@@ -61,9 +74,10 @@ def main(out: Path) -> int:
     kept: dict[str, str] = {}
     for key, value in found.items():
         if key == "find-links":
-            urls = [link for link in value.split() if "://" in link and not link.startswith("file:")]
-            if len(urls) < len(value.split()):
-                print(f"host pip config: find-links {value} left out (local paths)", file=sys.stderr)
+            links = value.split()
+            urls = [link for link in links if "://" in link and not link.startswith("file:")]
+            if len(urls) < len(links):
+                print(f"host pip config: find-links {value}: local paths left out", file=sys.stderr)
             if urls:
                 kept[key] = " ".join(urls)
         elif key in {"index-url", "extra-index-url"}:
@@ -77,9 +91,16 @@ def main(out: Path) -> int:
         elif key not in {"cert", "disable-pip-version-check", "no-cache-dir"}:
             print(f"host pip config: {key} left out of the image build", file=sys.stderr)
     bundle = next(
-        (Path(path) for path in (found.get("cert"), os.environ.get("REQUESTS_CA_BUNDLE"),
-                                 os.environ.get("SSL_CERT_FILE"), str(SYSTEM_CA))
-         if path and Path(path).is_file()),
+        (
+            Path(path)
+            for path in (
+                found.get("cert"),
+                os.environ.get("REQUESTS_CA_BUNDLE"),
+                os.environ.get("SSL_CERT_FILE"),
+                str(SYSTEM_CA),
+            )
+            if path and Path(path).is_file()
+        ),
         None,
     )
     flags = []

@@ -26,12 +26,38 @@ import shutil
 import sys
 from pathlib import Path
 
-DISTRIBUTIONS = ("pip", "setuptools", "aiohttp", "aiohttp_retry", "aiohappyeyeballs",
-                 "aiosignal", "attrs", "frozenlist", "multidict", "propcache", "yarl")
-TOP_LEVEL = ("pip", "setuptools", "_distutils_hack", "distutils-precedence.pth",
-             "aiohttp", "aiohttp_retry", "aiohappyeyeballs", "aiosignal", "attr", "attrs",
-             "frozenlist", "multidict", "propcache", "yarl", "kubernetes/aio",
-             "websocket/tests", "certifi/tests")
+DISTRIBUTIONS = (
+    "pip",
+    "setuptools",
+    "aiohttp",
+    "aiohttp_retry",
+    "aiohappyeyeballs",
+    "aiosignal",
+    "attrs",
+    "frozenlist",
+    "multidict",
+    "propcache",
+    "yarl",
+)
+TOP_LEVEL = (
+    "pip",
+    "setuptools",
+    "_distutils_hack",
+    "distutils-precedence.pth",
+    "aiohttp",
+    "aiohttp_retry",
+    "aiohappyeyeballs",
+    "aiosignal",
+    "attr",
+    "attrs",
+    "frozenlist",
+    "multidict",
+    "propcache",
+    "yarl",
+    "kubernetes/aio",
+    "websocket/tests",
+    "certifi/tests",
+)
 #: Packages whose modules are imported lazily: everything but `__init__.py` goes.
 LAZY_PACKAGES = ("kubernetes/client/api", "kubernetes/client/models")
 
@@ -56,18 +82,17 @@ def remove(path: Path) -> int:
 def main(venv: Path) -> int:
     site = next(venv.glob("lib/python3*/site-packages"))
     before = size(venv)
-    removed: list[tuple[str, int]] = []
-    for name in TOP_LEVEL:
-        removed.append((name, remove(site / name)))
-    for dist in DISTRIBUTIONS:
-        for info in site.glob(f"{dist}-*.dist-info"):
-            removed.append((info.name, remove(info)))
+    removed = [(name, remove(site / name)) for name in TOP_LEVEL]
+    removed += [
+        (info.name, remove(info))
+        for dist in DISTRIBUTIONS
+        for info in site.glob(f"{dist}-*.dist-info")
+    ]
     for package in LAZY_PACKAGES:
         freed = sum(remove(p) for p in (site / package).iterdir() if p.name != "__init__.py")
         freed += remove(site / package / "__pycache__")
         removed.append((f"{package}/* (not __init__.py)", freed))
-    for script in venv.glob("bin/pip*"):
-        removed.append((f"bin/{script.name}", remove(script)))
+    removed += [(f"bin/{script.name}", remove(script)) for script in venv.glob("bin/pip*")]
     missing = [name for name, freed in removed if freed == 0]
     if missing:
         # A lock update renamed or dropped something: say so rather than keep stale rules.

@@ -28,7 +28,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN headers=$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
     && if [ -f "$headers/Python.h" ]; then dev=; else dev=libpython3.11-dev; fi \
     && apt-get update \
-    && apt-get install --yes --no-install-recommends gcc libc6-dev $dev \
+    && apt-get install --yes --no-install-recommends gcc libc6-dev ${dev:+"$dev"} \
     && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv \
     && mkdir -p /var/lib/custom-metrics-server

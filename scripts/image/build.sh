@@ -33,7 +33,11 @@ local_base() {
 official_base() {
   # Bounded: an unreachable registry fails in well under a second here (DNS), a filtered one
   # would hang without the timeout.
-  have_image "$OFFICIAL_BASE" || timeout 120 buildah pull --quiet "docker.io/library/$OFFICIAL_BASE" >/dev/null
+  have_image "$OFFICIAL_BASE" && return
+  if ! timeout 120 buildah pull --quiet "docker.io/library/$OFFICIAL_BASE" >/dev/null; then
+    echo "make image: cannot pull docker.io/library/$OFFICIAL_BASE (above): build on the local base with IMAGE_BASE=local (or auto)" >&2
+    exit 2
+  fi
 }
 
 case "$IMAGE_BASE" in

@@ -30,22 +30,26 @@ local_base() {
   echo "$LOCAL_BASE"
 }
 
+# Fully qualified (docker.io/library/...): buildah resolves short names only with a
+# registries.conf that allows it.
+official=docker.io/library/$OFFICIAL_BASE
+
 official_base() {
   # Bounded: an unreachable registry fails in well under a second here (DNS), a filtered one
   # would hang without the timeout.
-  have_image "$OFFICIAL_BASE" && return
-  if ! timeout 120 buildah pull --quiet "docker.io/library/$OFFICIAL_BASE" >/dev/null; then
-    echo "make image: cannot pull docker.io/library/$OFFICIAL_BASE (above): build on the local base with IMAGE_BASE=local (or auto)" >&2
+  have_image "$official" && return
+  if ! timeout 120 buildah pull --quiet "$official" >/dev/null; then
+    echo "make image: cannot pull $official (above): build on the local base with IMAGE_BASE=local (or auto)" >&2
     exit 2
   fi
 }
 
 case "$IMAGE_BASE" in
-  official) official_base; base=$OFFICIAL_BASE ;;
+  official) official_base; base=$official ;;
   local) base=$(local_base) ;;
   auto)
-    if have_image "$OFFICIAL_BASE" || timeout 30 buildah pull --quiet "docker.io/library/$OFFICIAL_BASE" >/dev/null 2>&1; then
-      base=$OFFICIAL_BASE
+    if have_image "$official" || timeout 30 buildah pull --quiet "$official" >/dev/null 2>&1; then
+      base=$official
     else
       echo "== the official base cannot be pulled: building on the local stand-in" >&2
       base=$(local_base)

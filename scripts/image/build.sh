@@ -63,7 +63,7 @@ mkdir -p "$out"
 read -r -a secrets <<< "$(python3 scripts/image/host_pip_config.py "$out/pip")"
 echo "== buildah bud $IMAGE_REF on $base" >&2
 # The whole log goes to $out/build.log; its end is shown when the build fails.
-if ! buildah bud --isolation chroot --layers --build-arg "PYTHON_IMAGE=$base" \
+if ! buildah bud --isolation chroot --layers --force-rm --build-arg "PYTHON_IMAGE=$base" \
   "${secrets[@]}" --tag "$IMAGE_REF" --file Dockerfile . > "$out/build.log" 2>&1; then
   tail -n 40 "$out/build.log" >&2
   echo "make image: buildah bud failed (whole log: $out/build.log)" >&2

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, Self
@@ -71,28 +71,53 @@ LIST_FORBIDDEN_FIX: Final = (
 )
 
 
+def _node_ready(obj: dict[str, Any]) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 class _NoticingSink:
     """A node sink that also tells the scraper when nodes may have joined (ADDED events and
-    every relist): new nodes are scraped at once instead of at the next round."""
+    every relist): new nodes are scraped at once instead of at the next round; and which
+    nodes turned Ready (a kubelet back after a restart): scraped at once too instead of
+    after their backoff. Keeps one bool per node."""
 
-    def __init__(self, inner: WatchSink, notice: Callable[[], None]) -> None:
+    def __init__(self, inner: WatchSink, notice: Callable[[Iterable[str]], None]) -> None:
         self._inner = inner
         self._notice = notice
+        self._ready: dict[str, bool] = {}
+        self._turned_ready: list[str] = []
+
+    def _track(self, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        ready = _node_ready(obj)
+        if ready and self._ready.get(name) is False:
+            self._turned_ready.append(name)
+        self._ready[name] = ready
 
     def list_started(self) -> None:
         self._inner.list_started()
 
     def listed(self, obj: dict[str, Any]) -> None:
         self._inner.listed(obj)
+        self._track(obj)
 
     def list_finished(self) -> None:
         self._inner.list_finished()
-        self._notice()
+        self._flush()
 
     def event(self, type: str, obj: dict[str, Any]) -> None:
         self._inner.event(type, obj)
-        if type == "ADDED":
-            self._notice()
+        if type == "DELETED":
+            self._ready.pop(str((obj.get("metadata") or {}).get("name", "")), None)
+            return
+        self._track(obj)
+        if type == "ADDED" or self._turned_ready:
+            self._flush()
+
+    def _flush(self) -> None:
+        turned, self._turned_ready = self._turned_ready, []
+        self._notice(turned)
 
 
 def collection_path(group_resource: GroupResource) -> str:
@@ -181,7 +206,7 @@ class KubernetesBackend(ResourceMetricsBackend):
             return (record.internal_ip or None) if record else None
 
         if self.settings.usage_source == "node-agent":
-            self.agents = AgentDirectory()
+            self.agents = AgentDirectory(on_change=self._agent_changed)
             watches.append(
                 Reflector(
                     client,
@@ -234,8 +259,12 @@ class KubernetesBackend(ResourceMetricsBackend):
         for reflector in self.watches:
             await reflector.wait_synced()
 
-    def _notice_nodes(self) -> None:
-        self.scraper.notice_nodes()
+    def _notice_nodes(self, turned_ready: Iterable[str] = ()) -> None:
+        self.scraper.notice_nodes(turned_ready)
+
+    def _agent_changed(self, node: str) -> None:
+        """A node's agent appeared, turned ready or moved: scrape the node at once."""
+        self.scraper.notice_nodes((node,))
 
     def ready(self) -> Readiness:
         """Ready once every watched resource has listed; the reason names what is missing.

@@ -7,13 +7,17 @@ maps a node to the address of the agent running on it: ``spec.nodeName`` -> ``st
 not being deleted count; during a rollout two agents may share a node for a moment, and then
 the ready one is taken (the first by name when both or neither are ready).
 
+When the agent a node is scraped at changes (one appears, turns ready, or moves to another
+address), ``on_change(node)`` is called, so that the scraper tries that node at once instead
+of waiting out the backoff that the node's failed scrapes (no agent yet) earned it.
+
 It keeps two small strings per agent pod; every operation is O(1) except a relist
 (O(agents)). It does no I/O itself (the Reflector feeds it) and never logs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import httpx
@@ -50,10 +54,11 @@ def _agent(obj: Mapping[str, Any]) -> tuple[str, _Agent] | None:
 class AgentDirectory:
     """Node name -> address of its agent, kept in step with the agent pods."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[str], None] | None = None) -> None:
         self._by_pod: dict[str, tuple[str, _Agent]] = {}  # pod name -> (node, agent)
         self._by_node: dict[str, dict[str, _Agent]] = {}
         self._listed: set[str] = set()
+        self._on_change = on_change
 
     # -- WatchSink --
 
@@ -82,26 +87,35 @@ class AgentDirectory:
 
     # -- lookups --
 
-    def address(self, node: str) -> str | None:
-        """The address of ``node``'s agent, or None when none runs there. O(agents on it)."""
-        agents = self._by_node.get(node)
+    def _best(self, node: str | None) -> _Agent | None:
+        agents = self._by_node.get(node) if node else None
         if not agents:
             return None
-        best = min(agents.values(), key=lambda agent: (not agent.ready, agent.name))
-        return best.address
+        return min(agents.values(), key=lambda agent: (not agent.ready, agent.name))
+
+    def address(self, node: str) -> str | None:
+        """The address of ``node``'s agent, or None when none runs there. O(agents on it)."""
+        best = self._best(node)
+        return None if best is None else best.address
 
     def nodes(self) -> dict[str, str]:
         """Every node with an agent, and its address. O(agents)."""
         return {node: address for node in self._by_node if (address := self.address(node))}
 
     def _put(self, name: str, obj: Mapping[str, Any]) -> None:
-        self._remove(name)
         found = _agent(obj)
-        if found is None:
+        node = found[0] if found else None
+        before = self._best(node)
+        self._remove(name)
+        if found is None or node is None:
             return
-        node, agent = found
+        agent = found[1]
         self._by_pod[name] = (node, agent)
         self._by_node.setdefault(node, {})[name] = agent
+        after = self._best(node)
+        changed = before is None or after is None or before[1:] != after[1:]
+        if changed and after is not None and self._on_change is not None:
+            self._on_change(node)
 
     def _remove(self, name: str) -> None:
         previous = self._by_pod.pop(name, None)

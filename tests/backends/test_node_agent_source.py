@@ -16,8 +16,13 @@ import httpx
 import pytest
 import trustme
 
-from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.compute.kubernetes import (
+    KubernetesBackend,
+    KubernetesSettings,
+    _NoticingSink,
+)
 from custom_metrics_server.compute.node_agents import AgentDirectory
+from custom_metrics_server.compute.records import NODES, ClusterState
 from custom_metrics_server.compute.summary import (
     ContainerStats,
     CpuStats,
@@ -246,3 +251,72 @@ def test_directory_follows_agent_pods() -> None:
     directory.listed(pending)
     directory.list_finished()
     assert directory.nodes() == {"n2": "10.0.0.3"}
+
+
+async def test_a_node_whose_agent_turns_up_is_scraped_at_once(
+    cluster: tuple[FakeKubeApiServer, dict[str, FakeCriRuntime], str, int],
+) -> None:
+    """node-1's agent pod is not there at start (its scrapes fail: no address, and back off);
+    when the watch reports the agent pod, node-1 is scraped at once, not after its backoff
+    or the next round (an hour away here)."""
+    api, runtimes, ca_file, port = cluster
+    for node_name, pods in first_pods().items():
+        runtimes[node_name].world = world_from_summary(node_summary(pods, AT_1))
+    agent_1 = api.delete("pods", "agent-1", namespace="custom-metrics")
+    assert agent_1 is not None
+    settings = KubernetesSettings(
+        scrape_interval=3600,
+        scrape_timeout=3.0,
+        discovery_interval=60,
+        discovery_min_refresh=0,
+        usage_source="node-agent",
+        node_agent_namespace="custom-metrics",
+        node_agent_selector=SELECTOR,
+        node_agent_port=port,
+        node_agent_ca_file=ca_file,
+    )
+    backend = KubernetesBackend(KubeClient(api.connection()), settings)
+    async with backend:
+        await until(lambda: set(backend.usage_store.nodes()) == {"node-2"}, within=60)
+        await until(lambda: backend.scraper.nodes.is_failing("node-1"), within=60)
+        assert backend.scraper.nodes.failing()["node-1"][0] == "no_address"
+        pending = agent_pod("agent-1", "node-1", "127.0.0.1")
+        pending["status"]["conditions"] = []
+        pending["metadata"].pop("resourceVersion", None)
+        api.add("pods", pending)  # running, not ready yet: its address is known
+        await until(lambda: "node-1" in backend.usage_store.nodes(), within=60)
+        assert backend.scraper.stats().rounds_started == 1
+
+
+def test_directory_says_when_a_node_s_agent_changes() -> None:
+    changed: list[str] = []
+    directory = AgentDirectory(on_change=changed.append)
+    unready = agent_pod("a", "n1", "10.0.0.1")
+    unready["status"]["conditions"] = []
+    directory.event("ADDED", unready)  # appears (not ready yet): scrape it now
+    directory.event("MODIFIED", unready)  # nothing changed
+    directory.event("MODIFIED", agent_pod("a", "n1", "10.0.0.1"))  # turned ready
+    directory.event("ADDED", agent_pod("b", "n1", "10.0.0.2"))  # a second one: "a" stays
+    directory.event("DELETED", agent_pod("a", "n1", "10.0.0.1"))  # gone: nothing to scrape
+    directory.event("MODIFIED", agent_pod("b", "n1", "10.0.0.3"))  # moved
+    assert changed == ["n1", "n1", "n1"]
+
+
+def test_node_sink_reports_nodes_that_turn_ready() -> None:
+    noticed: list[list[str]] = []
+    inner = ClusterState().sink(NODES)
+    sink = _NoticingSink(inner, lambda names: noticed.append(list(names)))
+
+    def ready(name: str, status: str) -> dict[str, Any]:
+        body = node(name)
+        body["status"]["conditions"] = [{"type": "Ready", "status": status}]
+        return body
+
+    sink.list_started()
+    sink.listed(ready("n1", "False"))
+    sink.listed(ready("n2", "True"))
+    sink.list_finished()
+    sink.event("MODIFIED", ready("n2", "True"))  # no change: nothing said
+    sink.event("MODIFIED", ready("n1", "True"))  # back: scrape it now
+    sink.event("ADDED", ready("n3", "True"))  # new: a catch-up for never-scraped nodes
+    assert noticed == [[], ["n1"], []]

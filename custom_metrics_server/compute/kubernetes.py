@@ -71,9 +71,21 @@ LIST_FORBIDDEN_FIX: Final = (
 )
 
 
-def _node_ready(obj: dict[str, Any]) -> bool:
-    conditions = (obj.get("status") or {}).get("conditions") or ()
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+def _node_name_ready(obj: Any) -> tuple[str, bool]:
+    """A node's name and whether its Ready condition is True, from a `NodeWire` (what the
+    node watch decodes) or a plain document. O(conditions)."""
+    if isinstance(obj, dict):
+        name = (obj.get("metadata") or {}).get("name") or ""
+        conditions = [
+            (c.get("type"), c.get("status"))
+            for c in (obj.get("status") or {}).get("conditions") or ()
+        ]
+    else:
+        metadata, status = obj.metadata, obj.status
+        name = (metadata.name if metadata is not None else None) or ""
+        found = (status.conditions if status is not None else None) or ()
+        conditions = [(c.type, c.status) for c in found]
+    return str(name), ("Ready", "True") in conditions
 
 
 class _NoticingSink:
@@ -88,9 +100,8 @@ class _NoticingSink:
         self._ready: dict[str, bool] = {}
         self._turned_ready: list[str] = []
 
-    def _track(self, obj: dict[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name", ""))
-        ready = _node_ready(obj)
+    def _track(self, obj: Any) -> None:
+        name, ready = _node_name_ready(obj)
         if ready and self._ready.get(name) is False:
             self._turned_ready.append(name)
         self._ready[name] = ready
@@ -109,7 +120,7 @@ class _NoticingSink:
     def event(self, type: str, obj: dict[str, Any]) -> None:
         self._inner.event(type, obj)
         if type == "DELETED":
-            self._ready.pop(str((obj.get("metadata") or {}).get("name", "")), None)
+            self._ready.pop(_node_name_ready(obj)[0], None)
             return
         self._track(obj)
         if type == "ADDED" or self._turned_ready:

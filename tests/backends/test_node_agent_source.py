@@ -6,6 +6,7 @@ the agents through their pods and serves `kube_running_pod_resource_usage` from 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import trustme
 
@@ -30,6 +32,7 @@ from custom_metrics_server.compute.summary import (
     PodStats,
     Summary,
 )
+from custom_metrics_server.compute.wire_objects import NodeWire
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.server.app import create_app
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
@@ -206,6 +209,32 @@ async def test_backend_serves_usage_from_two_agents(
         assert backend.agents.nodes() == {"node-1": "127.0.0.1", "node-2": "127.0.0.2"}
         await until(lambda: set(backend.usage_store.nodes()) == {"node-1", "node-2"})
         assert backend.usage_store.pod_usage("shop", "web-1") is None  # one sample so far
+        # Memory needs one sample: served now; CPU (a rate) and the PodMetrics (cpu and
+        # memory together, as metrics-server: `kubectl top` prints both) wait for a second.
+        app = create_app(cluster=backend.state, backends=[backend])
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="https://t"
+        ) as client:
+            early_memory = await client.get(
+                P + "/web-2/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dmemory"
+            )
+            early_cpu = await client.get(
+                P + "/web-2/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dcpu"
+            )
+            early_both = await client.get(P + "/web-2/kube_running_pod_resource_usage")
+            early_pod_metrics = await client.get(
+                "/apis/metrics.k8s.io/v1beta1/namespaces/shop/pods/web-2"
+            )
+        assert early_memory.status_code == 200, early_memory.text
+        [early] = early_memory.json()["items"]
+        assert early["value"] == str(2 * MEMORY)
+        assert early["timestamp"] == "2021-10-03T09:36:52Z"  # the sample's own time (AT_1)
+        assert "windowSeconds" not in early or early["windowSeconds"] is None
+        assert early_cpu.status_code == 404
+        assert early_cpu.json()["reason"] == "NotFound"
+        [both] = early_both.json()["items"]  # the sum of what is known: memory alone
+        assert both["value"] == str(2 * MEMORY), both
+        assert early_pod_metrics.status_code == 404
         for node_name, pods in second_pods().items():
             runtimes[node_name].world = world_from_summary(node_summary(pods, AT_2))
         await until(lambda: backend.usage_store.pod_usage("shop", "web-2") is not None)
@@ -302,15 +331,17 @@ def test_directory_says_when_a_node_s_agent_changes() -> None:
     assert changed == ["n1", "n1", "n1"]
 
 
-def test_node_sink_reports_nodes_that_turn_ready() -> None:
+@pytest.mark.parametrize("wire", [False, True], ids=["dict", "NodeWire"])
+def test_node_sink_reports_nodes_that_turn_ready(wire: bool) -> None:
     noticed: list[list[str]] = []
     inner = ClusterState().sink(NODES)
     sink = _NoticingSink(inner, lambda names: noticed.append(list(names)))
 
-    def ready(name: str, status: str) -> dict[str, Any]:
+    def ready(name: str, status: str) -> Any:
         body = node(name)
         body["status"]["conditions"] = [{"type": "Ready", "status": status}]
-        return body
+        # The node watch decodes with the NodeWire schema; tests may feed documents.
+        return msgspec.json.decode(json.dumps(body), type=NodeWire) if wire else body
 
     sink.list_started()
     sink.listed(ready("n1", "False"))

@@ -9,7 +9,9 @@ Usage comes from the kubelets (`usage_source="kubelet"`) or from the node agents
 (`"node-agent"`, see docs/node-agent.md): then one more Reflector follows the agent pods
 (`node_agent_namespace`, `node_agent_selector`) into an `AgentDirectory`, and the same
 scraper reads `https://<agent pod IP>:<node_agent_port>/metrics/resource` for every node
-with an agent; parsing, storage and rates are the kubelet path's, unchanged.
+with an agent; with `node_agent_address` (agents run on the hosts, not as pods) no pods are
+watched and each node's agent is at that template's address (`{node}`, `{internal_ip}`);
+parsing, storage and rates are the kubelet path's, unchanged.
 
 Start-up (`__aenter__`) first asks for one object of every watched collection (`limit=1`),
 so that a kubeconfig the API server refuses, an API server that cannot be reached (after
@@ -41,7 +43,11 @@ import httpx
 
 from custom_metrics_server.compute.exposition import render_pod_resource_metrics
 from custom_metrics_server.compute.metrics import ResourceMetricsBackend
-from custom_metrics_server.compute.node_agents import AgentDirectory, agent_http_client
+from custom_metrics_server.compute.node_agents import (
+    AgentDirectory,
+    agent_http_client,
+    template_address,
+)
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState
 from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY, KubeletScraper
 from custom_metrics_server.compute.scraper_metrics import ScraperCollector
@@ -161,6 +167,8 @@ class KubernetesSettings:
     node_agent_namespace: str = "custom-metrics"
     node_agent_selector: str = "app.kubernetes.io/name=custom-metrics-node-agent"
     node_agent_port: int = 10443
+    #: host agents: each node's agent address from this template (`node_agents`), no pods
+    node_agent_address: str | None = None
     node_agent_ca_file: str | None = None
     node_agent_insecure_tls: bool = False
 
@@ -212,22 +220,26 @@ class KubernetesBackend(ResourceMetricsBackend):
         port = self.settings.kubelet_port
         target = "kubelet"
 
-        def address(node: str) -> str | None:
+        def internal_ip(node: str) -> str | None:
             record = state.nodes.get(node)
             return (record.internal_ip or None) if record else None
 
+        address: Callable[[str], str | None] = internal_ip
+
         if self.settings.usage_source == "node-agent":
-            self.agents = AgentDirectory(on_change=self._agent_changed)
-            watches.append(
-                Reflector(
-                    client,
-                    path=f"/api/v1/namespaces/{self.settings.node_agent_namespace}/pods",
-                    sink=self.agents,
-                    name="node-agents",
-                    label_selector=self.settings.node_agent_selector,
-                    page_size=self.settings.watch_page_size,
+            template = self.settings.node_agent_address
+            if template is None:
+                self.agents = AgentDirectory(on_change=self._agent_changed)
+                watches.append(
+                    Reflector(
+                        client,
+                        path=f"/api/v1/namespaces/{self.settings.node_agent_namespace}/pods",
+                        sink=self.agents,
+                        name="node-agents",
+                        label_selector=self.settings.node_agent_selector,
+                        page_size=self.settings.watch_page_size,
+                    )
                 )
-            )
             self._agent_client = agent_http_client(
                 ca_file=self.settings.node_agent_ca_file,
                 insecure=self.settings.node_agent_insecure_tls,
@@ -235,7 +247,10 @@ class KubernetesBackend(ResourceMetricsBackend):
                 max_connections=self.settings.scrape_concurrency,
             )
             source, port, target = "direct", self.settings.node_agent_port, "node agent"
-            address = self.agents.address
+            if self.agents is not None:
+                address = self.agents.address
+            else:  # agents on the hosts: the node's InternalIP or a fixed name
+                address = template_address(template or "", internal_ip)
         self.watches = watches  # the inventory's reflectors, and the agents' when used
         self.scraper = KubeletScraper(
             client,

@@ -1,4 +1,5 @@
-"""Where each node's agent answers, for ``--usage-source=node-agent``: the agent pods.
+"""Where each node's agent answers, for ``--usage-source=node-agent``: the agent pods, or an
+address template for agents that run on the hosts (``--node-agent-address``).
 
 :class:`AgentDirectory` is a :class:`~custom_metrics_server.kube.watcher.WatchSink` for the
 agent pods (a list/watch of ``--node-agent-namespace`` with ``--node-agent-selector``) and
@@ -18,14 +19,76 @@ It keeps two small strings per agent pod; every operation is O(1) except a relis
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from ipaddress import IPv6Address
+from string import Formatter
+from typing import Any, Final, NamedTuple
+from urllib.parse import urlsplit
 
 import httpx
 
 from custom_metrics_server.kube.client import USER_AGENT
 from custom_metrics_server.runtime.tls import client_context
 
-__all__ = ["AgentDirectory", "agent_http_client"]
+__all__ = [
+    "ADDRESS_FIELDS",
+    "AgentDirectory",
+    "agent_http_client",
+    "check_address_template",
+    "template_address",
+]
+
+#: The placeholders of ``--node-agent-address``: the node's name and its InternalIP.
+ADDRESS_FIELDS: Final = frozenset({"node", "internal_ip"})
+
+
+def check_address_template(template: str) -> str:
+    """``template`` if it is a usable ``--node-agent-address`` (a host name or IP address,
+    with ``{node}`` and ``{internal_ip}`` as the only placeholders), else ValueError saying
+    why. O(len)."""
+    if not template.strip():
+        raise ValueError("the node agent address is empty")
+    try:
+        fields = [name for _, name, _, _ in Formatter().parse(template) if name is not None]
+        unknown = [name for name in fields if name not in ADDRESS_FIELDS]
+        if unknown:
+            raise ValueError(f"only {{node}} and {{internal_ip}} are known, not {{{unknown[0]}}}")
+        sample = template.format(node="node-1", internal_ip="10.0.0.1")
+    except (ValueError, IndexError, KeyError) as err:
+        raise ValueError(f"{template!r} is not a node agent address template: {err}") from err
+    if ":" in sample:  # only a (bare) IPv6 address has colons
+        try:
+            IPv6Address(sample)
+            host: str | None = sample
+        except ValueError:
+            host = None
+    else:
+        try:
+            host = urlsplit(f"https://{sample}:1/").hostname
+        except ValueError:
+            host = None
+    if host is None or host.lower() != sample.lower() or any(c.isspace() for c in sample):
+        raise ValueError(
+            f"{template!r} is not a host name or IP address (the scheme is https and the port "
+            "--node-agent-port; an IPv6 address without brackets), e.g. {internal_ip}"
+        )
+    return template
+
+
+def template_address(
+    template: str, node_ip: Callable[[str], str | None]
+) -> Callable[[str], str | None]:
+    """The address of each node's host agent from ``template`` (checked by
+    :func:`check_address_template`); None for a node without an InternalIP when the
+    template needs it. O(len) a call."""
+    needs_ip = "{internal_ip}" in template
+
+    def address(node: str) -> str | None:
+        ip = node_ip(node) if needs_ip else ""
+        if needs_ip and not ip:
+            return None
+        return template.format(node=node, internal_ip=ip)
+
+    return address
 
 
 class _Agent(NamedTuple):

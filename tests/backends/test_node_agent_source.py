@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 import msgspec
+import pydantic
 import pytest
 import trustme
 
@@ -23,7 +25,11 @@ from custom_metrics_server.compute.kubernetes import (
     KubernetesSettings,
     _NoticingSink,
 )
-from custom_metrics_server.compute.node_agents import AgentDirectory
+from custom_metrics_server.compute.node_agents import (
+    AgentDirectory,
+    check_address_template,
+    template_address,
+)
 from custom_metrics_server.compute.records import NODES, ClusterState
 from custom_metrics_server.compute.summary import (
     ContainerStats,
@@ -34,6 +40,7 @@ from custom_metrics_server.compute.summary import (
 )
 from custom_metrics_server.compute.wire_objects import NodeWire
 from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.plugins.builtin import KubernetesPluginSettings
 from custom_metrics_server.server.app import create_app
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod
@@ -351,3 +358,66 @@ def test_node_sink_reports_nodes_that_turn_ready(wire: bool) -> None:
     sink.event("MODIFIED", ready("n1", "True"))  # back: scrape it now
     sink.event("ADDED", ready("n3", "True"))  # new: a catch-up for never-scraped nodes
     assert noticed == [[], ["n1"], []]
+
+
+async def test_host_agents_are_found_by_address_template_not_pods(
+    cluster: tuple[FakeKubeApiServer, dict[str, FakeCriRuntime], str, int],
+) -> None:
+    """`--node-agent-address='{internal_ip}'`: agents that run on the hosts (no pods); each
+    node's agent is at its InternalIP."""
+    api, runtimes, ca_file, port = cluster
+    for node_name, pods in first_pods().items():
+        runtimes[node_name].world = world_from_summary(node_summary(pods, AT_1))
+    for number in (1, 2):
+        api.delete("pods", f"agent-{number}", namespace="custom-metrics")
+        body = node(f"node-{number}")
+        body["status"]["addresses"] = [{"type": "InternalIP", "address": f"127.0.0.{number}"}]
+        api.update("nodes", body)
+    settings = KubernetesSettings(
+        scrape_interval=0.3,
+        scrape_timeout=3.0,
+        discovery_interval=60,
+        discovery_min_refresh=0,
+        usage_source="node-agent",
+        node_agent_port=port,
+        node_agent_ca_file=ca_file,
+        node_agent_address="{internal_ip}",
+    )
+    backend = KubernetesBackend(KubeClient(api.connection()), settings)
+    async with backend:
+        assert backend.agents is None
+        assert [r.name for r in backend.watches if r.name == "node-agents"] == []
+        await until(lambda: set(backend.usage_store.nodes()) == {"node-1", "node-2"}, within=60)
+    assert api.count("list", "/api/v1/namespaces/custom-metrics/pods") == 0
+
+
+@pytest.mark.parametrize(
+    ("template", "node", "ip", "address"),
+    [
+        ("{internal_ip}", "n1", "10.0.0.1", "10.0.0.1"),
+        ("{internal_ip}", "n1", None, None),
+        ("{node}.agents.example", "n1", None, "n1.agents.example"),
+        ("10.244.0.1", "n1", None, "10.244.0.1"),
+        ("fd00::1", "n1", None, "fd00::1"),
+    ],
+)
+def test_address_templates(template: str, node: str, ip: str | None, address: str | None) -> None:
+    assert template_address(check_address_template(template), lambda _: ip)(node) == address
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("", "empty"),
+        ("{nodename}", "only {node} and {internal_ip} are known"),
+        ("https://{internal_ip}", "not a host name or IP address"),
+        ("{internal_ip}:10443", "not a host name or IP address"),
+        ("[fd00::1]", "not a host name or IP address"),
+        ("{", "not a node agent address template"),
+    ],
+)
+def test_bad_address_templates_say_why(template: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_address_template(template)
+    with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
+        KubernetesPluginSettings.model_validate({"nodeAgentAddress": template})

@@ -16,7 +16,8 @@ still listed (30-60 s after a pod is deleted, until the kubelet removes it). Whe
 *answers* the list with an error (any code but ``UNIMPLEMENTED``, ``UNAVAILABLE``,
 ``DEADLINE_EXCEEDED`` and ``CANCELLED``, which say it did not answer), the collection asks
 ``ListPodSandboxStats`` again once per ready sandbox, filtered by its id (``_PER_SANDBOX``
-calls at once; containerd and CRI-O both honour the filter), and leaves out only the
+calls at once; containerd 1.6 honours the filter, seen on a real node, and CRI-O's
+server filters by id too), and leaves out only the
 sandboxes whose own call fails. The list is tried first in every collection, so the agent
 goes back to one call as soon as the runtime does. Cost of a degraded collection: one call
 per ready sandbox.

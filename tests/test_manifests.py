@@ -993,12 +993,15 @@ def test_node_agent_runs_everywhere_read_only_without_privileges(with_agents: li
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
     mounts = {m["name"]: m for m in agent["volumeMounts"]}
     assert volumes["cri-socket"]["hostPath"]["type"] == "Socket"
-    for name in ("cri-socket", "host-cgroup"):
+    for name in ("cri-socket", "host-cgroup", "host-proc"):
         assert mounts[name]["readOnly"] is True
     agent_args = _subcommand("node-agent").parse_args(agent["args"][1:])
     socket_path = agent_args.cri_endpoint.removeprefix("unix://")
     assert mounts["cri-socket"]["mountPath"] == socket_path
     assert str(agent_args.host_cgroup_root) == mounts["host-cgroup"]["mountPath"]
+    # The host's /proc, read-only, where --host-proc reads it (node swap, /proc/stat).
+    assert str(agent_args.host_proc) == mounts["host-proc"]["mountPath"]
+    assert volumes["host-proc"]["hostPath"] == {"path": "/proc", "type": "Directory"}
     account = one(with_agents, "ServiceAccount", AGENT)
     assert account["automountServiceAccountToken"] is False
     assert not [
@@ -1082,6 +1085,7 @@ def test_the_pod_security_check_refuses_what_admission_refuses() -> None:
     assert violations(agent_pod, "baseline") == [
         'hostPath volumes (volume "cri-socket")',
         'hostPath volumes (volume "host-cgroup")',
+        'hostPath volumes (volume "host-proc")',
     ]
     assert violations(agent_pod, "privileged") == []
     server_pod = yaml.safe_load((MANIFESTS / "base" / "deployment.yaml").read_text())["spec"][

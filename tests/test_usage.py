@@ -19,7 +19,7 @@ from custom_metrics_server.compute.samples import (
     ResourceScrape,
 )
 from custom_metrics_server.compute.usage import FRESH_CONTAINER_MIN_AGE, UsageStore, cpu_rate
-from custom_metrics_server.compute.usage_values import NodeUsage, PodUsage, Rate
+from custom_metrics_server.compute.usage_values import MemoryUsage, NodeUsage, PodUsage, Rate
 
 T0 = 1_700_000_000.0
 OLD_START = T0 - 3600.0  # started long ago: no synthetic previous point
@@ -105,6 +105,26 @@ def test_a_pod_has_no_usage_until_its_containers_have_two_samples() -> None:
         "n1", scrape({P: {"a": c(25.0, T0 + 15, 60.0), "b": c(4.0, T0 + 15, 8.0)}}), T0 + 15
     )
     assert store.pod_usage(*P) == PodUsage(1.0 + 0.2, 68.0, T0 + 15, 15.0)
+
+
+def test_a_pod_s_memory_is_there_after_one_sample() -> None:
+    """Memory is a gauge: the pod's working set (all its containers) from the first scrape,
+    timed by the earliest container, while its CPU rate still needs a second."""
+    store = UsageStore()
+    store.apply("n1", scrape({P: {"a": c(10.0, T0 + 1, 50.0), "b": c(1.0, T0, 7.0)}}), T0)
+    assert store.pod_usage(*P) is None
+    assert store.pod_resource_usage(*P) is None  # the PodMetrics wait for CPU too
+    assert store.pod_memory(*P) == MemoryUsage(57.0, T0)
+    generation = store.generation
+    store.apply(
+        "n1", scrape({P: {"a": c(25.0, T0 + 15, 60.0), "b": c(4.0, T0 + 15, 8.0)}}), T0 + 15
+    )
+    assert store.generation > generation
+    assert store.pod_memory(*P) == MemoryUsage(68.0, T0 + 15)  # the usage's own
+    # A container whose memory is not reported: no memory for the pod.
+    store.apply("n2", scrape({("ns", "q"): {"a": c(1.0, T0, math.nan)}}), T0)
+    assert store.pod_memory("ns", "q") is None
+    assert store.pod_memory("ns", "nope") is None
 
 
 def test_a_container_new_in_the_pod_holds_the_pod_back_until_it_has_two_samples() -> None:

@@ -15,8 +15,8 @@ collector does: ``float64(nanoseconds) / 1e9`` for CPU counters and start times,
 Which series exist follows the collector: a counter or gauge is written when its value is
 reported; the container start time only when it is after the epoch's first second (and
 without a timestamp); the swap limit is ``available + usage`` when ``available`` is
-reported; ``scrape_error`` and ``resource_scrape_error`` always (1 when the stats could not
-be read, and then nothing else is written).
+reported; ``resource_scrape_error`` always, and ``scrape_error`` unless left out (1 when the
+stats could not be read, and then nothing else is written).
 
 The node agent serves this body and the demo's simulated kubelets write it (so the demo reads
 exactly what a kubelet writes, escapes included). It must not do I/O, read clocks or log.
@@ -234,12 +234,16 @@ def _container(writer: _Writer, pod: PodStats, pod_labels: str, container: Conta
     )
 
 
-def render_resource_metrics(summary: Summary | None) -> bytes:
+def render_resource_metrics(summary: Summary | None, *, legacy_scrape_error: bool = True) -> bytes:
     """The kubelet's ``/metrics/resource`` body for ``summary``; ``None`` means the stats
-    could not be read (the body then says ``scrape_error 1`` and nothing else)."""
+    could not be read (the body then says ``resource_scrape_error 1`` and nothing else).
+    ``legacy_scrape_error`` adds the ``scrape_error`` family that kubelets before 1.30 wrote
+    beside ``resource_scrape_error`` (the upstream collector tests have it; kubelet 1.36
+    does not)."""
     writer = _Writer()
     error = "1" if summary is None else "0"
-    writer.add("scrape_error", (), "", error, "")
+    if legacy_scrape_error:
+        writer.add("scrape_error", (), "", error, "")
     writer.add("resource_scrape_error", (), "", error, "")
     if summary is not None:
         if summary.node is not None:

@@ -9,7 +9,9 @@ Usage comes from the kubelets (`usage_source="kubelet"`) or from the node agents
 (`"node-agent"`, see docs/node-agent.md): then one more Reflector follows the agent pods
 (`node_agent_namespace`, `node_agent_selector`) into an `AgentDirectory`, and the same
 scraper reads `https://<agent pod IP>:<node_agent_port>/metrics/resource` for every node
-with an agent; parsing, storage and rates are the kubelet path's, unchanged.
+with an agent; with `node_agent_address` (agents run on the hosts, not as pods) no pods are
+watched and each node's agent is at that template's address (`{node}`, `{internal_ip}`);
+parsing, storage and rates are the kubelet path's, unchanged.
 
 Start-up (`__aenter__`) first asks for one object of every watched collection (`limit=1`),
 so that a kubeconfig the API server refuses, an API server that cannot be reached (after
@@ -32,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, Self
@@ -41,7 +43,11 @@ import httpx
 
 from custom_metrics_server.compute.exposition import render_pod_resource_metrics
 from custom_metrics_server.compute.metrics import ResourceMetricsBackend
-from custom_metrics_server.compute.node_agents import AgentDirectory, agent_http_client
+from custom_metrics_server.compute.node_agents import (
+    AgentDirectory,
+    agent_http_client,
+    template_address,
+)
 from custom_metrics_server.compute.records import NODES, PODS, WATCHED, ClusterState
 from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY, KubeletScraper
 from custom_metrics_server.compute.scraper_metrics import ScraperCollector
@@ -71,28 +77,64 @@ LIST_FORBIDDEN_FIX: Final = (
 )
 
 
+def _node_name_ready(obj: Any) -> tuple[str, bool]:
+    """A node's name and whether its Ready condition is True, from a `NodeWire` (what the
+    node watch decodes) or a plain document. O(conditions)."""
+    if isinstance(obj, dict):
+        name = (obj.get("metadata") or {}).get("name") or ""
+        conditions = [
+            (c.get("type"), c.get("status"))
+            for c in (obj.get("status") or {}).get("conditions") or ()
+        ]
+    else:
+        metadata, status = obj.metadata, obj.status
+        name = (metadata.name if metadata is not None else None) or ""
+        found = (status.conditions if status is not None else None) or ()
+        conditions = [(c.type, c.status) for c in found]
+    return str(name), ("Ready", "True") in conditions
+
+
 class _NoticingSink:
     """A node sink that also tells the scraper when nodes may have joined (ADDED events and
-    every relist): new nodes are scraped at once instead of at the next round."""
+    every relist): new nodes are scraped at once instead of at the next round; and which
+    nodes turned Ready (a kubelet back after a restart): scraped at once too instead of
+    after their backoff. Keeps one bool per node."""
 
-    def __init__(self, inner: WatchSink, notice: Callable[[], None]) -> None:
+    def __init__(self, inner: WatchSink, notice: Callable[[Iterable[str]], None]) -> None:
         self._inner = inner
         self._notice = notice
+        self._ready: dict[str, bool] = {}
+        self._turned_ready: list[str] = []
+
+    def _track(self, obj: Any) -> None:
+        name, ready = _node_name_ready(obj)
+        if ready and self._ready.get(name) is False:
+            self._turned_ready.append(name)
+        self._ready[name] = ready
 
     def list_started(self) -> None:
         self._inner.list_started()
 
     def listed(self, obj: dict[str, Any]) -> None:
         self._inner.listed(obj)
+        self._track(obj)
 
     def list_finished(self) -> None:
         self._inner.list_finished()
-        self._notice()
+        self._flush()
 
     def event(self, type: str, obj: dict[str, Any]) -> None:
         self._inner.event(type, obj)
-        if type == "ADDED":
-            self._notice()
+        if type == "DELETED":
+            self._ready.pop(_node_name_ready(obj)[0], None)
+            return
+        self._track(obj)
+        if type == "ADDED" or self._turned_ready:
+            self._flush()
+
+    def _flush(self) -> None:
+        turned, self._turned_ready = self._turned_ready, []
+        self._notice(turned)
 
 
 def collection_path(group_resource: GroupResource) -> str:
@@ -125,6 +167,8 @@ class KubernetesSettings:
     node_agent_namespace: str = "custom-metrics"
     node_agent_selector: str = "app.kubernetes.io/name=custom-metrics-node-agent"
     node_agent_port: int = 10443
+    #: host agents: each node's agent address from this template (`node_agents`), no pods
+    node_agent_address: str | None = None
     node_agent_ca_file: str | None = None
     node_agent_insecure_tls: bool = False
 
@@ -176,22 +220,26 @@ class KubernetesBackend(ResourceMetricsBackend):
         port = self.settings.kubelet_port
         target = "kubelet"
 
-        def address(node: str) -> str | None:
+        def internal_ip(node: str) -> str | None:
             record = state.nodes.get(node)
             return (record.internal_ip or None) if record else None
 
+        address: Callable[[str], str | None] = internal_ip
+
         if self.settings.usage_source == "node-agent":
-            self.agents = AgentDirectory()
-            watches.append(
-                Reflector(
-                    client,
-                    path=f"/api/v1/namespaces/{self.settings.node_agent_namespace}/pods",
-                    sink=self.agents,
-                    name="node-agents",
-                    label_selector=self.settings.node_agent_selector,
-                    page_size=self.settings.watch_page_size,
+            template = self.settings.node_agent_address
+            if template is None:
+                self.agents = AgentDirectory(on_change=self._agent_changed)
+                watches.append(
+                    Reflector(
+                        client,
+                        path=f"/api/v1/namespaces/{self.settings.node_agent_namespace}/pods",
+                        sink=self.agents,
+                        name="node-agents",
+                        label_selector=self.settings.node_agent_selector,
+                        page_size=self.settings.watch_page_size,
+                    )
                 )
-            )
             self._agent_client = agent_http_client(
                 ca_file=self.settings.node_agent_ca_file,
                 insecure=self.settings.node_agent_insecure_tls,
@@ -199,7 +247,10 @@ class KubernetesBackend(ResourceMetricsBackend):
                 max_connections=self.settings.scrape_concurrency,
             )
             source, port, target = "direct", self.settings.node_agent_port, "node agent"
-            address = self.agents.address
+            if self.agents is not None:
+                address = self.agents.address
+            else:  # agents on the hosts: the node's InternalIP or a fixed name
+                address = template_address(template or "", internal_ip)
         self.watches = watches  # the inventory's reflectors, and the agents' when used
         self.scraper = KubeletScraper(
             client,
@@ -234,8 +285,12 @@ class KubernetesBackend(ResourceMetricsBackend):
         for reflector in self.watches:
             await reflector.wait_synced()
 
-    def _notice_nodes(self) -> None:
-        self.scraper.notice_nodes()
+    def _notice_nodes(self, turned_ready: Iterable[str] = ()) -> None:
+        self.scraper.notice_nodes(turned_ready)
+
+    def _agent_changed(self, node: str) -> None:
+        """A node's agent appeared, turned ready or moved: scrape the node at once."""
+        self.scraper.notice_nodes((node,))
 
     def ready(self) -> Readiness:
         """Ready once every watched resource has listed; the reason names what is missing.

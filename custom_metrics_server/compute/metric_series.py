@@ -42,6 +42,13 @@ class _Usage(Protocol):
     def memory_bytes(self) -> float: ...
 
 
+class _Memory(Protocol):
+    """What is read of a pod's memory alone (`usage_values.MemoryUsage`)."""
+
+    @property
+    def memory_bytes(self) -> float: ...
+
+
 Usages = Sequence[tuple[PodRecord, _Usage]]
 
 
@@ -88,13 +95,22 @@ def node_series(record: NodeRecord | None, pods: Iterable[PodRecord]) -> list[Se
     return [(labels_of(resource), value) for resource, value in sorted(allocatable.items())]
 
 
-def usage_series(usages: Usages, *, node: bool) -> list[Series]:
-    """cpu and memory usage summed over pods (with a `node` label: one pod's)."""
-    # Micro-cores and whole bytes: finer digits are noise from float rates.
-    cpu = round(sum(u.cpu_cores for _, u in usages), 6)
-    memory = float(round(sum(u.memory_bytes for _, u in usages)))
-    cpu_labels, memory_labels = _usage_labels(usages[0][0].node if node else None)
-    return [(cpu_labels, cpu), (memory_labels, memory)]
+def usage_series(
+    usages: Usages, *, node: bool, memories: Sequence[tuple[PodRecord, _Memory]] | None = None
+) -> list[Series]:
+    """cpu usage summed over the pods of `usages`, memory over those of `memories` (default:
+    the same; pods whose CPU rate is not known yet may have their memory); with a `node`
+    label: one pod's. No cpu series without usages."""
+    memories = usages if memories is None else memories
+    first = (usages or memories)[0][0]
+    cpu_labels, memory_labels = _usage_labels(first.node if node else None)
+    found: list[Series] = []
+    if usages:
+        # Micro-cores and whole bytes: finer digits are noise from float rates.
+        found.append((cpu_labels, round(sum(u.cpu_cores for _, u in usages), 6)))
+    if memories:
+        found.append((memory_labels, float(round(sum(u.memory_bytes for _, u in memories)))))
+    return found
 
 
 #: The usage series' label sets by node (None: no node label), shared by every sample of

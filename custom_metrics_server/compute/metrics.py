@@ -129,6 +129,16 @@ class PodUsage(Protocol):
     def window(self) -> float: ...
 
 
+class MemoryOnly(Protocol):
+    """What a usage source knows of a pod before its CPU rate (`usage_values.MemoryUsage`)."""
+
+    @property
+    def memory_bytes(self) -> float: ...
+
+    @property
+    def timestamp(self) -> float: ...
+
+
 class UsageSource(Protocol):
     """Current usage per pod (the kubelet scraper's store, or the simulated one)."""
 
@@ -399,12 +409,19 @@ class ResourceMetricsBackend:
             values = _ALLOCATION[metric]
             return allocation_series(pods, values, pod=gr == PODS), 0.0, None, gr != PODS
         usages = self._usages(pods)
+        if metric == USAGE:
+            # Memory is a gauge: served from a pod's first scrape, before its CPU rate.
+            memories = self._memories(pods, usages)
+            if not memories:
+                return [], 0.0, None, False
+            timestamp = min(u.timestamp for _, u in memories)
+            window = round(max(u.window for _, u in usages)) if usages else None
+            series = usage_series(usages, node=gr == PODS, memories=memories)
+            return series, timestamp, window, False
         if not usages:
             return [], 0.0, None, False
         timestamp = min(u.timestamp for _, u in usages)
         window = round(max(u.window for _, u in usages))
-        if metric == USAGE:
-            return usage_series(usages, node=gr == PODS), timestamp, window, False
         view = _REQUESTS_VIEW[metric]
         return (
             utilization_series(usages, view, hpa=metric == HPA_UTILIZATION, node=gr == PODS),
@@ -421,6 +438,25 @@ class ResourceMetricsBackend:
             for pod in pods
             if (usage := self.usage.pod_usage(pod.namespace, pod.name)) is not None
         ]
+
+    def _memories(
+        self, pods: Sequence[PodRecord], usages: list[tuple[PodRecord, PodUsage]]
+    ) -> Sequence[tuple[PodRecord, MemoryOnly]]:
+        """The pods with a known working set: `usages` when every pod has usage, else each
+        pod's usage or, before its CPU rate, its memory alone (a source's `pod_memory`).
+        O(pods) lookups, only while some pod lacks usage."""
+        if len(usages) == len(pods) or self.usage is None:
+            return usages
+        memory = getattr(self.usage, "pod_memory", None)
+        if memory is None:
+            return usages
+        usage = self.usage.pod_usage
+        found: list[tuple[PodRecord, MemoryOnly]] = []
+        for pod in pods:
+            known = usage(pod.namespace, pod.name) or memory(pod.namespace, pod.name)
+            if known is not None:
+                found.append((pod, known))
+        return found
 
     def _node_series(self, metric: str, node: str, held: Held | None) -> list[Series]:
         record = self.state.nodes.get(node) if held is None else held.node

@@ -14,7 +14,9 @@ and does not decide what the usage means for any API.
 Scheduling is :mod:`.scrape_rounds`'s (shared with the pod scraper): rounds never overlap,
 the first one starts as soon as ``nodes_synced`` returns (the Kubernetes backend: every watched
 list has synced, so the first round does not compete with the pods' initial list), nodes that join
-between rounds are scraped at once (``notice_nodes``, called by the node watch's sink), starts
+between rounds are scraped at once (``notice_nodes``, called by the node watch's sink), and so
+are failing nodes that became reachable (``notice_nodes(names)``: a node turned Ready, a node
+agent appeared or turned ready), whatever their backoff, starts
 are spread over the first half of the interval except in the first round and in those
 catch-ups, which are only paced at ``FIRST_STARTS_PER_SECOND`` (1,000 a second) so that usage
 comes first thing, each scrape's deadline ends the round before the next tick, at most
@@ -38,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Final, Self
@@ -128,6 +130,8 @@ class KubeletScraper:
         self._work = BackgroundTasks()
         self._counters = _Counters()
         self._listed = 0
+        #: failing nodes to scrape in the next catch-up, whatever their backoff
+        self._urged: set[str] = set()
         self._rounds = ScrapeRounds(
             interval=interval,
             timeout=timeout,
@@ -164,9 +168,13 @@ class KubeletScraper:
         await self._work.stop()
         await self._fetcher.aclose()
 
-    def notice_nodes(self) -> None:
+    def notice_nodes(self, reachable: Iterable[str] = ()) -> None:
         """Nodes may have joined the list: scrape the ones never scraped before the next
-        round is due. O(1); the node watch's sink calls it on ADDED events and relists."""
+        round is due; and ``reachable`` nodes (a node turned Ready, its agent appeared or
+        turned ready) at once too if their last scrape failed, instead of after their
+        backoff. O(1) + O(len(reachable)); the node watch's sink calls it on ADDED events,
+        relists and Ready transitions, the agent directory when a node's agent changes."""
+        self._urged.update(reachable)
         self._rounds.notice()
 
     # -- rounds --
@@ -201,12 +209,20 @@ class KubeletScraper:
         return self.nodes.due(names, number), len(names)
 
     def _fresh_nodes(self) -> tuple[list[str], int] | None:
-        """The listed nodes never scraped yet, for a catch-up, and how many are listed. O(n)."""
+        """The listed nodes never scraped yet and the failing ones that became reachable
+        (:meth:`notice_nodes`), for a catch-up, and how many are listed. O(n)."""
+        urged, self._urged = self._urged, set()
         names = self._node_names()
         if not names:
             return None
         self._listed = len(names)
-        return [name for name in names if not self.nodes.known(name)], len(names)
+        book = self.nodes
+        fresh = [
+            name
+            for name in names
+            if not book.known(name) or (name in urged and book.is_failing(name))
+        ]
+        return fresh, len(names)
 
     # -- one node --
 

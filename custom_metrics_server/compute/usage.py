@@ -15,7 +15,8 @@ metrics-server's storage (``pkg/storage/pod.go``, ``node.go``, ``types.go``):
   its history is dropped. A container that started less than one metric resolution (but at
   least 10 s) before its sample gets a synthetic previous point (0 s of CPU at its start
   time), so young containers have usage after one scrape;
-* a pod has usage once *every* container of its latest scrape has a previous point; a
+* a pod has usage once *every* container of its latest scrape has a previous point (its
+  memory alone, ``pod_memory``, from the first scrape: a gauge needs no rate); a
   container whose counter went backwards (or whose start time went back) is left out of
   the sums, as upstream skips it; a pod left with no container has no usage;
 * the pod's timestamp and window are those of its container with the earliest timestamp.
@@ -74,6 +75,7 @@ from custom_metrics_server.compute.usage_rates import (
     window_ns,
 )
 from custom_metrics_server.compute.usage_values import (
+    MemoryUsage,
     NodeUsage,
     PodUsage,
     ResourceUsage,
@@ -316,6 +318,23 @@ class UsageStore:
         if isnan(cores):
             return None
         return PodUsage(cores, data[base + MEMORY], data[base + TIME], data[base + WINDOW])
+
+    def pod_memory(self, namespace: str, pod: str) -> MemoryUsage | None:
+        """The pod's working set (the sum over its containers) and its earliest sample's
+        time, from its first scrape on: no CPU rate is needed for it. When the pod has usage
+        (:meth:`pod_usage`), the same memory as there. None while a container's memory is
+        not reported. O(1)."""
+        key = (namespace, pod)
+        node = self._pod_node.get(key)
+        if node is None:
+            return None
+        state = self._nodes[node]
+        base = state.pods[key][1]
+        data = state.data
+        memory = data[base + MEMORY]
+        if isnan(memory):
+            return None
+        return MemoryUsage(memory, data[base + TIME])
 
     def pod_resource_usage(self, namespace: str, pod: str) -> ResourceUsage | None:
         """The pod's usage per container, for the Resource Metrics API (``PodMetrics``):

@@ -120,6 +120,9 @@ def pod_entry(  # noqa: PLR0915 - the per-container loop of every scrape, kept i
     window = NAN
     complete = True
     used = 0
+    # Memory alone, over every container (a gauge: one sample is enough).
+    memory_all = 0.0
+    memory_at = math.inf
     offset = old_base + HEADER
     for index, row in enumerate(rows):
         cpu = cpu_column[row]
@@ -150,6 +153,8 @@ def pod_entry(  # noqa: PLR0915 - the per-container loop of every scrape, kept i
                         )
         extend((cpu, when, start, previous_cpu, previous_time, previous_start, memory_bytes))
         offset += STRIDE
+        memory_all += memory_bytes  # NaN (not reported) stays NaN
+        memory_at = min(memory_at, when)
         if isnan(previous_time):
             complete = False
         elif complete and not before(start, previous_start) and cpu >= previous_cpu:
@@ -164,6 +169,10 @@ def pod_entry(  # noqa: PLR0915 - the per-container loop of every scrape, kept i
         values[base + MEMORY] = memory
         values[base + TIME] = earliest
         values[base + WINDOW] = window
+    elif rows and not isnan(memory_all) and memory_at != math.inf:
+        # No CPU rate yet: the header carries the memory alone (CORES and WINDOW stay NaN).
+        values[base + MEMORY] = memory_all
+        values[base + TIME] = memory_at
     return names
 
 

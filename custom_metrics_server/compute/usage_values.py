@@ -3,7 +3,7 @@
 PURE: data only. This module owns the value types the usage sources produce (the kubelet
 store of :mod:`.usage`, Prometheus's `resourceRules` in :mod:`..prometheus.usage`, the demo)
 and the APIs read (:mod:`.metrics_api`, the KEP-1748 metrics): :class:`Rate`,
-:class:`PodUsage`, :class:`NodeUsage`, :class:`ContainerResourceUsage` and
+:class:`PodUsage`, :class:`MemoryUsage`, :class:`NodeUsage`, :class:`ContainerResourceUsage` and
 :class:`ResourceUsage`. They are ``NamedTuple``\\s (built from C, compared and hashed in C).
 It must not compute anything.
 """
@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["ContainerResourceUsage", "NodeUsage", "PodUsage", "Rate", "ResourceUsage"]
+__all__ = [
+    "ContainerResourceUsage",
+    "MemoryUsage",
+    "NodeUsage",
+    "PodUsage",
+    "Rate",
+    "ResourceUsage",
+]
 
 
 class Rate(NamedTuple):
@@ -31,6 +38,14 @@ class PodUsage(NamedTuple):
     memory_bytes: float
     timestamp: float
     window: float
+
+
+class MemoryUsage(NamedTuple):
+    """A pod's working set alone (the sum over its containers), known after one sample:
+    memory is a gauge, only CPU needs a second sample for a rate."""
+
+    memory_bytes: float
+    timestamp: float
 
 
 class NodeUsage(NamedTuple):

@@ -82,11 +82,20 @@ class AddressWire(msgspec.Struct, gc=False, rename="camel"):
     address: Any = ""
 
 
+class ConditionWire(msgspec.Struct, gc=False, rename="camel"):
+    """A node condition: only the Ready one is read (the scraper tries a node that turned
+    Ready at once)."""
+
+    type: str | None = None
+    status: str | None = None
+
+
 class NodeStatusWire(msgspec.Struct, gc=False, rename="camel"):
     """What `_apply_node` reads of a node's status."""
 
     allocatable: dict[str, Any] | None = None
     addresses: list[AddressWire] | None = None
+    conditions: list[ConditionWire] | None = None
 
 
 class NodeWire(ObjectWire, gc=False):

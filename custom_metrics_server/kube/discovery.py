@@ -10,7 +10,11 @@ no HTTP.
 As client-go's partial discovery does, a group version that fails to list (an aggregated API
 that is down answers 503) is skipped with a warning; on a refresh, the mappings that group had
 before are kept until it answers again. Only each group's preferred version is read: a
-resource served solely by a non-preferred version of its group is not mapped.
+resource served solely by a non-preferred version of its group is not mapped. The metrics
+APIs' own groups (`METRICS_GROUPS`: metrics.k8s.io, custom.metrics.k8s.io,
+external.metrics.k8s.io) are not read at all: their resources are readings, never objects a
+metric describes, and this server serves (some of) them itself, so at start-up the aggregator
+answers 503 for them until the server is Available: asking only produced three warnings.
 
 Costs: a discovery is 2 + groups requests (at most `DISCOVERY_CONCURRENCY` at a time);
 `mapping()` is a dictionary lookup; `resolve()` on a miss waits for at most one refresh, shared
@@ -95,10 +99,23 @@ def _preferred_versions(document: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-async def discover_groups(client: JsonClient) -> DiscoveryResult:
-    """Read every served resource; raises if `/api/v1` or `/apis` cannot be read."""
+#: API groups discovery leaves out (see the module).
+METRICS_GROUPS: Final = frozenset(
+    {"metrics.k8s.io", "custom.metrics.k8s.io", "external.metrics.k8s.io"}
+)
+
+
+async def discover_groups(
+    client: JsonClient, *, skip: frozenset[str] = METRICS_GROUPS
+) -> DiscoveryResult:
+    """Read every served resource but those of the groups in `skip`; raises if `/api/v1` or
+    `/apis` cannot be read."""
     core = resources_of(await client.get_json("/api/v1"), group="", version="v1")
-    groups = _preferred_versions(await client.get_json("/apis"))
+    groups = [
+        (group, version)
+        for group, version in _preferred_versions(await client.get_json("/apis"))
+        if group not in skip
+    ]
     gate = asyncio.Semaphore(DISCOVERY_CONCURRENCY)
 
     async def one(group: str, version: str) -> list[ResourceMapping] | str:

@@ -4,8 +4,15 @@
 in flight wait for it and get its body (single flight), and a body younger than
 ``max_age`` seconds is served again without asking the runtime (default 1 s: a burst of
 scrapers costs the runtime one round-trip). When the runtime fails the body is the kubelet's
-``scrape_error 1`` (nothing else), so a scraper keeps its last usage instead of reading "no
-pods"; when only the host read fails, the node series are left out and the pods are served.
+``resource_scrape_error 1`` (nothing else), so a scraper keeps its last usage instead of
+reading "no pods"; when only the host read fails, the node series are left out and the pods
+are served. The body is kubelet 1.36's: no ``scrape_error`` family (the kubelet dropped it),
+and on a node without swap (the host's ``SwapTotal`` and ``SwapFree`` both 0) a Linux
+container the runtime reports no swap for gets the kubelet's zeros (usage 0, limit 0, at its
+memory sample's time; its pod's sum too): containerd 1.6 reports no swap at all, while the
+kubelet's cAdvisor reads 0. On a node with swap, what the runtime does not report is left
+out. :meth:`Collector.usable` is the readiness check: whether the last collection (made now
+if it is older than ``max_age``) gave figures.
 
 Self-metrics (own registry, ``/metrics``): collections, their failures by reason, the last
 collection's duration, the containers it saw and whether the runtime is up.
@@ -23,7 +30,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
 from custom_metrics_server.compute.scrape_failure import ScrapeFailure
-from custom_metrics_server.compute.summary import NodeStats, PodStats, Summary
+from custom_metrics_server.compute.summary import (
+    ContainerStats,
+    NodeStats,
+    PodStats,
+    Summary,
+    SwapStats,
+)
 
 __all__ = ["Collector", "NodeSource"]
 
@@ -56,6 +69,8 @@ class Collector:
         self._body_at = float("-inf")
         self._inflight: asyncio.Future[bytes] | None = None
         self._node_failing = False
+        #: why the last collection gave no figures (None: it gave them, or none ran yet)
+        self.last_failure: ScrapeFailure | None = None
         self.registry = registry or CollectorRegistry()
         self.collections = Counter(
             "node_agent_collections",
@@ -94,6 +109,12 @@ class Collector:
             self._inflight.add_done_callback(self._finished)
         return await asyncio.shield(self._inflight)
 
+    async def usable(self) -> ScrapeFailure | None:
+        """Why the agent has no figures to serve now (None: it has): the outcome of the last
+        collection, made now when the last body is older than ``max_age``."""
+        await self.body()
+        return self.last_failure
+
     def _finished(self, _future: asyncio.Future[bytes]) -> None:
         self._inflight = None
 
@@ -120,12 +141,45 @@ class Collector:
         except ScrapeFailure as err:
             self.failures.labels(err.reason).inc()
             self.runtime_up.set(0)
+            self.last_failure = err
             summary = None
         else:
             self.runtime_up.set(1)
+            self.last_failure = None
             self.containers.set(sum(len(pod.containers) for pod in pods))
-            summary = Summary(self._read_node(), pods)
-        body = render_resource_metrics(summary)
+            node = self._read_node()
+            if node is not None and _swapless(node):
+                pods = tuple(_zero_swap(pod) for pod in pods)
+            summary = Summary(node, pods)
+        body = render_resource_metrics(summary, legacy_scrape_error=False)
         self._body, self._body_at = body, self._clock()
         self.duration.set(self._body_at - started)
         return body
+
+
+def _swapless(node: NodeStats) -> bool:
+    """Whether the host has no swap at all (none configured: nothing used, nothing free)."""
+    swap = node.swap
+    return swap is not None and swap.usage_bytes == 0 and swap.available_bytes == 0
+
+
+def _zero_swap(pod: PodStats) -> PodStats:
+    """``pod`` with the kubelet's zero swap for Linux containers the runtime reported none
+    for (see the module), and its pod sum. O(containers)."""
+    containers: list[ContainerStats] = []
+    for each in pod.containers:
+        sample = each.memory or each.cpu
+        windows = each.memory is not None and each.memory.commit_bytes is not None
+        if each.swap is None and sample is not None and not windows:
+            each = each._replace(swap=SwapStats(0, 0, sample.time_ns))  # noqa: PLW2901
+        containers.append(each)
+    swap = pod.swap
+    if swap is None:
+        swaps = [c.swap for c in containers if c.swap is not None]
+        if swaps:
+            swap = SwapStats(
+                sum(s.usage_bytes or 0 for s in swaps),
+                sum(s.available_bytes or 0 for s in swaps),
+                swaps[0].time_ns,
+            )
+    return pod._replace(swap=swap, containers=tuple(containers))

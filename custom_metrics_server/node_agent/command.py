@@ -84,7 +84,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="node totals from the host's /proc and cgroup root, or none (default host)",
     )
     agent.add_argument(
-        "--host-proc", type=Path, default=Path("/proc"), help="the host's /proc (default /proc)"
+        "--host-proc",
+        type=Path,
+        default=Path("/proc"),
+        help="the host's /proc, for its meminfo (swap) and, without a cgroup root, its stat "
+        "(default /proc; in a pod mount the host's /proc read-only, e.g. at /host/proc)",
     )
     agent.add_argument(
         "--host-cgroup-root",
@@ -125,6 +129,8 @@ async def _serve(args: argparse.Namespace, context: ReloadingServerContext) -> N
             else None
         )
         collector = Collector(runtime.pods, node, max_age=args.stats_cache_duration)
+        if node is not None:
+            logger.info("node totals from %s", node.source)
         try:
             version = await runtime.version()
         except ScrapeFailure as err:

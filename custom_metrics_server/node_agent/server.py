@@ -1,8 +1,14 @@
 """The agent's HTTPS endpoints, a bare ASGI app (no framework: three GET routes).
 
 * ``/metrics/resource``: the kubelet-format body (:class:`.Collector`);
-* ``/healthz``: 200 ``ok`` when the runtime answers ``Version`` within the CRI deadline,
-  else 503 with the reason (the DaemonSet's liveness and readiness probes);
+* ``/healthz`` and ``/readyz`` (the same check; the DaemonSet's readiness probe): 200 ``ok``
+  while the agent has figures to serve, i.e. the last collection (made now when the last
+  body is older than ``--stats-cache-duration``) read the runtime's stats, else 503 with the
+  runtime's answer: an agent serving ``resource_scrape_error 1`` is not ready, so its pod
+  leaves the Ready set instead of looking healthy while it serves nothing. A sandbox left out
+  of a collection (its own stats call failed) does not fail it: the others are served. The
+  liveness probe reads ``/metrics``, which never asks the runtime (restarting the agent would
+  not bring a stopped runtime back);
 * ``/metrics``: the agent's own metrics (Prometheus text).
 
 Anything else is 404, other methods 405. No authentication: the agent serves read-only usage
@@ -16,7 +22,6 @@ from typing import Final
 
 from prometheus_client import generate_latest
 
-from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.node_agent.collector import Collector
 from custom_metrics_server.node_agent.runtime import RuntimeClient
 from custom_metrics_server.runtime.asgi import Receive, Scope, Send, send_body
@@ -51,7 +56,7 @@ class AgentApp:
         path = scope["path"]
         if path == "/metrics/resource":
             await _answer(send, 200, await self.collector.body())
-        elif path == "/healthz":
+        elif path in ("/healthz", "/readyz"):
             await self._healthz(send)
         elif path == "/metrics":
             await _answer(send, 200, generate_latest(self.collector.registry))
@@ -59,11 +64,9 @@ class AgentApp:
             await _answer(send, 404, b"not found\n")
 
     async def _healthz(self, send: Send) -> None:
-        try:
-            await self.runtime.version()
-        except ScrapeFailure as err:
-            self.collector.runtime_up.set(0)
-            await _answer(send, 503, f"container runtime: {err.message}\n".encode())
+        failure = await self.collector.usable()
+        if failure is not None:
+            body = f"no figures to serve: container runtime: {failure.message}\n"
+            await _answer(send, 503, body.encode())
             return
-        self.collector.runtime_up.set(1)  # "the last CRI call succeeded": this one did
         await _answer(send, 200, b"ok")

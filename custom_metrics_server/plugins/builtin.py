@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Annotated, Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.backends.memory import load_fixture
@@ -37,6 +37,7 @@ from custom_metrics_server.backends.simulated import DemoSettings, SimulatedClus
 from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.compute.metrics import ResourceMetricsBackend
 from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, ResourceUsageSource
+from custom_metrics_server.compute.node_agents import check_address_template
 from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY
 from custom_metrics_server.compute.state_exposition import stream_state_exposition
 from custom_metrics_server.domain import (
@@ -106,6 +107,10 @@ def resolve_path(base: Path, value: str | None) -> str | None:
 # -- kubernetes -------------------------------------------------------------------------------
 
 
+def _address_template(value: str | None) -> str | None:
+    return None if value is None else check_address_template(value)
+
+
 class KubernetesPluginSettings(BuiltinSettings):
     """The Kubernetes backend (the flags of `serve` without --demo, camelCased)."""
 
@@ -120,6 +125,9 @@ class KubernetesPluginSettings(BuiltinSettings):
         "app.kubernetes.io/name=custom-metrics-node-agent", alias="nodeAgentSelector"
     )
     node_agent_port: int = Field(10443, alias="nodeAgentPort", ge=1, le=65535)
+    node_agent_address: Annotated[str | None, AfterValidator(_address_template)] = Field(
+        None, alias="nodeAgentAddress"
+    )
     node_agent_certificate_authority: str | None = Field(
         None, alias="nodeAgentCertificateAuthority"
     )
@@ -161,6 +169,7 @@ def kubernetes(settings: KubernetesPluginSettings, *, context: BackendContext) -
             node_agent_namespace=settings.node_agent_namespace,
             node_agent_selector=settings.node_agent_selector,
             node_agent_port=settings.node_agent_port,
+            node_agent_address=settings.node_agent_address,
             node_agent_ca_file=resolve_path(
                 context.base_dir, settings.node_agent_certificate_authority
             ),

@@ -117,6 +117,15 @@ def add_backend_flags(serve: argparse.ArgumentParser) -> None:
         "--node-agent-port", type=int, default=10443, help="HTTPS port of the node agents"
     )
     kube.add_argument(
+        "--node-agent-address",
+        default=None,
+        metavar="TEMPLATE",
+        help="agents that run on the hosts, not as pods: each node's agent is at this host "
+        "name or IP address, with {node} (the node's name) and {internal_ip} (its InternalIP) "
+        "filled in, e.g. '{internal_ip}'; default: find the agent pods "
+        "(--node-agent-namespace, --node-agent-selector)",
+    )
+    kube.add_argument(
         "--node-agent-certificate-authority",
         default=None,
         help="CA of the node agents' serving certificates (default: system CAs)",
@@ -227,6 +236,7 @@ def _kubernetes_settings(args: argparse.Namespace) -> dict[str, Any]:
         "nodeAgentNamespace": args.node_agent_namespace,
         "nodeAgentSelector": args.node_agent_selector,
         "nodeAgentPort": args.node_agent_port,
+        "nodeAgentAddress": args.node_agent_address,
         "nodeAgentCertificateAuthority": args.node_agent_certificate_authority,
         "nodeAgentInsecureTls": args.node_agent_insecure_tls,
         "metricResolution": args.metric_resolution,

@@ -668,3 +668,26 @@ async def test_nodes_that_join_are_scraped_at_once_not_at_the_next_round(
     first = [r.getMessage() for r in caplog.records if "first kubelet" in r.getMessage()]
     assert len(first) == 1
     assert first[0].startswith("first kubelet scrape round done: 1 of 1 nodes answered in ")
+
+
+async def test_a_failing_node_that_becomes_reachable_is_scraped_at_once(
+    server: FakeApiServer, client: KubeClient
+) -> None:
+    """A node whose scrapes failed (its agent was not there yet, or its kubelet was down) is
+    scraped as soon as the watch says it became reachable, not after its backoff or at the
+    next round; a node in good standing is not scraped again for it."""
+    down = server.add("down", status=503)
+    server.add("fine")
+    running = KubeletScraper(
+        client, nodes=lambda: ["down", "fine"], store=UsageStore(), interval=3600.0, timeout=1.0
+    )
+    async with running:
+        await wait_for(lambda: running.stats().rounds_completed >= 1, within=60.0)
+        assert failing_nodes(running) == {"down": "http_503"}
+        down.status = 200
+        running.notice_nodes(["down", "fine", "unlisted"])
+        await wait_for(lambda: not running.nodes.is_failing("down"), within=60.0)
+        stats = running.stats()
+    assert len(down.requests) == 2
+    assert len(server.nodes["fine"].requests) == 1
+    assert stats.rounds_started == 1  # the next round is an hour away: a catch-up scraped it

@@ -6,6 +6,8 @@ the agents through their pods and serves `kube_running_pod_resource_usage` from 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -13,11 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
+import pydantic
 import pytest
 import trustme
 
-from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
-from custom_metrics_server.compute.node_agents import AgentDirectory
+from custom_metrics_server.compute.kubernetes import (
+    KubernetesBackend,
+    KubernetesSettings,
+    _NoticingSink,
+)
+from custom_metrics_server.compute.node_agents import (
+    AgentDirectory,
+    check_address_template,
+    template_address,
+)
+from custom_metrics_server.compute.records import NODES, ClusterState
 from custom_metrics_server.compute.summary import (
     ContainerStats,
     CpuStats,
@@ -25,7 +38,9 @@ from custom_metrics_server.compute.summary import (
     PodStats,
     Summary,
 )
+from custom_metrics_server.compute.wire_objects import NodeWire
 from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.plugins.builtin import KubernetesPluginSettings
 from custom_metrics_server.server.app import create_app
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod
@@ -201,6 +216,32 @@ async def test_backend_serves_usage_from_two_agents(
         assert backend.agents.nodes() == {"node-1": "127.0.0.1", "node-2": "127.0.0.2"}
         await until(lambda: set(backend.usage_store.nodes()) == {"node-1", "node-2"})
         assert backend.usage_store.pod_usage("shop", "web-1") is None  # one sample so far
+        # Memory needs one sample: served now; CPU (a rate) and the PodMetrics (cpu and
+        # memory together, as metrics-server: `kubectl top` prints both) wait for a second.
+        app = create_app(cluster=backend.state, backends=[backend])
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="https://t"
+        ) as client:
+            early_memory = await client.get(
+                P + "/web-2/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dmemory"
+            )
+            early_cpu = await client.get(
+                P + "/web-2/kube_running_pod_resource_usage?metricLabelSelector=resource%3Dcpu"
+            )
+            early_both = await client.get(P + "/web-2/kube_running_pod_resource_usage")
+            early_pod_metrics = await client.get(
+                "/apis/metrics.k8s.io/v1beta1/namespaces/shop/pods/web-2"
+            )
+        assert early_memory.status_code == 200, early_memory.text
+        [early] = early_memory.json()["items"]
+        assert early["value"] == str(2 * MEMORY)
+        assert early["timestamp"] == "2021-10-03T09:36:52Z"  # the sample's own time (AT_1)
+        assert "windowSeconds" not in early or early["windowSeconds"] is None
+        assert early_cpu.status_code == 404
+        assert early_cpu.json()["reason"] == "NotFound"
+        [both] = early_both.json()["items"]  # the sum of what is known: memory alone
+        assert both["value"] == str(2 * MEMORY), both
+        assert early_pod_metrics.status_code == 404
         for node_name, pods in second_pods().items():
             runtimes[node_name].world = world_from_summary(node_summary(pods, AT_2))
         await until(lambda: backend.usage_store.pod_usage("shop", "web-2") is not None)
@@ -246,3 +287,137 @@ def test_directory_follows_agent_pods() -> None:
     directory.listed(pending)
     directory.list_finished()
     assert directory.nodes() == {"n2": "10.0.0.3"}
+
+
+async def test_a_node_whose_agent_turns_up_is_scraped_at_once(
+    cluster: tuple[FakeKubeApiServer, dict[str, FakeCriRuntime], str, int],
+) -> None:
+    """node-1's agent pod is not there at start (its scrapes fail: no address, and back off);
+    when the watch reports the agent pod, node-1 is scraped at once, not after its backoff
+    or the next round (an hour away here)."""
+    api, runtimes, ca_file, port = cluster
+    for node_name, pods in first_pods().items():
+        runtimes[node_name].world = world_from_summary(node_summary(pods, AT_1))
+    agent_1 = api.delete("pods", "agent-1", namespace="custom-metrics")
+    assert agent_1 is not None
+    settings = KubernetesSettings(
+        scrape_interval=3600,
+        scrape_timeout=3.0,
+        discovery_interval=60,
+        discovery_min_refresh=0,
+        usage_source="node-agent",
+        node_agent_namespace="custom-metrics",
+        node_agent_selector=SELECTOR,
+        node_agent_port=port,
+        node_agent_ca_file=ca_file,
+    )
+    backend = KubernetesBackend(KubeClient(api.connection()), settings)
+    async with backend:
+        await until(lambda: set(backend.usage_store.nodes()) == {"node-2"}, within=60)
+        await until(lambda: backend.scraper.nodes.is_failing("node-1"), within=60)
+        assert backend.scraper.nodes.failing()["node-1"][0] == "no_address"
+        pending = agent_pod("agent-1", "node-1", "127.0.0.1")
+        pending["status"]["conditions"] = []
+        pending["metadata"].pop("resourceVersion", None)
+        api.add("pods", pending)  # running, not ready yet: its address is known
+        await until(lambda: "node-1" in backend.usage_store.nodes(), within=60)
+        assert backend.scraper.stats().rounds_started == 1
+
+
+def test_directory_says_when_a_node_s_agent_changes() -> None:
+    changed: list[str] = []
+    directory = AgentDirectory(on_change=changed.append)
+    unready = agent_pod("a", "n1", "10.0.0.1")
+    unready["status"]["conditions"] = []
+    directory.event("ADDED", unready)  # appears (not ready yet): scrape it now
+    directory.event("MODIFIED", unready)  # nothing changed
+    directory.event("MODIFIED", agent_pod("a", "n1", "10.0.0.1"))  # turned ready
+    directory.event("ADDED", agent_pod("b", "n1", "10.0.0.2"))  # a second one: "a" stays
+    directory.event("DELETED", agent_pod("a", "n1", "10.0.0.1"))  # gone: nothing to scrape
+    directory.event("MODIFIED", agent_pod("b", "n1", "10.0.0.3"))  # moved
+    assert changed == ["n1", "n1", "n1"]
+
+
+@pytest.mark.parametrize("wire", [False, True], ids=["dict", "NodeWire"])
+def test_node_sink_reports_nodes_that_turn_ready(wire: bool) -> None:
+    noticed: list[list[str]] = []
+    inner = ClusterState().sink(NODES)
+    sink = _NoticingSink(inner, lambda names: noticed.append(list(names)))
+
+    def ready(name: str, status: str) -> Any:
+        body = node(name)
+        body["status"]["conditions"] = [{"type": "Ready", "status": status}]
+        # The node watch decodes with the NodeWire schema; tests may feed documents.
+        return msgspec.json.decode(json.dumps(body), type=NodeWire) if wire else body
+
+    sink.list_started()
+    sink.listed(ready("n1", "False"))
+    sink.listed(ready("n2", "True"))
+    sink.list_finished()
+    sink.event("MODIFIED", ready("n2", "True"))  # no change: nothing said
+    sink.event("MODIFIED", ready("n1", "True"))  # back: scrape it now
+    sink.event("ADDED", ready("n3", "True"))  # new: a catch-up for never-scraped nodes
+    assert noticed == [[], ["n1"], []]
+
+
+async def test_host_agents_are_found_by_address_template_not_pods(
+    cluster: tuple[FakeKubeApiServer, dict[str, FakeCriRuntime], str, int],
+) -> None:
+    """`--node-agent-address='{internal_ip}'`: agents that run on the hosts (no pods); each
+    node's agent is at its InternalIP."""
+    api, runtimes, ca_file, port = cluster
+    for node_name, pods in first_pods().items():
+        runtimes[node_name].world = world_from_summary(node_summary(pods, AT_1))
+    for number in (1, 2):
+        api.delete("pods", f"agent-{number}", namespace="custom-metrics")
+        body = node(f"node-{number}")
+        body["status"]["addresses"] = [{"type": "InternalIP", "address": f"127.0.0.{number}"}]
+        api.update("nodes", body)
+    settings = KubernetesSettings(
+        scrape_interval=0.3,
+        scrape_timeout=3.0,
+        discovery_interval=60,
+        discovery_min_refresh=0,
+        usage_source="node-agent",
+        node_agent_port=port,
+        node_agent_ca_file=ca_file,
+        node_agent_address="{internal_ip}",
+    )
+    backend = KubernetesBackend(KubeClient(api.connection()), settings)
+    async with backend:
+        assert backend.agents is None
+        assert [r.name for r in backend.watches if r.name == "node-agents"] == []
+        await until(lambda: set(backend.usage_store.nodes()) == {"node-1", "node-2"}, within=60)
+    assert api.count("list", "/api/v1/namespaces/custom-metrics/pods") == 0
+
+
+@pytest.mark.parametrize(
+    ("template", "node", "ip", "address"),
+    [
+        ("{internal_ip}", "n1", "10.0.0.1", "10.0.0.1"),
+        ("{internal_ip}", "n1", None, None),
+        ("{node}.agents.example", "n1", None, "n1.agents.example"),
+        ("10.244.0.1", "n1", None, "10.244.0.1"),
+        ("fd00::1", "n1", None, "fd00::1"),
+    ],
+)
+def test_address_templates(template: str, node: str, ip: str | None, address: str | None) -> None:
+    assert template_address(check_address_template(template), lambda _: ip)(node) == address
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("", "empty"),
+        ("{nodename}", "only {node} and {internal_ip} are known"),
+        ("https://{internal_ip}", "not a host name or IP address"),
+        ("{internal_ip}:10443", "not a host name or IP address"),
+        ("[fd00::1]", "not a host name or IP address"),
+        ("{", "not a node agent address template"),
+    ],
+)
+def test_bad_address_templates_say_why(template: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_address_template(template)
+    with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
+        KubernetesPluginSettings.model_validate({"nodeAgentAddress": template})

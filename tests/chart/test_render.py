@@ -690,3 +690,35 @@ def test_kubernetes_older_than_1_30_is_refused() -> None:
     assert result.returncode != 0
     assert "kubeVersion" in result.stderr or ">=1.30.0-0" in result.stderr
     helm("template", "x", str(CHART), "--kube-version", "1.30.0")
+
+
+def test_host_aliases_and_dns_settings_reach_the_server_pod() -> None:
+    """Out of reach of cluster DNS (a Prometheus or an API server by name only): the server
+    pod takes hostAliases, dnsPolicy and dnsConfig as a PodSpec does."""
+    aliases = [{"ip": "10.244.0.1", "hostnames": ["prometheus.example", "api.example"]}]
+    dns = {"nameservers": ["10.244.0.53"], "options": [{"name": "ndots", "value": "2"}]}
+    objects = render(
+        set_json=(f"hostAliases={json.dumps(aliases)}", f"dnsConfig={json.dumps(dns)}"),
+        sets=("dnsPolicy=None",),
+    )
+    spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert spec["hostAliases"] == aliases
+    assert spec["dnsPolicy"] == "None"
+    assert spec["dnsConfig"] == dns
+    plain = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert not {"hostAliases", "dnsPolicy", "dnsConfig"} & plain.keys()
+    stderr = render_fails(set_json=('hostAliases=[{"ip": "10.0.0.1"}]',))
+    assert "hostnames" in stderr
+    stderr = render_fails(sets=("dnsPolicy=Cluster",))
+    assert "dnsPolicy" in stderr
+
+
+def test_the_node_agent_reads_the_host_s_proc_read_only() -> None:
+    spec = one(render(example("node-agent")), "DaemonSet")["spec"]["template"]["spec"]
+    agent = spec["containers"][0]
+    assert "--host-proc=/host/proc" in agent["args"]
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    assert mounts["host-proc"]["mountPath"] == "/host/proc"
+    assert mounts["host-proc"]["readOnly"] is True
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["host-proc"]["hostPath"] == {"path": "/proc", "type": "Directory"}

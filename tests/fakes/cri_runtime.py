@@ -4,7 +4,8 @@ implementing ``Version``, ``ListPodSandbox``, ``ListContainers``, ``ListPodSandb
 values (:func:`world_from_summary`), so tests know every value and timestamp it answers.
 
 Switches: ``sandbox_stats_unimplemented`` (a runtime without ``ListPodSandboxStats``),
-``fail_with`` (every call fails with that status), ``delay`` (seconds before answering).
+``fail_with`` (every call fails with that status), ``delay`` (seconds before answering), and
+:meth:`FakeCriRuntime.delete_pod` (a pod deleted on containerd 1.6: see ``CGROUP_DELETED``).
 Filters are honoured as the runtimes honour them (state, id, sandbox id).
 """
 
@@ -32,6 +33,15 @@ from custom_metrics_server.node_agent.cri_stats import (
     CONTAINER_NAME_LABEL,
     POD_NAME_LABEL,
     POD_NAMESPACE_LABEL,
+)
+
+#: containerd 1.6.20's answer to an unfiltered ``ListPodSandboxStats`` while a NOTREADY sandbox
+#: whose cgroup is gone is still listed (the 30-60 s after a pod is deleted until the kubelet
+#: removes the sandbox), code ``UNKNOWN``, as seen on the realnode (docs/node-agent.md).
+#: Filtered by that sandbox's id, the call answers no stats; by another id, that one's.
+CGROUP_DELETED = (
+    'failed to obtain metrics for sandbox "{id}": failed to load sandbox cgroup '
+    "/kubepods/besteffort/pod{uid}: cgroups: cgroup deleted"
 )
 
 
@@ -212,7 +222,21 @@ class _Servicer(cri_grpc.RuntimeServiceServicer):
         await self._gate(context, "ListPodSandboxStats")
         if self.fake.sandbox_stats_unimplemented:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method")
-        return cri.ListPodSandboxStatsResponse(stats=self.fake.world.pod_stats)
+        wanted = request.filter.id
+        if wanted:
+            self.fake.filtered_calls.append(wanted)
+        stats = [
+            s
+            for s in self.fake.world.pod_stats
+            if (not wanted or s.attributes.id == wanted)
+            and s.attributes.id not in self.fake.cgroup_deleted
+        ]
+        if not wanted:
+            for sandbox_id in self.fake.cgroup_deleted:
+                uid = next(s.metadata.uid for s in self.fake.world.sandboxes if s.id == sandbox_id)
+                message = CGROUP_DELETED.format(id=sandbox_id, uid=uid)
+                await context.abort(grpc.StatusCode.UNKNOWN, message)
+        return cri.ListPodSandboxStatsResponse(stats=stats)
 
     async def ListContainerStats(
         self, request: Any, context: Any
@@ -231,7 +255,40 @@ class FakeCriRuntime:
         self.sandbox_stats_unimplemented = False
         self.fail_with: grpc.StatusCode | None = None
         self.delay = 0.0
+        #: sandboxes deleted with their cgroup (see ``delete_pod``)
+        self.cgroup_deleted: set[str] = set()
+        #: the ids asked for by filtered ``ListPodSandboxStats`` calls
+        self.filtered_calls: list[str] = []
         self._server: aio.Server | None = None
+
+    def delete_pod(self, sandbox_id: str) -> None:
+        """What containerd 1.6 shows after the kubelet stops a deleted pod: its sandbox
+        NOTREADY and still listed, its containers exited, its cgroup gone (so an unfiltered
+        ``ListPodSandboxStats`` fails with ``CGROUP_DELETED``)."""
+        for index, sandbox in enumerate(self.world.sandboxes):
+            if sandbox.id == sandbox_id:
+                stopped = cri.PodSandbox()
+                stopped.CopyFrom(sandbox)
+                stopped.state = cri.SANDBOX_NOTREADY
+                self.world.sandboxes[index] = stopped
+        for index, container in enumerate(self.world.containers):
+            if container.pod_sandbox_id == sandbox_id:
+                exited = cri.Container()
+                exited.CopyFrom(container)
+                exited.state = cri.CONTAINER_EXITED
+                self.world.containers[index] = exited
+        self.cgroup_deleted.add(sandbox_id)
+
+    def remove_pod(self, sandbox_id: str) -> None:
+        """The kubelet removed the sandbox (garbage collection): gone from every list."""
+        world = self.world
+        world.sandboxes = [s for s in world.sandboxes if s.id != sandbox_id]
+        world.containers = [c for c in world.containers if c.pod_sandbox_id != sandbox_id]
+        world.pod_stats = [s for s in world.pod_stats if s.attributes.id != sandbox_id]
+        world.container_stats = [
+            s for s in world.container_stats if not s.attributes.id.startswith(sandbox_id + "-")
+        ]
+        self.cgroup_deleted.discard(sandbox_id)
 
     @property
     def endpoint(self) -> str:

@@ -14,6 +14,7 @@ from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS
 from custom_metrics_server.domain import GroupResource, ResourceMapping
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import (
+    METRICS_GROUPS,
     DiscoveryRestMapper,
     discover_groups,
     resources_of,
@@ -85,13 +86,13 @@ async def test_empty_singular_name_falls_back_to_the_lower_cased_kind(
 async def test_groups_that_fail_are_skipped_with_a_warning(
     api: FakeKubeApiServer, client: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    api.register(ResourceType("metrics.k8s.io", "v1beta1", "pods", "PodMetrics"))
-    api.fail_discovery("metrics.k8s.io/v1beta1")
+    api.register(WIDGETS)
+    api.fail_discovery("example.com/v1")
     result = await discover_groups(client)
-    assert dict(result.failed).keys() == {"metrics.k8s.io/v1beta1"}
-    assert "503 ServiceUnavailable" in result.failed["metrics.k8s.io/v1beta1"]
+    assert dict(result.failed).keys() == {"example.com/v1"}
+    assert "503 ServiceUnavailable" in result.failed["example.com/v1"]
     groups = {m.group_resource.group for m in result.mappings}
-    assert "metrics.k8s.io" not in groups
+    assert "example.com" not in groups
     assert {"", "apps", "batch"} <= groups
 
     mapper = DiscoveryRestMapper(client)
@@ -99,7 +100,33 @@ async def test_groups_that_fail_are_skipped_with_a_warning(
         assert await mapper.refresh()
         assert await mapper.refresh()
     [warning] = caplog.records  # once per group and error, not once per refresh
-    assert "skipping metrics.k8s.io/v1beta1" in warning.getMessage()
+    assert "skipping example.com/v1" in warning.getMessage()
+
+
+async def test_the_metrics_apis_own_groups_are_not_asked(
+    api: FakeKubeApiServer, client: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At start-up the aggregator answers 503 for the groups this server serves until it is
+    Available: discovery leaves them out instead of warning about them."""
+    api.register(ResourceType("metrics.k8s.io", "v1beta1", "pods", "PodMetrics"))
+    api.register(ResourceType("custom.metrics.k8s.io", "v1beta2", "pods", "MetricValueList"))
+    api.register(ResourceType("external.metrics.k8s.io", "v1beta1", "x", "ExternalMetricValueList"))
+    for group_version in (
+        "metrics.k8s.io/v1beta1",
+        "custom.metrics.k8s.io/v1beta2",
+        "external.metrics.k8s.io/v1beta1",
+    ):
+        api.fail_discovery(group_version)
+    mapper = DiscoveryRestMapper(client)
+    with caplog.at_level(logging.DEBUG, logger="custom_metrics_server.kube.discovery"):
+        assert await mapper.refresh()
+    assert caplog.records == []
+    for group in METRICS_GROUPS:
+        assert api.count("discovery", f"/apis/{group}/v1beta1") == 0
+        assert api.count("discovery", f"/apis/{group}/v1beta2") == 0
+    groups = {m.group_resource.group for m in mapper.mapper.mappings}
+    assert not groups & METRICS_GROUPS
+    assert {"", "apps", "batch"} <= groups
 
 
 async def test_discovery_fails_when_the_group_list_cannot_be_read(

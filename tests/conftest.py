@@ -83,3 +83,16 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
     server = start_server(tmp_path_factory.mktemp("demo"), "--demo-pods", "80")
     yield server
     stop_server(server)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave the real-node tier (`realnode` marker) out unless `-m` names it: `make test`
+    and `make unit` do not run it, `make test-node` (`-m realnode`) does."""
+    if "realnode" in (config.option.markexpr or ""):
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if item.get_closest_marker("realnode") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

@@ -18,16 +18,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.realnode.hostserver import (
+    HostServer,
+    kubernetes_backend,
+    register,
+    start_host_server,
+    stop,
+    write_backends,
+)
 from tests.realnode.node import (
     DEFAULT_DIR,
+    NS_PREFIX,
     RealNode,
     bring_down,
     bring_up,
     find_realnode,
     missing_requirements,
+    namespace,
 )
 
 
@@ -52,3 +65,71 @@ def realnode() -> Iterator[RealNode]:
         yield started
     finally:
         bring_down(DEFAULT_DIR)
+
+
+@dataclass
+class MetricsServer:
+    """The session's registered server: its process, and the values it serves from memory
+    (a `fixture` backend, routes `rn_*`) beside the Kubernetes backend's real usage."""
+
+    server: HostServer
+    backends_file: Path
+    namespace: str
+    kubernetes: dict[str, Any]
+
+    def serve_values(
+        self, values: list[dict[str, Any]] = (), external: list[dict[str, Any]] = ()  # type: ignore[assignment]
+    ) -> None:
+        """Replace the memory backend's values (fixture `values`/`external` entries); the
+        server reloads the file within a second or so (callers wait for the answer)."""
+        write_backends(self.backends_file, [self.kubernetes, memory_backend(list(values), list(external))])
+
+
+def memory_backend(values: list[dict[str, Any]], external: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `fixture` backend entry that answers every metric named `rn_*`."""
+    return {
+        "name": "values",
+        "type": "fixture",
+        "settings": {"values": values, "external": external},
+        "routes": [{"metric": "rn_*"}],
+    }
+
+
+#: The usage scrape's interval for the registered server: short, so the HPA and kubectl top
+#: see usage soon after a pod starts (metrics-server's minimum is 10s; ours accepts less).
+RESOLUTION = "5s"
+
+
+@pytest.fixture(scope="session")
+def metrics_server(
+    realnode: RealNode, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MetricsServer]:
+    """`serve` on the host, registered with the aggregator for custom, external and resource
+    metrics (tests/realnode/hostserver.py): the real kubelet scraped directly (its certificate
+    verified with the cluster CA), `--enable-metrics-api`, and a memory backend the tests
+    fill."""
+    workdir = tmp_path_factory.mktemp("metrics-server")
+    kubernetes = kubernetes_backend(
+        realnode,
+        kubeletSource="direct",
+        kubeletCertificateAuthority=str(realnode.ca),
+        metricResolution=RESOLUTION,
+    )
+    backends = workdir / "backends.yaml"
+    write_backends(backends, [kubernetes, memory_backend([], [])])
+    with namespace(realnode, f"{NS_PREFIX}apis") as ns:
+        server = start_host_server(
+            realnode,
+            workdir,
+            "--backends-config",
+            str(backends),
+            "--backends-config-reload-interval",
+            "1s",
+            "--enable-metrics-api",
+            namespace=ns,
+        )
+        try:
+            with register(realnode, server, ns):
+                yield MetricsServer(server, backends, ns, kubernetes)
+        finally:
+            stop(server)

@@ -52,6 +52,10 @@ PACKAGES: Mapping[str, str] = {
 }
 CNI_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 
+#: Every namespace the tier creates starts with this: it keeps the tier's objects apart from
+#: other users of a shared realnode (and theirs from its clean-up).
+NS_PREFIX = "wiprn-"
+
 #: The local images on the node (README "The workload and the images").
 BUSYBOX = "localhost/realnode/busybox:1.35.0"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,21 +76,43 @@ class MetricsServer:
     backends_file: Path
     namespace: str
     kubernetes: dict[str, Any]
+    groups: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = field(
+        default_factory=dict
+    )
 
     def serve_values(
-        self, values: list[dict[str, Any]] = (), external: list[dict[str, Any]] = ()  # type: ignore[assignment]
+        self,
+        group: str,
+        values: list[dict[str, Any]] | None = None,
+        external: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Replace the memory backend's values (fixture `values`/`external` entries); the
-        server reloads the file within a second or so (callers wait for the answer)."""
-        write_backends(self.backends_file, [self.kubernetes, memory_backend(list(values), list(external))])
+        """Replace the memory backend's values of `group` (fixture `values`/`external`
+        entries; each test keeps its own group); the server reloads the file within about
+        a second (`--backends-config-reload-interval 1s`), so callers wait for the answer."""
+        self.groups[group] = (list(values or ()), list(external or ()))
+        every_value = [v for vs, _ in self.groups.values() for v in vs]
+        every_external = [e for _, es in self.groups.values() for e in es]
+        write_backends(
+            self.backends_file, [self.kubernetes, memory_backend(every_value, every_external)]
+        )
 
 
 def memory_backend(values: list[dict[str, Any]], external: list[dict[str, Any]]) -> dict[str, Any]:
-    """The `fixture` backend entry that answers every metric named `rn_*`."""
+    """The `fixture` backend entry that answers every metric named `rn_*`. A fixture holds
+    the objects its values belong to (its own view, unused here: the Kubernetes backend is
+    the cluster view), so each valued object is listed under `objects` too."""
+    objects = {
+        (v["resource"], v.get("namespace", ""), v["name"]): {
+            "resource": v["resource"],
+            "namespace": v.get("namespace", ""),
+            "name": v["name"],
+        }
+        for v in values
+    }
     return {
         "name": "values",
         "type": "fixture",
-        "settings": {"values": values, "external": external},
+        "settings": {"objects": list(objects.values()), "values": values, "external": external},
         "routes": [{"metric": "rn_*"}],
     }
 

@@ -125,7 +125,9 @@ def kubernetes_backend(node: RealNode, **settings: Any) -> dict[str, Any]:
 def write_backends(path: Path, backends: list[dict[str, Any]]) -> None:
     """Write a backends file at once (a staged copy renamed over it), as a reload wants."""
     staged = path.with_suffix(".staged")
-    staged.write_text(yaml.safe_dump({"cluster": "kubernetes", "backends": backends}, sort_keys=False))
+    staged.write_text(
+        yaml.safe_dump({"cluster": "kubernetes", "backends": backends}, sort_keys=False)
+    )
     os.replace(staged, path)
 
 
@@ -159,7 +161,11 @@ def _objects(node: RealNode, server: HostServer, namespace: str) -> list[dict[st
             "metadata": {"name": f"{namespace}:metrics-reader"},
             "rules": [
                 {
-                    "apiGroups": ["custom.metrics.k8s.io", "external.metrics.k8s.io", "metrics.k8s.io"],
+                    "apiGroups": [
+                        "custom.metrics.k8s.io",
+                        "external.metrics.k8s.io",
+                        "metrics.k8s.io",
+                    ],
                     "resources": ["*"],
                     "verbs": ["get", "list", "watch"],
                 }
@@ -175,8 +181,16 @@ def _objects(node: RealNode, server: HostServer, namespace: str) -> list[dict[st
                 "name": f"{namespace}:metrics-reader",
             },
             "subjects": [
-                {"kind": "ServiceAccount", "name": "horizontal-pod-autoscaler", "namespace": "kube-system"},
-                {"kind": "User", "name": "system:kube-controller-manager", "apiGroup": "rbac.authorization.k8s.io"},
+                {
+                    "kind": "ServiceAccount",
+                    "name": "horizontal-pod-autoscaler",
+                    "namespace": "kube-system",
+                },
+                {
+                    "kind": "User",
+                    "name": "system:kube-controller-manager",
+                    "apiGroup": "rbac.authorization.k8s.io",
+                },
             ],
         },
     ]
@@ -232,7 +246,12 @@ def register(node: RealNode, server: HostServer, namespace: str) -> Iterator[Non
         with contextlib.suppress(AssertionError):
             node.kubectl("delete", "apiservice", "-l", f"realnode-tests={namespace}")
         with contextlib.suppress(AssertionError):
-            node.kubectl("delete", "clusterrolebinding,clusterrole", f"{namespace}:metrics-reader", "--ignore-not-found")
+            node.kubectl(
+                "delete",
+                "clusterrolebinding,clusterrole",
+                f"{namespace}:metrics-reader",
+                "--ignore-not-found",
+            )
 
 
 def stop(server: HostServer) -> None:

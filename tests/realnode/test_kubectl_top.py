@@ -12,6 +12,7 @@ anywhere else fails.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,9 +46,14 @@ def workload(realnode: RealNode) -> Iterator[str]:
                 ns,
                 "top",
                 [
-                    busybox_container("spin", SPIN, requests={"cpu": "10m"}, limits={"cpu": "100m"}),
                     busybox_container(
-                        "hold", ["memhog", "16"], requests={"memory": "24Mi"}, limits={"memory": "48Mi"}
+                        "spin", SPIN, requests={"cpu": "10m"}, limits={"cpu": "100m"}
+                    ),
+                    busybox_container(
+                        "hold",
+                        ["memhog", "16"],
+                        requests={"memory": "24Mi"},
+                        limits={"memory": "48Mi"},
                     ),
                 ],
             )
@@ -67,8 +73,6 @@ def kubectls(realnode: RealNode) -> list[str]:
 
 
 def run(realnode: RealNode, kubectl: str, *args: str) -> str:
-    import subprocess
-
     result = subprocess.run(  # the realnode's or the pinned kubectl
         [kubectl, "--kubeconfig", str(realnode.kubeconfig), *args],
         capture_output=True,
@@ -96,7 +100,12 @@ def mebi(quantity: str) -> str:
 
 def pod_rows(answer: dict[str, Any]) -> set[tuple[str, ...]]:
     return {
-        (answer["metadata"]["name"], c["name"], milli(c["usage"]["cpu"]), mebi(c["usage"]["memory"]))
+        (
+            answer["metadata"]["name"],
+            c["name"],
+            milli(c["usage"]["cpu"]),
+            mebi(c["usage"]["memory"]),
+        )
         for c in answer["containers"]
     }
 
@@ -114,13 +123,20 @@ def test_kubectl_top_pods_containers_shows_our_answers(
     wait_for(f"usage of {name} from our server", lambda: realnode.raw(path), timeout=120)
     for kubectl in kubectls(realnode):
 
-        def shown(kubectl: str = kubectl) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]]] | None:
+        def shown(
+            kubectl: str = kubectl,
+        ) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]]] | None:
             before = pod_rows(json.loads(realnode.raw(path)))
-            rows = {tuple(r) for r in table(run(realnode, kubectl, "top", "pods", "-n", workload, "--containers"))}
+            rows = {
+                tuple(r)
+                for r in table(
+                    run(realnode, kubectl, "top", "pods", "-n", workload, "--containers")
+                )
+            }
             after = pod_rows(json.loads(realnode.raw(path)))
             return (rows, before) if rows in (before, after) else None
 
-        rows, answer = wait_for(f"{kubectl} top pods to show our answer", shown, timeout=60)
+        rows, _ = wait_for(f"{kubectl} top pods to show our answer", shown, timeout=60)
         assert {row[1] for row in rows} == {"spin", "hold"}
         # A 16 MiB holder and a capped loop: the numbers are the workload's, not zeros.
         hold = next(row for row in rows if row[1] == "hold")
@@ -129,7 +145,9 @@ def test_kubectl_top_pods_containers_shows_our_answers(
         assert int(spin[2].removesuffix("m")) > 0, rows
 
 
-def test_kubectl_top_nodes_shows_our_answer(realnode: RealNode, metrics_server: MetricsServer) -> None:
+def test_kubectl_top_nodes_shows_our_answer(
+    realnode: RealNode, metrics_server: MetricsServer
+) -> None:
     path = f"/apis/metrics.k8s.io/v1beta1/nodes/{realnode.node}"
     wait_for("the node's usage from our server", lambda: realnode.raw(path), timeout=120)
     for kubectl in kubectls(realnode):
@@ -143,4 +161,5 @@ def test_kubectl_top_nodes_shows_our_answer(realnode: RealNode, metrics_server: 
         row = wait_for(f"{kubectl} top nodes to show our answer", shown, timeout=60)
         assert row[0] == realnode.node
         # CPU% and MEMORY% against the node's allocatable, which the API server serves.
-        assert row[2].endswith("%") and row[4].endswith("%"), row
+        assert row[2].endswith("%"), row
+        assert row[4].endswith("%"), row

@@ -122,14 +122,15 @@ def memory_backend(values: list[dict[str, Any]], external: list[dict[str, Any]])
 RESOLUTION = "5s"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def metrics_server(
     realnode: RealNode, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MetricsServer]:
     """`serve` on the host, registered with the aggregator for custom, external and resource
     metrics (tests/realnode/hostserver.py): the real kubelet scraped directly (its certificate
     verified with the cluster CA), `--enable-metrics-api`, and a memory backend the tests
-    fill."""
+    fill. Module scope: APIService names are cluster-wide, and the chart's install
+    (test_image_pod.py) registers the same ones."""
     workdir = tmp_path_factory.mktemp("metrics-server")
     kubernetes = kubernetes_backend(
         realnode,

@@ -12,8 +12,9 @@ kubelet's cAdvisor housekeeping periods) and then requires, for every sample of 
   never decreases, so this holds exactly whatever the load;
 * every container working set among the values the kubelet reported within 0.5 s of it (the
   kubelet reads containers live), every pod working set between the kubelet's readings just
-  before and after (its pod figures are cAdvisor's, one per housekeeping), within 1 % for the
-  pages that come and go between them.
+  before and after (its pod figures are cAdvisor's, one per housekeeping), within 1 MiB or
+  2 % for the pages that come and go between them (cAdvisor's first reading of a new pod, 0,
+  is no reading).
 
 The node's working set is a separate test: the kubelet's is cAdvisor's root cgroup
 (`usage - total_inactive_file`); it must agree within 10 % of the kubelet's readings before and
@@ -60,11 +61,18 @@ from tests.realnode.node import (
     wait_ready,
 )
 
-pytestmark = pytest.mark.realnode
+# The waits inside are bounded (generous deadlines for a busy machine): above the default
+# per-test timeout of 120 s, so it is raised for this tier.
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
 
 NS = f"{NS_PREFIX}agent"
 RECORD_SECONDS = 30.0
 MARGIN = 0.005
+#: What a pod's working set may move between two of cAdvisor's readings (page cache made
+#: active or inactive, a shell's pages): 1 MiB, or 2 % if more.
+POD_MEMORY_SLACK = 1 << 20
+#: Pods this young still settle (memory being touched, cAdvisor's first samples).
+SETTLE_SECONDS = 10.0
 _LINE: Final = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)(?: (\d+))?$")
 
 Key = tuple[str, str]  # family, labels
@@ -128,6 +136,7 @@ def readings(
         )
         wait_ready(realnode, ns, "app=pair", 1)
         wait_ready(realnode, ns, "app=spin", 1)
+        time.sleep(SETTLE_SECONDS)  # a pause, not a deadline: see SETTLE_SECONDS
         agent = start_agent(
             workdir,
             "--cri-endpoint",
@@ -248,13 +257,15 @@ def test_agent_series_match_the_kubelets(
                             f"{key}: {value} at {when} outside the kubelet's {sorted(set(near))}"
                         )
             elif name == "pod_memory_working_set_bytes":
-                bounds = between(theirs, when)
+                # cAdvisor's first sample of a new pod says 0: not a reading.
+                bounds = between([(t, v) for t, v in theirs if v > 0], when)
                 if bounds is not None:
                     compared[name] += 1
-                    low, high = min(bounds) * 0.99, max(bounds) * 1.01
+                    slack = max(POD_MEMORY_SLACK, 0.02 * max(bounds))
+                    low, high = min(bounds) - slack, max(bounds) + slack
                     if not low <= value <= high:
                         problems.append(
-                            f"{key}: {value} at {when} outside the kubelet's {bounds} (1 %)"
+                            f"{key}: {value} at {when} outside the kubelet's {bounds} +- {slack}"
                         )
     assert not problems, "\n".join(problems[:30])
     # Each kind was compared for every container and pod (and the node), many times over.

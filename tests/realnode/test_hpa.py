@@ -45,7 +45,9 @@ from tests.realnode.node import (
     wait_ready,
 )
 
-pytestmark = pytest.mark.realnode
+# The waits inside are bounded (generous deadlines for a busy machine): above the default
+# per-test timeout of 120 s, so it is raised for this tier.
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
 
 #: A replica count may take a few syncs (5 s) plus pod starts on a busy machine.
 SCALE_DEADLINE = 180.0

@@ -7,7 +7,9 @@ import pytest
 
 from tests.realnode.node import RealNode
 
-pytestmark = pytest.mark.realnode
+# The waits inside are bounded (generous deadlines for a busy machine): above the default
+# per-test timeout of 120 s, so it is raised for this tier.
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
 
 
 def test_the_fixture_names_a_running_cluster_with_one_ready_node(realnode: RealNode) -> None:

@@ -228,6 +228,21 @@ def test_pods_metric_scales_to_the_sum_over_the_target(
     metrics_server.serve_values(name)
 
 
+def apply_scaling_to_zero(realnode: RealNode, autoscaler: dict[str, Any]) -> None:
+    """Apply an HPA with minReplicas 0, which the API server takes only with HPAScaleToZero
+    on; without it, a failure that says how to bring the realnode up."""
+    try:
+        realnode.apply(autoscaler)
+    except AssertionError as error:
+        if "minReplicas" in str(error):
+            raise AssertionError(
+                "the realnode's API server refuses minReplicas 0: bring it up with "
+                "REALKUBE_APISERVER_ARGS=--feature-gates=HPAScaleToZero=true and "
+                f"REALKUBE_KCM_ARGS=--feature-gates=HPAScaleToZero=true (node.UP_ENV): {error}"
+            ) from error
+        raise
+
+
 def test_object_metric_scales_to_zero_and_back(
     realnode: RealNode, metrics_server: MetricsServer, ns: str, cleanup: list[str]
 ) -> None:
@@ -257,7 +272,8 @@ def test_object_metric_scales_to_zero_and_back(
         )
 
     serve(8)
-    realnode.apply(
+    apply_scaling_to_zero(
+        realnode,
         hpa(
             ns,
             name,
@@ -277,7 +293,7 @@ def test_object_metric_scales_to_zero_and_back(
             ],
             minimum=0,
             maximum=6,
-        )
+        ),
     )
     scaled_to(realnode, ns, name, 4)
     serve(0)

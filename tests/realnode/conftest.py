@@ -10,6 +10,8 @@ DaemonSet, StatefulSet and Job controllers) and `down.sh` at the end of the sess
 Linux, not root, a Debian package missing: skipped with the reason, a failure under
 `CI=true`.
 
+Also `metrics_server` (module): our server on the host, registered with the aggregator.
+
 Every test of the tier carries the `realnode` marker; `make test` leaves them out (the root
 conftest deselects the marker unless `-m` names it) and `make test-node` runs them.
 """
@@ -69,7 +71,7 @@ def realnode() -> Iterator[RealNode]:
 
 @dataclass
 class MetricsServer:
-    """The session's registered server: its process, and the values it serves from memory
+    """The module's registered server: its process, and the values it serves from memory
     (a `fixture` backend, routes `rn_*`) beside the Kubernetes backend's real usage."""
 
     server: HostServer

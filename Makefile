@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test test-node bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean
+.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean
 
 $(STAMP): pyproject.toml setup.py custom_metrics_server/compute/_kubelet_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,7 @@ test: install verify  ## every check and the whole test suite (random order, cov
 # The real-node tier (tests/realnode, marker `realnode`): a real control plane and a real node
 # from ../shared/realnode (root, Linux; an already running one is used and left up, else it is
 # brought up and down again). `make test` leaves it out. Runtime: docs/status.md.
+.PHONY: test-node
 test-node: install
 	$(BIN)/pytest -m realnode -p no:randomly $(PYTEST_ARGS)
 

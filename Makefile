@@ -23,6 +23,13 @@ demo: install  ## run the server on the embedded simulated cluster (https://127.
 test: install verify  ## every check and the whole test suite (random order, coverage floor)
 	$(BIN)/pytest --cov --cov-report=term $(PYTEST_ARGS)
 
+# The real-node tier (tests/realnode, marker `realnode`): a real control plane and a real node
+# from ../shared/realnode (root, Linux; an already running one is used and left up, else it is
+# brought up and down again). `make test` leaves it out. Runtime: docs/status.md.
+.PHONY: test-node
+test-node: install
+	$(BIN)/pytest -m realnode -p no:randomly $(PYTEST_ARGS)
+
 unit: install
 	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
 

@@ -58,7 +58,16 @@ T = TypeVar("T")
 #: Loopback ports of the shared realnode (and its defaults): never handed out here.
 RESERVED_PORTS = frozenset({26443, 23792, 23802, 10367, 10259, 23791, 23801, 16443, 10357})
 SERVICE_CIDR = "10.0.0.0/24"
-AUDIT_POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"
+#: Every request at level Metadata (who did what), SubjectAccessReviews with their body: the
+#: user, groups and extra an aggregated server asks about show how the aggregator forwarded them.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Request
+  resources: [{group: authorization.k8s.io, resources: [subjectaccessreviews]}]
+- level: Metadata
+"""
 #: Generous failure limits, not speed targets: a busy 2-core box starts kube-apiserver in
 #: 5-15 s; twice that and more is a broken start, and the log says why.
 START_LIMIT = 90.0
@@ -261,9 +270,20 @@ class ControlPlane:
 
     def restart_apiserver(self) -> None:
         """Stop kube-apiserver (SIGTERM, as a rollout does) and start it again on the same
-        port and etcd; returns once it answers again."""
+        port and etcd; returns once it answers again and the APIServices that were Available
+        before are again (so later tests meet the aggregator as they would have)."""
+        listing = self.get_json("/apis/apiregistration.k8s.io/v1/apiservices")["items"]
+        available = [
+            item["metadata"]["name"]
+            for item in listing
+            if any(
+                c["type"] == "Available" and c["status"] == "True"
+                for c in item.get("status", {}).get("conditions", [])
+            )
+        ]
         self.processes["kube-apiserver"].stop()
         self._start_apiserver()
+        self.wait_available(available)
 
     def compact_etcd(self) -> int:
         """Compact etcd's history up to its current revision (through etcd's v3 HTTP gateway,

@@ -58,14 +58,29 @@ class Build:
 
     objects: list[Obj]
     certs: Path  # ca.crt, tls.crt, tls.key
+    namespace: str = NAMESPACE  # of the Deployment and its ServiceAccount
+    name: str = NAME  # of the Deployment, its ServiceAccount and its Service
 
     def of_kind(self, kind: str) -> list[Obj]:
         return [o for o in self.objects if o["kind"] == kind]
 
+    def deployment(self) -> Obj:
+        (found,) = [o for o in self.of_kind("Deployment") if o["metadata"]["name"] == self.name]
+        return found
+
     def container(self) -> Obj:
-        (deployment,) = [o for o in self.of_kind("Deployment") if o["metadata"]["name"] == NAME]
-        containers: list[Obj] = deployment["spec"]["template"]["spec"]["containers"]
+        containers: list[Obj] = self.deployment()["spec"]["template"]["spec"]["containers"]
         return containers[0]
+
+    @property
+    def service_account(self) -> str:
+        name: str = self.deployment()["spec"]["template"]["spec"]["serviceAccountName"]
+        return name
+
+    @property
+    def user(self) -> str:
+        """The ServiceAccount's user name."""
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
 
 def kustomize(plane: ControlPlane, directory: Path) -> list[Obj]:
@@ -96,15 +111,16 @@ def deploy(plane: ControlPlane, build: Build) -> None:
 def route(plane: ControlPlane, build: Build, port: int) -> list[str]:
     """Point the build's Service and APIServices at 127.0.0.1:`port` (module docstring);
     returns the APIService names. Idempotent."""
-    service = plane.get_json(f"/api/v1/namespaces/{NAMESPACE}/services/{NAME}")
+    namespace, name = build.namespace, build.name
+    service = plane.get_json(f"/api/v1/namespaces/{namespace}/services/{name}")
     if service["spec"]["type"] != "ExternalName":
-        plane.kubectl("-n", NAMESPACE, "delete", "service", NAME)
+        plane.kubectl("-n", namespace, "delete", "service", name)
     plane.apply(
         [
             {
                 "apiVersion": "v1",
                 "kind": "Service",
-                "metadata": {"name": NAME, "namespace": NAMESPACE},
+                "metadata": {"name": name, "namespace": namespace},
                 "spec": {"type": "ExternalName", "externalName": "localhost"},
             }
         ],
@@ -116,10 +132,10 @@ def route(plane: ControlPlane, build: Build, port: int) -> list[str]:
             {
                 "apiVersion": "apiregistration.k8s.io/v1",
                 "kind": "APIService",
-                "metadata": {"name": name},
-                "spec": {"service": {"namespace": NAMESPACE, "name": NAME, "port": port}},
+                "metadata": {"name": apiservice},
+                "spec": {"service": {"namespace": namespace, "name": name, "port": port}},
             }
-            for name in names
+            for apiservice in names
         ],
         field_manager="cms-tests-loopback",
     )
@@ -140,7 +156,7 @@ def deployment_args(build: Build) -> tuple[list[str], dict[str, str]]:
         if "value" in item:
             env[item["name"]] = item["value"]
         elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
-            env[item["name"]] = NAMESPACE
+            env[item["name"]] = build.namespace
     return args, env
 
 
@@ -149,7 +165,7 @@ def start_deployed_server(
 ) -> ServerProcess:
     """The server as the Deployment runs it, out of cluster, on 127.0.0.1:`port` (0: free),
     with the ServiceAccount's token; returns once `/readyz` answers 200."""
-    kubeconfig = plane.service_account_kubeconfig(NAMESPACE, NAME)
+    kubeconfig = plane.service_account_kubeconfig(build.namespace, build.service_account)
     args, env = deployment_args(build)
     server = start_server(
         workdir,

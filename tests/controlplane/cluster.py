@@ -104,8 +104,14 @@ class _Process:
     command: list[str]
     log: Path
     process: subprocess.Popen[bytes] | None = None
+    #: A log line after which the process has nothing left to do: kube-apiserver 1.36
+    #: lingers for seconds after its graceful termination is over (nothing is lost by
+    #: killing it then, as ../shared/realnode's realkube.sh does too).
+    done_line: bytes = b""
+    log_offset: int = 0
 
     def start(self) -> None:
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as sink:
             self.process = subprocess.Popen(
                 self.command,
@@ -119,16 +125,25 @@ class _Process:
         return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
+        """SIGTERM, then wait for the exit (or `done_line`); SIGKILL after 20 s."""
         if self.process is None:
             return
         if self.process.poll() is None:
             self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
+            deadline = time.monotonic() + 20
+            while self.process.poll() is None and time.monotonic() < deadline:
+                if self.done_line and self.done_line in self._log_since_start():
+                    break
+                time.sleep(0.05)
+            if self.process.poll() is None:
                 self.process.kill()
-                self.process.wait()
+            self.process.wait()
         self.process = None
+
+    def _log_since_start(self) -> bytes:
+        with open(self.log, "rb") as log:
+            log.seek(self.log_offset)
+            return log.read()
 
     def tail(self, lines: int = 40) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -349,6 +364,9 @@ class ControlPlane:
     def _launch(self, name: str, command: list[str]) -> None:
         (self.base / "logs").mkdir(exist_ok=True)
         process = _Process(name, command, self.base / "logs" / f"{name}.log")
+        if name == "kube-apiserver":
+            process.done_line = b'name="HTTPServerStoppedListening"'
+
         process.start()
         self.processes[name] = process
 

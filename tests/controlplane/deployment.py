@@ -161,12 +161,22 @@ def deployment_args(build: Build) -> tuple[list[str], dict[str, str]]:
 
 
 def start_deployed_server(
-    plane: ControlPlane, build: Build, workdir: Path, *extra: str, port: int = 0
+    plane: ControlPlane,
+    build: Build,
+    workdir: Path,
+    *extra: str,
+    port: int = 0,
+    replica: str = "",
+    kubeconfig: Path | None = None,
 ) -> ServerProcess:
     """The server as the Deployment runs it, out of cluster, on 127.0.0.1:`port` (0: free),
-    with the ServiceAccount's token; returns once `/readyz` answers 200."""
-    kubeconfig = plane.service_account_kubeconfig(build.namespace, build.service_account)
+    with the ServiceAccount's token (or `kubeconfig`); returns once `/readyz` answers 200.
+    With `replica`, that is its host name, as a pod's name is (tests/controlplane/replica.py)."""
+    if kubeconfig is None:
+        kubeconfig = plane.service_account_kubeconfig(build.namespace, build.service_account)
     args, env = deployment_args(build)
+    if replica:
+        env |= {"CMS_REPLICA_NAME": replica, "PYTHONPATH": str(ROOT)}
     server = start_server(
         workdir,
         *args,
@@ -187,6 +197,7 @@ def start_deployed_server(
         ready=False,
         timeout=60,
         env={**env, "KUBECONFIG": str(kubeconfig)},
+        module="tests.controlplane.replica" if replica else "custom_metrics_server",
     )
     deadline = time.monotonic() + 60
     while True:

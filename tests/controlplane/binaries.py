@@ -80,3 +80,13 @@ def find_binary(name: str) -> Path:
     if name == "etcd":
         where.append("$PATH (Debian: apt-get install etcd-server)")
     raise MissingBinary(f"{name} not found in {', '.join(where)}")
+
+
+if __name__ == "__main__":  # `python3 -m tests.controlplane.binaries NAME...` (.ci/run)
+    import sys
+
+    try:
+        for binary in sys.argv[1:]:
+            print(f"{binary}: {find_binary(binary)}")
+    except MissingBinary as err:
+        sys.exit(f"tests.controlplane.binaries: {err}")

@@ -187,12 +187,15 @@ def test_every_documented_chart_values_file_is_accepted(
 
 
 def check_permissions(plane: ControlPlane, build: Build) -> None:
-    """No request of the build's ServiceAccount was refused, each was granted by the build's
-    RBAC (or to every authenticated identity: SelfSubjectAccessReviews), and the grants left
-    unused are exactly `UNUSED`."""
+    """No permission of the build's ServiceAccount was only ever refused, each it used was
+    granted by the build's RBAC (or to every authenticated identity: SelfSubjectAccessReviews),
+    and the grants left unused are exactly `UNUSED`. (A kube-apiserver that has just restarted,
+    as other tests of the tier make it, answers 403 to everything for about a second, until its
+    RBAC informers have synced: those refusals of a permission also allowed are not counted.)"""
     grants = granted(plane, build)
     used = uses(plane, build.user)
-    refused = [u for u in used if u.code == 403]
+    allowed = {u.permission for u in used if u.code != 403}
+    refused = {u.permission for u in used if u.code == 403} - allowed
     assert not refused, f"{build.user} was refused: {refused}"
     everyone = {("create", "authorization.k8s.io", "selfsubjectaccessreviews")}
     ungranted = {u.permission for u in used if not covers(grants | everyone, u.permission)}

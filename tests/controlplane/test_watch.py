@@ -27,6 +27,9 @@ from tests.kube.test_watcher import DictSink, running
 pytestmark = pytest.mark.integration
 
 Key = tuple[str, str]
+#: Only this test's ConfigMaps: kube-controller-manager, when another test started it, adds
+#: kube-root-ca.crt to every namespace, and the namespace has openshift-service-ca.crt.
+SELECTOR = "test=watch"
 
 
 @pytest.fixture(params=["httpx", "lean"])
@@ -53,8 +56,8 @@ def configmaps(namespace: str) -> str:
 
 
 def server_state(plane: ControlPlane, namespace: str) -> dict[Key, int]:
-    """What a fresh list says: key -> resourceVersion."""
-    items = plane.get_json(configmaps(namespace))["items"]
+    """What a fresh list of this test's ConfigMaps says: key -> resourceVersion."""
+    items = plane.get_json(f"{configmaps(namespace)}?labelSelector={SELECTOR}")["items"]
     return {
         (i["metadata"]["namespace"], i["metadata"]["name"]): int(i["metadata"]["resourceVersion"])
         for i in items
@@ -67,7 +70,7 @@ def create(plane: ControlPlane, namespace: str, *names: str) -> None:
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": n, "namespace": namespace},
+                "metadata": {"name": n, "namespace": namespace, "labels": {"test": "watch"}},
             }
             for n in names
         ]
@@ -90,6 +93,7 @@ def reflector_for(client: Any, sink: DictSink, namespace: str, **options: Any) -
         "name": "configmaps",
         "backoff_initial": 0.05,
         "backoff_max": 0.5,
+        "label_selector": SELECTOR,
     }
     settings.update(options)
     return Reflector(client, **settings)
@@ -105,7 +109,7 @@ async def test_pages_then_watch_see_every_change_in_order(
     async with running(reflector):
         await eventually(lambda: reflector.synced, "the first list")
         assert sink.state() == server_state(plane, namespace)
-        # 8 objects (7 and openshift-service-ca.crt) in pages of 2, in key order.
+        # 7 objects in pages of 2, in key order.
         assert reflector.stats.pages == 4
         listed = [key[1] for call, key in sink.calls if call == "listed" and key]
         assert listed == sorted(listed)
@@ -117,7 +121,7 @@ async def test_pages_then_watch_see_every_change_in_order(
         await eventually(
             lambda: sink.state() == server_state(plane, namespace), "the sink to match"
         )
-    assert sink.objects[(namespace, "c1")]["metadata"]["labels"] == {"app": "web"}
+    assert sink.objects[(namespace, "c1")]["metadata"]["labels"] == {"app": "web", "test": "watch"}
     assert (namespace, "c2") not in sink.objects
     assert sink.violations == []
     assert (reflector.stats.lists, reflector.stats.events) == (1, 3)

@@ -15,12 +15,10 @@ kube-apiserver runs with RBAC, the aggregator's front-proxy flags (`--requesthea
 `--proxy-client-*`), `HPAScaleToZero` on, an audit log of every request (`audit_events`, so a
 test can see which calls an identity made), and `--enable-aggregator-routing=false`.
 
-How the aggregator reaches a server on loopback: with aggregator routing on it dials an
-EndpointSlice address, but API validation refuses loopback endpoint addresses (127.0.0.0/8),
-so that way is closed. With routing off it dials the Service's name, and for a Service of type
-ExternalName its resolver answers `externalName:port`: `register_apiservice` creates a Service
-`externalName: localhost` and APIServices pointing at it on the server's port, with a
-`caBundle` (the server's certificate must then name `<service>.<namespace>.svc`).
+How the aggregator reaches a server on loopback (an ExternalName Service for localhost):
+tests/controlplane/apiservices.py. kube-apiserver's node proxy refuses loopback node
+addresses (400 "address not allowed"), so no kubelet on 127.0.0.1 is reachable through it:
+a scrape through the proxy fails there, after authorization (nodes/proxy) has been checked.
 
 Quirks of the OpenShift-tree binaries in `../shared/k8s` (README there): `/readyz` leaves out
 etcd (so readiness also asks `/livez/etcd`), and pods need the ConfigMap
@@ -34,7 +32,6 @@ import atexit
 import contextlib
 import json
 import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -47,16 +44,16 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
+from tests.controlplane.apiservices import ApiServices
 from tests.controlplane.binaries import find_binary
 from tests.controlplane.pki import FRONT_PROXY_CLIENT, ClusterPki, make_cluster_pki
+from tests.controlplane.processes import RESERVED_PORTS, Process, free_port, write_kubeconfig
 from tests.security.pki import Issued
 
 __all__ = ["RESERVED_PORTS", "ControlPlane", "free_port"]
 
 T = TypeVar("T")
 
-#: Loopback ports of the shared realnode (and its defaults): never handed out here.
-RESERVED_PORTS = frozenset({26443, 23792, 23802, 10367, 10259, 23791, 23801, 16443, 10357})
 SERVICE_CIDR = "10.0.0.0/24"
 #: Every request at level Metadata (who did what), SubjectAccessReviews with their body: the
 #: user, groups and extra an aggregated server asks about show how the aggregator forwarded them.
@@ -73,85 +70,8 @@ rules:
 START_LIMIT = 90.0
 
 
-def free_port() -> int:
-    """A loopback TCP port free right now (and not one of `RESERVED_PORTS`)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port not in RESERVED_PORTS:
-            return port
-
-
-def _kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str]) -> Path:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "cp", "cluster": {"server": server, "certificate-authority": str(ca)}}
-        ],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "cp", "context": {"cluster": "cp", "user": "u"}}],
-        "current-context": "cp",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @dataclass
-class _Process:
-    name: str
-    command: list[str]
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-    #: A log line after which the process has nothing left to do: kube-apiserver 1.36
-    #: lingers for seconds after its graceful termination is over (nothing is lost by
-    #: killing it then, as ../shared/realnode's realkube.sh does too).
-    done_line: bytes = b""
-    log_offset: int = 0
-
-    def start(self) -> None:
-        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
-        with open(self.log, "ab") as sink:
-            self.process = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=sink,
-                start_new_session=True,
-            )
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> None:
-        """SIGTERM, then wait for the exit (or `done_line`); SIGKILL after 20 s."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            deadline = time.monotonic() + 20
-            while self.process.poll() is None and time.monotonic() < deadline:
-                if self.done_line and self.done_line in self._log_since_start():
-                    break
-                time.sleep(0.05)
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait()
-        self.process = None
-
-    def _log_since_start(self) -> bytes:
-        with open(self.log, "rb") as log:
-            log.seek(self.log_offset)
-            return log.read()
-
-    def tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-@dataclass
-class ControlPlane:
+class ControlPlane(ApiServices):
     """A running etcd + kube-apiserver (+ kube-controller-manager) and its admin tools."""
 
     base: Path
@@ -159,7 +79,7 @@ class ControlPlane:
     etcd_port: int
     apiserver_port: int
     kubectl_binary: Path
-    processes: dict[str, _Process] = field(default_factory=dict)
+    processes: dict[str, Process] = field(default_factory=dict)
     etcd_data: Path | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -177,7 +97,7 @@ class ControlPlane:
         )
         atexit.register(plane.stop)
         (base / "audit-policy.yaml").write_text(AUDIT_POLICY)
-        _kubeconfig(
+        write_kubeconfig(
             plane.admin_kubeconfig,
             plane.url,
             plane.pki.ca.cert_file,
@@ -363,7 +283,7 @@ class ControlPlane:
 
     def _launch(self, name: str, command: list[str]) -> None:
         (self.base / "logs").mkdir(exist_ok=True)
-        process = _Process(name, command, self.base / "logs" / f"{name}.log")
+        process = Process(name, command, self.base / "logs" / f"{name}.log")
         if name == "kube-apiserver":
             process.done_line = b'name="HTTPServerStoppedListening"'
 
@@ -403,7 +323,7 @@ class ControlPlane:
         """A kubeconfig authenticating as `user` (and `groups`) by client certificate."""
         issued = self.pki.client(user, groups)
         path = self.base / f"{issued.cert_file.stem}.kubeconfig"
-        return _kubeconfig(
+        return write_kubeconfig(
             path,
             self.url,
             self.pki.ca.cert_file,
@@ -419,7 +339,7 @@ class ControlPlane:
         """A kubeconfig holding a token of ServiceAccount `namespace/name`."""
         token = self.service_account_token(namespace, name)
         path = self.base / f"sa-{namespace}-{name}.kubeconfig"
-        return _kubeconfig(path, self.url, self.pki.ca.cert_file, {"token": token})
+        return write_kubeconfig(path, self.url, self.pki.ca.cert_file, {"token": token})
 
     # --- kubectl and objects -----------------------------------------------------------------
 
@@ -496,77 +416,6 @@ class ControlPlane:
             ]
         )
         return name
-
-    def register_apiservice(
-        self,
-        port: int,
-        ca_pem: bytes,
-        *,
-        namespace: str,
-        service: str = "custom-metrics-server",
-        versions: Sequence[tuple[str, str, int]] = (
-            ("custom.metrics.k8s.io", "v1beta2", 200),
-            ("custom.metrics.k8s.io", "v1beta1", 100),
-            ("external.metrics.k8s.io", "v1beta1", 100),
-        ),
-    ) -> list[str]:
-        """Register a server listening on 127.0.0.1:`port` for `versions` (group, version,
-        versionPriority), through an ExternalName Service `namespace/service` (module
-        docstring); its certificate must name `<service>.<namespace>.svc` and chain to
-        `ca_pem`. Returns the APIService names."""
-        import base64  # noqa: PLC0415 - used here only
-
-        bundle = base64.b64encode(ca_pem).decode()
-        objects: list[dict[str, Any]] = [
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": service, "namespace": namespace},
-                "spec": {"type": "ExternalName", "externalName": "localhost"},
-            }
-        ]
-        names = []
-        for group, version, priority in versions:
-            names.append(f"{version}.{group}")
-            objects.append(
-                {
-                    "apiVersion": "apiregistration.k8s.io/v1",
-                    "kind": "APIService",
-                    "metadata": {"name": f"{version}.{group}"},
-                    "spec": {
-                        "group": group,
-                        "version": version,
-                        "groupPriorityMinimum": 100,
-                        "versionPriority": priority,
-                        "caBundle": bundle,
-                        "service": {"namespace": namespace, "name": service, "port": port},
-                    },
-                }
-            )
-        self.apply(objects)
-        return names
-
-    def apiservice_conditions(self, name: str) -> dict[str, dict[str, Any]]:
-        """The APIService's conditions by type."""
-        document = self.get_json(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
-        return {c["type"]: c for c in document.get("status", {}).get("conditions", [])}
-
-    def wait_available(self, names: Sequence[str], timeout: float = 60) -> None:
-        """Wait until every APIService in `names` is Available; the failure names the
-        conditions last seen."""
-        last: dict[str, Any] = {}
-
-        def available() -> bool:
-            for name in names:
-                last[name] = self.apiservice_conditions(name).get("Available", {})
-            return all(c.get("status") == "True" for c in last.values())
-
-        self.wait_until(
-            available,
-            f"APIServices {list(names)} Available",
-            timeout=timeout,
-            detail=lambda: json.dumps(last, indent=1),
-        )
 
     def audit_events(self) -> Iterator[dict[str, Any]]:
         """Every audit event (level Metadata) kube-apiserver logged so far."""

@@ -215,8 +215,9 @@ def check_permissions(plane: ControlPlane, build: Build) -> None:
 
 @pytest.fixture
 def scrape_target(control_plane: ControlPlane) -> Iterator[str]:
-    """A Node whose kubelet endpoint is a closed loopback port: the server's scrape goes
-    through the node proxy (nodes/proxy) and fails there, as for a node that is down."""
+    """A Node at 127.0.0.1: the server's scrape goes through the node proxy, which checks
+    nodes/proxy and then refuses the loopback address (400), as it would fail for a node that
+    is down."""
     name = "wip-real-node-closed"
     control_plane.apply([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}])
     status = {

@@ -30,8 +30,10 @@ from tests.controlplane.deployment import (
     ROOT,
     Build,
     Obj,
+    deploy,
     direct_client,
     kustomize,
+    route,
     start_deployed_server,
 )
 from tests.controlplane.permissions import Permission, covers, granted, uses
@@ -296,7 +298,9 @@ def test_the_chart_grants_exactly_what_the_server_uses(
     tmp_path: Path,
 ) -> None:
     """The chart's server, started with its ServiceAccount's token beside the overlay's,
-    passes its start-up access check and uses exactly what the chart grants."""
+    passes its start-up access check and uses exactly what the chart grants; with the chart's
+    APIServices registered for a moment instead of the overlay's, they are Available with the
+    chart's own caBundle (its generated CA, which the overlay's server does not chain to)."""
     plane = deployed.plane
     server = start_deployed_server(plane, chart_build, tmp_path / "chart-server")
     try:
@@ -307,6 +311,19 @@ def test_the_chart_grants_exactly_what_the_server_uses(
         wait_for_use(plane, chart_build, ("get", "", "nodes/proxy"))
         wait_for_use(plane, chart_build, ("update", "coordination.k8s.io", "leases"))
         check_permissions(plane, chart_build)
+        try:
+            plane.apply(chart_build.of_kind("APIService"))
+            names = route(plane, chart_build, int(server.url.rsplit(":", 1)[1]))
+            plane.wait_available(names)
+            ca = (chart_build.certs / "ca.crt").read_bytes()
+            for name in names:
+                spec = plane.get_json(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")["spec"]
+                assert base64.b64decode(spec["caBundle"]) == ca
+                assert spec["service"]["namespace"] == CHART_NAMESPACE
+        finally:  # the overlay's registration back, for the rest of the session
+            deploy(plane, deployed.build)
+            route(plane, deployed.build, deployed.port)
+            plane.wait_available(deployed.apiservices)
     finally:
         stop_server(server)
         shutil.rmtree(tmp_path / "chart-server", ignore_errors=True)

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean image image-base lock verify-lock
+.PHONY: install tools demo test test-controlplane unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean image image-base lock verify-lock
 
 $(STAMP): pyproject.toml setup.py custom_metrics_server/compute/_kubelet_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ test: install verify  ## every check and the whole test suite (random order, cov
 .PHONY: test-node
 test-node: install
 	$(BIN)/pytest -m realnode -p no:randomly $(PYTEST_ARGS)
+
+test-controlplane: install  ## only the control-plane tier: real etcd + kube-apiserver (tests/controlplane)
+	$(BIN)/pytest tests/controlplane $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)

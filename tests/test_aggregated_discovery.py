@@ -5,7 +5,8 @@ with upstream's headers, `ETag` and 304, rendered once per served state; plain c
 plain documents, and an `Accept` we cannot honour gets what kube-apiserver answers.
 
 The real server with the real kubectl (one discovery request) is
-tests/integration/test_kubectl_discovery.py.
+tests/integration/test_kubectl_discovery.py; the real aggregator merging our discovery,
+tests/controlplane/test_aggregation.py.
 """
 
 from __future__ import annotations

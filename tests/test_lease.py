@@ -1,4 +1,7 @@
-"""Leader election against a local HTTP server that stores Leases with optimistic concurrency."""
+"""Leader election against a local HTTP server that stores Leases with optimistic concurrency.
+
+Real twin (two server replicas on a real Lease, a takeover): tests/controlplane/test_lease.py.
+The Lease endpoint failing with 503 and the warnings that follow are staged only here."""
 
 from __future__ import annotations
 

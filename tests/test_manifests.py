@@ -4,6 +4,9 @@ The kustomize builds run the real `kubectl kustomize` (skipped when kubectl is m
 production overlay is built from a temporary copy of `manifests/` in which `generate-certs.sh`
 has written its certificates, so no key material is ever left in the repository. Docker cannot
 run here, so the Dockerfile and `.dockerignore` are read, not built.
+
+Every build applied to a real API server, and the server run with only the RBAC it grants:
+tests/controlplane/test_deployment_files.py.
 """
 
 from __future__ import annotations

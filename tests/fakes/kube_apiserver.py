@@ -59,6 +59,9 @@ Test-facing API (thread-safe; call it from sync or async tests alike)::
 Blocking calls (`start`, `stop`, `restart`, `drop_watches`, ...) return once the server thread
 has done the work; they never wait on the caller's event loop, so they are safe inside async
 tests. Errors are Kubernetes `Status` objects with upstream reasons and messages.
+
+Kept honest by tests/controlplane/test_differential.py: the same state in this fake and in a
+real kube-apiserver must give the server's same answers.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ v1beta1 in `kubectl top`. Requests are counted from `-v=6` with a fresh discover
 
 Both binaries are needed: a missing one skips the test, and fails it under CI=true (see
 tests/tools.py).
+
+kubectl 1.36 and 1.37 through the real aggregator: tests/controlplane/test_aggregation.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The Reflector against the fake API server (real sockets, real client) and scripted streams."""
+"""The Reflector against the fake API server (real sockets, real client) and scripted streams.
+
+Real twins against kube-apiserver and etcd (pages, watch, bookmarks, 410 after a restart):
+tests/controlplane/test_watch.py. The faults staged here on demand stay here: torn streams,
+expired continue tokens between given pages, ERROR events, a server that loses its state."""
 
 from __future__ import annotations
 

@@ -190,9 +190,10 @@ def missing_requirements() -> list[str]:
         problems.append(f"missing Debian packages: apt-get install {' '.join(sorted(packages))}")
     if not (SCRIPTS / "up.sh").is_file():
         problems.append(f"no realnode scripts at {SCRIPTS} (set $REALNODE_SCRIPTS)")
-    if Path("/sys/class/net/realnode0").exists():
-        # One realnode per host: its bridge is up but not the one at $REALNODE_DIR (or that one
-        # does not answer). Bringing up another would fight it, and tearing it down break it.
+    if Path("/sys/class/net/realnode0").exists() and not (DEFAULT_DIR / "env.sh").is_file():
+        # One realnode per host: its bridge is up but not the one at $REALNODE_DIR. Bringing up
+        # another would fight it, and tearing it down break it. (The one at $REALNODE_DIR left
+        # half up, its processes gone, is up.sh's business: it runs down.sh first.)
         problems.append(
             "a realnode's bridge realnode0 exists but no realnode answers at "
             f"{DEFAULT_DIR} (set $REALNODE_DIR to its directory, or run its down.sh)"

@@ -4,6 +4,9 @@ One server process (`secure`: both CA files, allowed name `front-proxy-client`, 
 kube-apiserver for TokenReview/SubjectAccessReview) serves most tests; each test uses its own
 user names so the server's 10 s decision caches never carry one test's answer into another.
 Numbers in test names refer to the checklist of shared/reference/security.md section 6.
+
+Real twins (the real aggregator's front-proxy headers, real TokenReview and RBAC, the real
+`extension-apiserver-authentication` ConfigMap): tests/controlplane/test_aggregation.py.
 """
 
 from __future__ import annotations

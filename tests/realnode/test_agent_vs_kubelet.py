@@ -180,9 +180,9 @@ def check_not_blinded(agent: Readings) -> None:
     moments ago: earlier tests delete many) makes containerd 1.6 fail the whole stats list;
     the agent then asks each ready sandbox on its own (issue 26), so it never reports an
     error for the node."""
+    containerd = f" (containerd: {agent.dead_sandbox})" if agent.dead_sandbox else ""
     assert not agent.errors, (
-        f"the agent reported a scrape error {len(agent.errors)} times"
-        + (f" (containerd: {agent.dead_sandbox})" if agent.dead_sandbox else "")
+        f"the agent reported a scrape error {len(agent.errors)} times{containerd}"
     )
 
 

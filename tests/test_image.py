@@ -28,10 +28,13 @@ import tomllib
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import trustme
 import yaml
+
+from tests.private_containerd import private_containerd
 
 pytestmark = pytest.mark.integration
 
@@ -57,18 +60,6 @@ CAPABILITIES = [
     "KILL",
     "AUDIT_WRITE",
 ]
-CONFIG = """\
-version = 2
-root = "{dir}/root"
-state = "{dir}/state"
-[grpc]
-  address = "{dir}/containerd.sock"
-[ttrpc]
-  address = "{dir}/containerd.sock.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  disable_cgroup = true
-  disable_tcp_service = true
-"""
 
 
 def free_port() -> int:
@@ -78,7 +69,7 @@ def free_port() -> int:
         return port
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """Skip (fail under CI=true: .ci/run builds the image and installs containerd)."""
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI must run the image tests: {reason}")
@@ -126,43 +117,14 @@ def ctr() -> Iterator[Ctr]:
         unavailable(
             f"no image archive at {ARCHIVE}: run `make image` (buildah, docs/deployment.md)"
         )
-    binary = shutil.which("containerd")
-    if binary is None or shutil.which("ctr") is None:
-        unavailable("containerd is not installed (Debian: apt-get install containerd)")
-    if os.geteuid() != 0:
-        unavailable("containerd needs root to start (its root and state directories, mounts)")
-    assert binary is not None
-    work = Path(tempfile.mkdtemp(prefix="cimg-", dir="/tmp"))  # short: a socket path
-    (work / "config.toml").write_text(CONFIG.format(dir=work))
-    log = (work / "containerd.log").open("w")
-    process = subprocess.Popen(
-        [binary, "--config", str(work / "config.toml")], stdout=log, stderr=subprocess.STDOUT
-    )
-    address = work / "containerd.sock"
-    try:
-        deadline = time.monotonic() + 60
-        while not address.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = (work / "containerd.log").read_text()[-2000:]
-                unavailable(f"containerd could not start here (exit {process.poll()}): {tail}")
-            time.sleep(0.1)
-        client = Ctr(address)
+    if shutil.which("ctr") is None:
+        unavailable("ctr is not installed (Debian: apt-get install containerd)")
+    with private_containerd(unavailable, prefix="cimg-") as work:
+        client = Ctr(work / "containerd.sock")
         imported = client("images", "import", str(ARCHIVE), timeout=300)
         assert imported.returncode == 0, imported.stderr
         assert IMAGE in client("images", "ls", "--quiet").stdout.split()
         yield client
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-        subprocess.run(
-            ["umount", "--recursive", "--lazy", str(work)], capture_output=True, check=False
-        )
-        shutil.rmtree(work, ignore_errors=True)
 
 
 class Running:

@@ -8,71 +8,25 @@ root); ``.ci/run`` installs it.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from custom_metrics_server.node_agent.collector import Collector
 from custom_metrics_server.node_agent.runtime import RuntimeClient
 from tests.node_agent.samples import go_order, sample_path
+from tests.private_containerd import private_containerd
 
 pytestmark = pytest.mark.integration
-
-CONFIG = """\
-version = 2
-root = "{dir}/root"
-state = "{dir}/state"
-[grpc]
-  address = "{dir}/containerd.sock"
-[ttrpc]
-  address = "{dir}/containerd.sock.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  disable_cgroup = true
-  disable_tcp_service = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-"""
 
 
 @pytest.fixture(scope="module")
 def containerd() -> Iterator[str]:
-    binary = shutil.which("containerd")
-    if binary is None:
-        pytest.skip("containerd is not installed (Debian: apt-get install containerd)")
-    if os.geteuid() != 0:
-        pytest.skip("containerd needs root to start (its root and state directories, mounts)")
-    work = Path(tempfile.mkdtemp(prefix="ctd-", dir="/tmp"))  # short: a socket path
-    (work / "config.toml").write_text(CONFIG.format(dir=work))
-    log = (work / "containerd.log").open("w")
-    process = subprocess.Popen(
-        [binary, "--config", str(work / "config.toml")], stdout=log, stderr=subprocess.STDOUT
-    )
-    socket_path = work / "containerd.sock"
-    deadline = time.monotonic() + 30
-    try:
-        while not socket_path.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = (work / "containerd.log").read_text()[-2000:]
-                pytest.skip(f"containerd could not start here (exit {process.poll()}): {tail}")
-            time.sleep(0.1)
+    with private_containerd(pytest.skip, snapshotter="native") as work:
         if "io.containerd.grpc.v1.cri" not in (work / "containerd.log").read_text():
             time.sleep(1)  # the CRI plugin logs as it loads, just before serving
-        yield f"unix://{socket_path}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-        shutil.rmtree(work, ignore_errors=True)
+        yield f"unix://{work / 'containerd.sock'}"
 
 
 async def test_version_and_empty_stats_from_containerd(containerd: str) -> None:

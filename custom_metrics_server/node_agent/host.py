@@ -75,9 +75,16 @@ def memory_from_meminfo(text: str) -> tuple[int, int]:
     """(working set bytes, swap usage bytes) from ``/proc/meminfo``: the approximation used
     without a cgroup root (see the module). O(lines)."""
     values = _meminfo(text)
+    return _meminfo_working_set(values), _swap_used(values)
+
+
+def _meminfo_working_set(values: dict[str, int]) -> int:
     working_set = values["MemTotal"] - values["MemFree"] - values.get("Inactive(file)", 0)
-    swap = values.get("SwapTotal", 0) - values.get("SwapFree", 0)
-    return max(0, working_set), max(0, swap)
+    return max(0, working_set)
+
+
+def _swap_used(values: dict[str, int]) -> int:
+    return max(0, values.get("SwapTotal", 0) - values.get("SwapFree", 0))
 
 
 def _stat(text: str) -> dict[str, int]:
@@ -153,7 +160,7 @@ class HostReader:
                     continue
         return cpu_from_proc_stat((self.proc_root / "stat").read_text(), self._ticks)
 
-    def _working_set(self, version: int | None, meminfo: str) -> int:
+    def _working_set(self, version: int | None, meminfo: dict[str, int]) -> int:
         root = self.cgroup_root
         if version == 2:
             return working_set_v2((root / "memory.stat").read_text())
@@ -163,7 +170,7 @@ class HostReader:
                 (memory / "memory.usage_in_bytes").read_text(),
                 (memory / "memory.stat").read_text(),
             )
-        return memory_from_meminfo(meminfo)[0]
+        return _meminfo_working_set(meminfo)
 
     def read(self) -> NodeStats:
         """The node's CPU counter, working set and swap now. Raises OSError, ValueError or
@@ -171,14 +178,11 @@ class HostReader:
         version = cgroup_version(self.cgroup_root)
         cpu = self._cpu_nanoseconds(version)
         cpu_time = self._clock_ns()
-        meminfo = (self.proc_root / "meminfo").read_text()
+        meminfo = _meminfo((self.proc_root / "meminfo").read_text())
         working_set = self._working_set(version, meminfo)
         memory_time = self._clock_ns()
-        values = _meminfo(meminfo)
-        free = values.get("SwapFree", 0)
-        swap = max(0, values.get("SwapTotal", 0) - free)
         return NodeStats(
             CpuStats(cpu, cpu_time),
             MemoryStats(working_set, memory_time),
-            SwapStats(swap, free, memory_time),
+            SwapStats(_swap_used(meminfo), meminfo.get("SwapFree", 0), memory_time),
         )

@@ -365,16 +365,17 @@ def _serving(args: argparse.Namespace, *, demo: bool) -> ServingCertificate:
     hosts = DEMO_SERVING_HOSTS if demo else DEFAULT_SERVING_HOSTS
     try:
         return ensure_serving_certificate(cert_dir, list(hosts))
-    except OSError as err:
+    except (OSError, ValueError) as err:
         # The default --cert-dir (relative) on a read-only root: a certificate of this run kept
         # in memory, as `serve --demo` in the image needs. Not for a --cert-dir the user chose,
         # nor with --workers, whose processes must share one pair.
-        if cert_dir == DEFAULT_CERT_DIR and getattr(args, "workers", 1) <= 1:
-            try:
+        if (
+            isinstance(err, OSError)
+            and cert_dir == DEFAULT_CERT_DIR
+            and getattr(args, "workers", 1) <= 1
+        ):
+            with contextlib.suppress(OSError):
                 serving = in_memory_serving_certificate(list(hosts))
-            except OSError:
-                pass
-            else:
                 logger.warning(
                     "--cert-dir %s cannot be written (%s): serving a self-signed certificate "
                     "kept in memory, new at every start; give a writable --cert-dir to keep it",
@@ -382,13 +383,6 @@ def _serving(args: argparse.Namespace, *, demo: bool) -> ServingCertificate:
                     _os_reason(err),
                 )
                 return serving
-        raise SecurityConfigError(
-            f"cannot keep a self-signed serving certificate in --cert-dir {cert_dir}",
-            status=_os_reason(err),
-            fix="give --tls-cert-file and --tls-private-key-file, or a writable --cert-dir "
-            "(an emptyDir volume when the root filesystem is read-only)",
-        ) from err
-    except ValueError as err:
         raise SecurityConfigError(
             f"cannot keep a self-signed serving certificate in --cert-dir {cert_dir}",
             status=_os_reason(err),

@@ -10,12 +10,9 @@ loads one pod's custom metric with `wrk -t2 -c16 --latency` over TLS keep-alive:
   `Authorization: Bearer`; a warm-up run fills each process's caches first, so the measured
   run makes no review (the counts are reported).
 
-Each round runs every case with `--workers 1` (today's single process), then with
-`--workers N` (the demo is replicable: the *replicated* mode, every worker serving the whole
-API with its own simulated cluster), then with `--workers N` in the *forwarding* mode (the same
-demo plus a plugin that does not declare `sdk.Replicable`, `tests.fakes.plugins:instant`, so
-the workers forward to the main process: the mode every non-replicable backend gets), so all
-share the machine's load. The mode each run got is read from the server's start-up line.
+Each round runs every case with `--workers 1` (one process), then with `--workers N` (the demo
+is replicable: every worker serves the whole API with its own simulated cluster), so both share
+the machine's load. Whether a run got workers is read from the server's start-up line.
 Reported per run: req/s, p50/p99, the CPU of every server process per request (utime + stime
 from /proc), wrk's own CPU (the machine has 2 cores: what wrk burns, the server cannot use),
 RSS of every process, and the 1-minute load average before the run.
@@ -23,7 +20,7 @@ RSS of every process, and the 1-minute load average before the run.
     python benchmarks/workers.py                 # 3 rounds, 10 s runs (~4 min)
     python benchmarks/workers.py --workers 3 --rounds 5
     python benchmarks/workers.py --smoke         # 1 round, 1 s runs; fails on a non-2xx answer
-                                                 # or a run in the wrong mode
+                                                 # or a run without the workers it asked for
 """
 
 from __future__ import annotations
@@ -151,7 +148,6 @@ def main() -> int:
         variants = {
             "1": (1, demo),
             f"{args.workers}": (args.workers, demo),
-            f"{args.workers}f": (args.workers, ["--backends-config", _forwarding_file(work, args)]),
         }
         path = os.environ.get("PYTHONPATH", "")
         env = {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), path)))}
@@ -183,18 +179,12 @@ def main() -> int:
                     rows.append({"round": round_, "mode": mode, "workers": variant, **result})
                     print(json.dumps(rows[-1]), file=sys.stderr)
     report(rows, args)
-    overhead = forward_overhead(2000 if args.smoke else 20000)
-    print(
-        f"\nin process (load {os.getloadavg()[0]:.2f}): the app called directly "
-        f"{overhead['direct']} µs/request, forwarded over the Unix socket (both ends) "
-        f"{overhead['forwarded']} µs/request"
-    )
     if not args.smoke:
         RESULTS.mkdir(exist_ok=True)
         out = RESULTS / f"workers-{time.strftime('%Y%m%dT%H%M%S')}.json"
         out.write_text(
             json.dumps(
-                {"machine": machine(), "args": vars(args), "rows": rows, "in_process": overhead},
+                {"machine": machine(), "args": vars(args), "rows": rows},
                 indent=1,
             )
         )
@@ -202,27 +192,13 @@ def main() -> int:
     return 1 if _failures(rows, args) else 0
 
 
-def _forwarding_file(work: Path, args: argparse.Namespace) -> str:
-    """The demo plus a plugin that is not replicable: `--workers N` then forwards."""
-    demo = {"pods": args.pods, "webPods": min(1000, args.pods)}
-    backends = [
-        {"name": "simulated", "type": "demo", "settings": demo},
-        {"name": "held", "type": "tests.fakes.plugins:instant"},
-    ]
-    path = work / "forwarding.yaml"
-    path.write_text(json.dumps({"backends": backends}))
-    return str(path)
-
-
 def _failures(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
-    """Runs with a non-2xx answer, no request, or not in the mode their variant means."""
-    expected = {"1": "one process", f"{args.workers}": "replicated"}
+    """Runs with a non-2xx answer, no request, or without the workers their variant means."""
+    expected = {"1": "one process", f"{args.workers}": "workers"}
     failed = [
         f"{row['round']}-{row['mode']}-{row['workers']}"
         for row in rows
-        if row["non_2xx"]
-        or row["requests"] == 0
-        or row["workers_mode"] != expected.get(row["workers"], "forwarding")
+        if row["non_2xx"] or row["requests"] == 0 or row["workers_mode"] != expected[row["workers"]]
     ]
     for name in failed:
         print(f"FAILED: {name}", file=sys.stderr)
@@ -230,65 +206,8 @@ def _failures(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]
 
 
 def _workers_mode(server: ServerProcess) -> str:
-    """The mode the server chose, from its start-up line."""
-    for mode in ("replicated", "forwarding"):
-        if f": {mode}: " in server.logs():
-            return mode
-    return "one process"
-
-
-def forward_overhead(count: int) -> dict[str, float]:
-    """CPU µs per single-object request in this process: the demo app called directly, and
-    the same requests forwarded over a Unix socket (`runtime.forward`, both ends here, 16 in
-    flight): the difference is what the cut costs, without TLS, HTTP or scheduling."""
-    import asyncio
-    import os as _os
-
-    import uvloop
-
-    from benchmarks.in_process import SINGLE, _build_app, _pods, _scope, _selector
-    from custom_metrics_server.runtime.forward import ForwardClient, ForwardServer
-
-    async def run() -> dict[str, float]:
-        app = _build_app(1000)
-        pod = app.engine.cluster.list_objects(_pods(), "default", _selector("app=web"))[0][1]
-        scope = _scope(SINGLE.replace(b"{pod}", pod.encode()))
-        statuses: list[int] = []
-
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                statuses.append(message["status"])
-
-        async def direct(n: int) -> None:
-            for _ in range(n):
-                await app(dict(scope, headers=list(scope["headers"])), receive, send)
-
-        with tempfile.TemporaryDirectory() as tmp:
-            path = _os.path.join(tmp, "s")
-            await ForwardServer(app, lambda _: None).start(path)
-            client = ForwardClient(path)
-            await client.connect()
-
-            async def forwarded(n: int) -> None:
-                async def one_connection() -> None:
-                    for _ in range(n // 16):
-                        await client.forward(dict(scope, headers=list(scope["headers"])), send)
-
-                await asyncio.gather(*(one_connection() for _ in range(16)))
-
-            results = {}
-            for name, call in (("direct", direct), ("forwarded", forwarded)):
-                await call(count // 10)
-                started = time.process_time()
-                await call(count)
-                results[name] = round((time.process_time() - started) / count * 1e6, 1)
-        assert set(statuses) == {200}, set(statuses)
-        return results
-
-    return uvloop.run(run())
+    """Whether the server started workers, from its start-up line (workers.plan)."""
+    return "workers" if " worker processes, each serving " in server.logs() else "one process"
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
@@ -311,7 +230,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     )
     for mode in args.modes.split(","):
         base = _median([r["rps"] for r in rows if r["mode"] == mode and r["workers"] == "1"])
-        for variant in ("1", f"{args.workers}", f"{args.workers}f"):
+        for variant in ("1", f"{args.workers}"):
             chosen = [r for r in rows if r["mode"] == mode and r["workers"] == variant]
             value = _median([r["rps"] for r in chosen])
             cpu = _median([r["server_cpu_us_per_request"] for r in chosen])

@@ -35,7 +35,6 @@ from custom_metrics_server.plugins.flags import (
     server_features,
 )
 from custom_metrics_server.plugins.loader import load_backends
-from custom_metrics_server.plugins.replicas import workers_mode
 from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.runtime.asgi import ASGIApp
 from custom_metrics_server.runtime.heap import tune_gc
@@ -55,13 +54,9 @@ from custom_metrics_server.security.options import (
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import HEADER_READ_TIMEOUT, with_header_read_timeout
 from custom_metrics_server.server.app import AppSettings, BackendsFileSource, create_app
-from custom_metrics_server.server.workers import (
-    ForwardedGate,
-    serve_replica,
-    serve_worker,
-    supervise,
-    supervise_replicas,
-)
+from custom_metrics_server.workers.plan import plan_workers
+from custom_metrics_server.workers.supervisor import supervise
+from custom_metrics_server.workers.worker import serve_worker
 
 logger = logging.getLogger("custom_metrics_server")
 
@@ -145,13 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=1,
-        help="processes serving the port (default 1: the main process serves it itself); "
-        "with N > 1, N worker processes serve it: each with its own backends when every "
-        "backend is replicable, else asking the main process, which keeps the backends, for "
-        "the answers (docs/operations.md, Workers)",
+        help="processes serving the port (default 1: this process serves it); with N > 1 "
+        "and every backend replicable, N worker processes serve it, each with its own "
+        "backends; with a backend that is not (kubernetes, pod-metrics), one process serves "
+        "and a warning says why (docs/operations.md, Workers)",
     )
-    serving.add_argument("--worker-of", help=argparse.SUPPRESS)  # a worker's main process
-    serving.add_argument("--worker-replica", action="store_true", help=argparse.SUPPRESS)
+    # A worker's end of the socket pair to its main process (workers.supervisor).
+    serving.add_argument("--worker-link", type=int, help=argparse.SUPPRESS)
     add_security_flags(serve)
     add_backend_flags(serve)
     serve.add_argument(
@@ -281,20 +276,18 @@ def _serve(args: argparse.Namespace) -> None:
             "(--authentication-kubeconfig, docs/security.md)",
             exit_code=CONFIGURATION,
         )
-    if args.worker_of and not args.worker_replica:
-        serve_worker(args, security, _uvicorn_config, bind)
-        return
     try:
         backends, base_dir, digest = backends_from_flags(args)
         loaded = load_backends(backends, base_dir=base_dir, default_timeout=args.backend_timeout)
         metrics_api = server_features(args, loaded)
     except (BackendsConfigError, PluginError, ConfigError) as err:
         raise _startup_error(err, args) from err
-    # The main process of `--workers N` (N > 1); a worker is told its mode by the main process.
-    main_of_workers = args.workers > 1 and not args.worker_of
-    mode = workers_mode(loaded)
-    if main_of_workers:
-        logger.info("%s", mode.describe(args.workers))
+    worker = args.worker_link is not None
+    supervising = False
+    if args.workers > 1 and not worker:
+        plan = plan_workers(args.workers, loaded)
+        logger.log(plan.level, "%s", plan.line)
+        supervising = plan.workers > 1
     settings = AppSettings(
         backend_timeout=args.backend_timeout,
         max_requests_inflight=args.max_requests_inflight,
@@ -308,25 +301,15 @@ def _serve(args: argparse.Namespace) -> None:
         path=args.backends_config,
         digest=digest,
         reload_interval=args.backends_config_reload_interval,
-        replicated=args.worker_replica,
+        replicated=worker,
     )
-    forwarded_to = main_of_workers and not mode.replicated
-    app = create_app(
-        cluster=loaded.cluster,
-        backends=loaded.hosts,
-        settings=settings,
-        # Forwarding workers authenticate and authorize; this process answers them.
-        security=None if forwarded_to else security,
-        gate=ForwardedGate() if forwarded_to else None,
-        source=source,
-    )
-    if not security.delegated and not args.worker_of:
+    if not security.delegated and not worker:
         logger.warning(
             "--demo: delegated authentication and authorization are OFF; "
             "every caller on %s is allowed",
             bind,
         )
-    kubeconfig = _demo_kubeconfig(args) if args.demo and not args.worker_of else None
+    kubeconfig = _demo_kubeconfig(args) if args.demo and not worker else None
 
     def on_bound(port: int) -> None:
         host = f"[{bind}]" if ":" in bind else bind
@@ -353,15 +336,19 @@ def _serve(args: argparse.Namespace) -> None:
             ]
         print("\n".join(lines) + "\n", flush=True)
 
-    if main_of_workers and mode.replicated:
-        supervise_replicas(args, bind, on_bound)  # `app` is never started here
+    if supervising:
+        supervise(args, bind, on_bound)  # no backend starts in this process
         return
+    app = create_app(
+        cluster=loaded.cluster,
+        backends=loaded.hosts,
+        settings=settings,
+        security=security,
+        source=source,
+    )
     config = _uvicorn_config(app, args, security, bind)
-    if args.worker_replica:
-        serve_replica(args, config, app)
-        return
-    if main_of_workers:
-        supervise(args, config, app, bind, on_bound)
+    if worker:
+        serve_worker(args, config, app)
         return
     TlsServer(
         config,

@@ -26,7 +26,6 @@ from custom_metrics_server.kube.config import KubeConfigError, load_connection
 from custom_metrics_server.runtime.startup import StartupError
 from custom_metrics_server.runtime.tls import server_context
 from custom_metrics_server.security.options import DEFAULT_CERT_DIR, SecurityConfigError, _serving
-from custom_metrics_server.server import workers
 
 
 def serving_args(cert_dir: Path = DEFAULT_CERT_DIR, workers: int = 1) -> argparse.Namespace:
@@ -176,16 +175,3 @@ def test_a_kubeconfig_naming_its_files_needs_no_temporary_directory(tmp_path: Pa
     connection = load_connection(str(kubeconfig(tmp_path, inline=False)))
     assert connection.ca_file == str(tmp_path / "ca.crt")
     assert connection.host == "https://127.0.0.1:6443"
-
-
-def test_workers_without_a_temporary_directory_is_one_line(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def refuse(*_: object, **__: object) -> None:
-        raise FileNotFoundError(2, "No usable temporary directory found")
-
-    monkeypatch.setattr(tempfile, "TemporaryDirectory", refuse)
-    with pytest.raises(StartupError) as raised:
-        workers._private_directory()
-    assert "--workers needs a temporary directory" in raised.value.what
-    assert "set TMPDIR" in raised.value.fix

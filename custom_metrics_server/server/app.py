@@ -92,7 +92,7 @@ class BackendsFileSource:
     path: Path | None = None
     digest: bytes | None = None
     reload_interval: float = 5.0
-    #: a worker of replicated `serve --workers N` (reloads keep every backend replicable)
+    #: a worker process of `serve --workers N` (reloads keep every backend replicable)
     replicated: bool = False
 
 

@@ -1,6 +1,5 @@
-"""Which way `serve --workers N` runs (plugins.replicas): replicated when every backend says
-one instance per worker is safe (built-ins by type, plugins by `sdk.Replicable`), else
-forwarding, naming the backends that decided it."""
+"""Which backends are replicable (plugins.replicas): built-ins by type, plugins by
+`sdk.Replicable` (only a literal `True`)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import pytest
 
 from custom_metrics_server.plugins.config import parse_backends_file
 from custom_metrics_server.plugins.loader import load_backends
-from custom_metrics_server.plugins.replicas import is_replicable, workers_mode
+from custom_metrics_server.plugins.replicas import is_replicable, not_replicable
 from tests.conftest import CONTRACT_FIXTURE
 from tests.fakes.cluster_process import write_kubeconfig
 
@@ -24,21 +23,16 @@ def load(text: str) -> Any:
     return load_backends(config, base_dir=Path("/"), default_timeout=10.0)
 
 
-def test_a_plugin_declaring_replicable_keeps_the_demo_replicated() -> None:
-    mode = workers_mode(load(DEMO + f"  - {{name: copied, type: '{P}:replicable_instant'}}\n"))
-    assert mode.replicated
-    assert mode.why == (
-        f"every backend is replicable: simulated (demo), copied ({P}:replicable_instant)"
-    )
-    assert "replicated" in mode.describe(2)
+def test_a_plugin_declaring_replicable_is() -> None:
+    loaded = load(DEMO + f"  - {{name: copied, type: '{P}:replicable_instant'}}\n")
+    assert [is_replicable(built) for built in loaded.built] == [True, True]
+    assert not_replicable(loaded) == []
 
 
 @pytest.mark.parametrize("factory", ["instant", "truthy_replicable"])
-def test_a_plugin_not_declaring_it_makes_the_workers_forward(factory: str) -> None:
-    mode = workers_mode(load(DEMO + f"  - {{name: held, type: '{P}:{factory}'}}\n"))
-    assert not mode.replicated
-    assert mode.why == f"not replicable: held ({P}:{factory})"
-    assert mode.describe(3).startswith("--workers 3: forwarding:")
+def test_a_plugin_not_declaring_it_is_not(factory: str) -> None:
+    loaded = load(DEMO + f"  - {{name: held, type: '{P}:{factory}'}}\n")
+    assert not_replicable(loaded) == ["held"]
 
 
 def test_the_built_in_types_that_are_replicable(tmp_path: Path) -> None:
@@ -49,7 +43,7 @@ def test_the_built_in_types_that_are_replicable(tmp_path: Path) -> None:
         + "  - {name: up, type: passthrough, settings: {url: 'https://127.0.0.1:1'}}\n"
     )
     assert [is_replicable(built) for built in loaded.built] == [True, True, True, True]
-    assert workers_mode(loaded).replicated
+    assert not_replicable(loaded) == []
 
 
 @pytest.mark.parametrize("kind", ["kubernetes", "pod-metrics"])
@@ -59,6 +53,6 @@ def test_the_built_in_types_that_watch_or_scrape_are_not(tmp_path: Path, kind: s
     settings = f"{{kubeconfig: '{kubeconfig}'}}"
     if kind == "pod-metrics":
         settings = f"{{kubeconfig: '{kubeconfig}', scrape: [{{name: app, selector: 'a=b', port: 9090}}], metrics: [m]}}"
-    mode = workers_mode(load(DEMO + f"  - {{name: held, type: {kind}, settings: {settings}}}\n"))
-    assert not mode.replicated
-    assert mode.why == f"not replicable: held ({kind})"
+    loaded = load(DEMO + f"  - {{name: held, type: {kind}, settings: {settings}}}\n")
+    assert [is_replicable(built) for built in loaded.built] == [True, False]
+    assert not_replicable(loaded) == ["held"]

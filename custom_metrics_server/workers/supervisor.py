@@ -101,7 +101,7 @@ class Workers:
 
     def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
-        with theirs:
+        try:
             # The command is this interpreter running this package with the main process's flags.
             process = subprocess.Popen(  # noqa: S603
                 self.command(theirs.fileno()),
@@ -110,6 +110,11 @@ class Workers:
                 start_new_session=True,
                 pass_fds=(theirs.fileno(),),
             )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # the worker holds its own copy
         ours.setblocking(False)
         self.processes[process.pid] = process
         self.links[process.pid] = ours

@@ -232,7 +232,7 @@ def test_fresh_connections_spread_over_the_workers_and_their_answers_agree(
     assert answers[0][0]["describedObject"]["name"] == pod
 
 
-def test_a_stalled_main_process_does_not_stop_replicated_workers(tmp_path: Path) -> None:
+def test_a_stalled_main_process_does_not_stop_the_workers(tmp_path: Path) -> None:
     server = start_server(tmp_path, "--demo-pods", "10", "--workers", "2")
     try:
         with server.client() as client:

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Self
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from custom_metrics_server import sdk
 
@@ -169,6 +169,38 @@ class Settings(BaseModel):
 def with_settings(settings: Settings, *, context: sdk.BackendContext) -> Instant:
     """An `Instant` whose prefix is its backend's name (checks the context)."""
     return Instant(context.name.replace("-", "_"))
+
+
+class Queue(BaseModel):
+    """One queue of `with_nested_settings`."""
+
+    name: str
+    weight: int = 1
+
+
+class NestedSettings(BaseModel):
+    """`with_nested_settings`'s settings: a list of nested models and an aliased field."""
+
+    queues: list[Queue]
+    max_rows: int = Field(default=100, alias="maxRows")
+
+
+@sdk.factory(settings=NestedSettings)
+def with_nested_settings(settings: NestedSettings) -> Instant:
+    """An `Instant` whose prefix is its `maxRows` (checks the alias reached the model)."""
+    return Instant(str(settings.max_rows))
+
+
+class LenientSettings(Settings):
+    """Settings whose model opts out of the loader's unknown-key check."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+@sdk.factory(settings=LenientSettings)
+def with_lenient_settings(settings: LenientSettings) -> Instant:
+    """An `Instant`, whatever else its settings say."""
+    return Instant()
 
 
 @sdk.factory(requires="1.99")

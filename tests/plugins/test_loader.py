@@ -223,3 +223,57 @@ def test_built_in_names_are_reserved(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_fixture_setting_with_a_typo_is_refused_not_ignored() -> None:
     (line,) = failure("backends: [{name: f, type: fixture, settings: {fiel: x.yaml}}]")
     assert line == "backends[0] 'f' (type fixture): settings.fiel: unknown field"
+
+
+def test_a_misspelled_plugin_setting_is_refused_naming_the_field_and_the_known_ones() -> None:
+    assert failure(
+        f"""
+backends:
+  - name: orders
+    type: {P}:with_settings
+    settings: {{dsn: "postgresql://db/orders", pol: 2}}
+"""
+    ) == [f"backends[0] 'orders' (type {P}:with_settings): settings.pol: unknown field (known: dsn, pool)"]
+
+
+def test_a_nested_settings_model_is_checked_too() -> None:
+    (line,) = failure(
+        f"""
+backends:
+  - name: jobs
+    type: {P}:with_nested_settings
+    settings: {{queues: [{{name: emails}}, {{name: reports, wieght: 2}}]}}
+"""
+    )
+    assert line == (
+        f"backends[0] 'jobs' (type {P}:with_nested_settings): settings.queues[1].wieght: "
+        "unknown field (known: name, weight)"
+    )
+
+
+def test_a_settings_model_that_states_its_extra_policy_opts_out() -> None:
+    loaded = load(
+        f"""
+backends:
+  - name: lenient
+    type: {P}:with_lenient_settings
+    settings: {{dsn: "postgresql://db/orders", comment: "kept for the operators"}}
+"""
+    )
+    assert loaded.built[0].name == "lenient"
+
+
+def test_aliases_are_the_keys_a_settings_model_reads() -> None:
+    loaded = load(
+        f"""
+backends:
+  - name: jobs
+    type: {P}:with_nested_settings
+    settings: {{queues: [], maxRows: 5}}
+"""
+    )
+    assert loaded.built[0].host.backend.plugin.prefix == "5"
+    (line,) = failure(
+        f"backends: [{{name: jobs, type: '{P}:with_nested_settings', settings: {{queues: [], max_rows: 5}}}}]"
+    )
+    assert line.endswith("settings.max_rows: unknown field (known: maxRows, queues)")

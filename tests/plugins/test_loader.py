@@ -233,7 +233,9 @@ backends:
     type: {P}:with_settings
     settings: {{dsn: "postgresql://db/orders", pol: 2}}
 """
-    ) == [f"backends[0] 'orders' (type {P}:with_settings): settings.pol: unknown field (known: dsn, pool)"]
+    ) == [
+        f"backends[0] 'orders' (type {P}:with_settings): settings.pol: unknown field (known: dsn, pool)"
+    ]
 
 
 def test_a_nested_settings_model_is_checked_too() -> None:

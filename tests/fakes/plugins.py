@@ -242,7 +242,8 @@ class Switchable:
     """A backend whose state a test sets by writing a file (settings `state`: its path):
     `up` answers `switch_pod` (custom, pods: 5 for pods named `web-*`) and `switch_total`
     (external: one series, 9); `down` raises `BackendUnavailable`; `stale` answers values an
-    hour old. Used for the failure policies and the explanations' outcomes."""
+    hour old; `bug` raises a `KeyError` whose text is a secret. Used for the failure policies
+    and the explanations' outcomes."""
 
     def __init__(self, state: str) -> None:
         self.state = state
@@ -265,9 +266,15 @@ class Switchable:
 
         return time.time() - (3600 if self._mode() == "stale" else 0)
 
-    async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
-        if self._mode() == "down":
+    def _raise(self) -> None:
+        mode = self._mode()
+        if mode == "down":
             raise sdk.BackendUnavailable("switched off")
+        if mode == "bug":
+            raise KeyError("password=hunter2")
+
+    async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
+        self._raise()
         if request.metric.metric != "switch_pod":
             return []
         stamp = self._stamp()
@@ -278,8 +285,7 @@ class Switchable:
         ]
 
     async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
-        if self._mode() == "down":
-            raise sdk.BackendUnavailable("switched off")
+        self._raise()
         if request.metric != "switch_total":
             return []
         return [sdk.external_sample(request, 9, timestamp=self._stamp())]

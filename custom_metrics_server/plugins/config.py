@@ -270,10 +270,9 @@ def _accepted(model: type[BaseModel]) -> set[str] | None:
         alias = info.validation_alias if info.validation_alias is not None else info.alias
         choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
         for choice in choices:
-            if isinstance(choice, AliasPath):
-                choice = choice.path[0]  # noqa: PLW2901 - the top key of a path
-            if isinstance(choice, str):
-                keys.add(choice)
+            top = choice.path[0] if isinstance(choice, AliasPath) else choice  # a path's top key
+            if isinstance(top, str):
+                keys.add(top)
         if alias is None or by_name:
             keys.add(name)
     return keys

@@ -106,7 +106,7 @@ def test_a_plugin_for_a_newer_contract_is_refused() -> None:
     (line,) = failure(f"backends: [{{name: x, type: '{P}:from_the_future'}}]")
     assert line == (
         f"backends[0] 'x' (type {P}:from_the_future): written for backend contract 1.99; this "
-        "server provides 1.1 (same major, not a newer minor)"
+        "server provides 1.2 (same major, not a newer minor)"
     )
 
 

@@ -278,20 +278,27 @@ def _accepted(model: type[BaseModel]) -> set[str] | None:
     return keys
 
 
+def _unknown_keys(
+    model: type[BaseModel], raw: Mapping[Any, Any], at: tuple[int | str, ...]
+) -> list[str]:
+    keys = _accepted(model)
+    if keys is None:
+        return []
+    known = ", ".join(sorted(keys)) or "none"
+    return [
+        f"{describe([*at, str(key)])}: unknown field (known: {known})"
+        for key in raw
+        if key not in keys
+    ]
+
+
 def _unknown(value: object, raw: object, at: tuple[int | str, ...]) -> list[str]:
     """`<location>: unknown field (known: ...)` for each key of `raw` that validating it into
     `value` ignored, recursing into nested models, lists and mappings of them."""
     found: list[str] = []
     if isinstance(value, BaseModel) and isinstance(raw, Mapping):
         model = type(value)
-        keys = _accepted(model)
-        if keys is not None:
-            known = ", ".join(sorted(keys)) or "none"
-            found += [
-                f"{describe([*at, str(key)])}: unknown field (known: {known})"
-                for key in raw
-                if key not in keys
-            ]
+        found += _unknown_keys(model, raw, at)
         for name, info in model.model_fields.items():
             for key in (info.alias, name):
                 if key is not None and key in raw:
@@ -307,14 +314,24 @@ def _unknown(value: object, raw: object, at: tuple[int | str, ...]) -> list[str]
     return found
 
 
-def unknown_settings(validated: object, raw: Mapping[str, Any], where: str) -> list[str]:
-    """One line per key of a backend's `settings:` that its (pydantic) settings model would
-    silently ignore: `<where>: settings.queus: unknown field (known: database, queues)`.
+def unknown_settings(
+    model: object, raw: Mapping[str, Any], where: str, *, validated: object = None
+) -> list[str]:
+    """One line per key of a backend's `settings:` that its (pydantic) settings `model` would
+    silently ignore: `<where>: settings.queus: unknown field (known: database, queues)`. With
+    the `validated` instance, nested models, lists and mappings of them are checked too;
+    without it (validation failed), the top-level keys.
 
     A model (or nested model) that sets `extra` in its `model_config` has chosen (`forbid`:
-    pydantic reports the keys; `ignore` or `allow`: the plugin opts out) and is left alone.
-    Cost: O(size of the settings)."""
-    return [f"{where}: settings.{line}" for line in _unknown(validated, raw, ())]
+    pydantic reports the keys; `ignore` or `allow`: the plugin opts out) and is left alone; a
+    settings class that is not a pydantic model is too. Cost: O(size of the settings)."""
+    if validated is not None:
+        found = _unknown(validated, raw, ())
+    elif isinstance(model, type) and issubclass(model, BaseModel):
+        found = _unknown_keys(model, raw, ())
+    else:
+        found = []
+    return [f"{where}: settings.{line}" for line in found]
 
 
 def parse_backends_file(text: str, *, source: str) -> BackendsFile:

@@ -236,11 +236,13 @@ def build_entry(
     if model is not None:
         try:
             settings = model.model_validate(entry.settings)
-            problems += unknown_settings(settings, entry.settings, where)
         except ValidationError as err:
             problems += settings_lines(err, where)
+            problems += unknown_settings(model, entry.settings, where)
         except Exception as err:
             problems.append(str(failure(where, "validating settings", err)))
+        else:
+            problems += unknown_settings(model, entry.settings, where, validated=settings)
     if problems:
         raise PluginError("\n".join(problems))
     defaults = config.defaults

@@ -279,3 +279,17 @@ backends:
         f"backends: [{{name: jobs, type: '{P}:with_nested_settings', settings: {{queues: [], max_rows: 5}}}}]"
     )
     assert line.endswith("settings.max_rows: unknown field (known: maxRows, queues)")
+
+
+def test_a_misspelled_required_setting_is_named_beside_the_missing_one() -> None:
+    assert failure(
+        f"""
+backends:
+  - name: orders
+    type: {P}:with_settings
+    settings: {{dns: "postgresql://db/orders"}}
+"""
+    ) == [
+        f"backends[0] 'orders' (type {P}:with_settings): settings.dsn: field required",
+        f"backends[0] 'orders' (type {P}:with_settings): settings.dns: unknown field (known: dsn, pool)",
+    ]

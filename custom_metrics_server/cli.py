@@ -28,6 +28,7 @@ from custom_metrics_server import __version__, explain_command
 from custom_metrics_server.kube.config import KubeConfigError
 from custom_metrics_server.node_agent import command as node_agent
 from custom_metrics_server.plugins.adapter import PluginError
+from custom_metrics_server.plugins.banner import try_lines
 from custom_metrics_server.plugins.config import BackendsConfigError
 from custom_metrics_server.plugins.flags import (
     add_backend_flags,
@@ -322,18 +323,10 @@ def _serve(args: argparse.Namespace) -> None:
             )
         elif kubeconfig is not None:
             write_kubeconfig(kubeconfig, server=url, ca_pem=security.serving.ca_pem)
-            pods = (
-                "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/"
-                "http_requests_per_second?labelSelector=app%3Dweb"
+            lines.append(f"kubeconfig written to {kubeconfig}")
+            lines += try_lines(
+                loaded, kubeconfig=kubeconfig, url=url, cert_file=security.serving.cert_file
             )
-            external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth"
-            lines += [
-                f"kubeconfig written to {kubeconfig}",
-                "Try:",
-                f"  kubectl --kubeconfig {kubeconfig} get --raw '{pods}'",
-                f"  kubectl --kubeconfig {kubeconfig} get --raw '{external}'",
-                f"  kubectl --kubeconfig {kubeconfig} top pods -A",
-            ]
         print("\n".join(lines) + "\n", flush=True)
 
     if supervising:

@@ -102,6 +102,9 @@ def render_text(document: Mapping[str, Any]) -> str:  # noqa: PLR0915 - sections
         if objects.get("first"):
             more = " ..." if objects["matched"] > len(objects["first"]) else ""
             lines.append(_line("first", ", ".join(objects["first"]) + more))
+        if "inClusterView" in objects:
+            seen = "yes" if objects["inClusterView"] else "no (the server does not check; see Why)"
+            lines.append(_line("in cluster view", seen))
         samples = objects.get("samples")
         if samples is not None:
             lines.append(

@@ -61,6 +61,7 @@ __all__ = [
     "capabilities",
     "failure",
     "one_line",
+    "with_article",
 ]
 
 #: Threads of a backend whose fetches are plain functions (the backends file's `threads`).
@@ -75,6 +76,11 @@ T = TypeVar("T", Sample, ExternalSample)
 
 class PluginError(Exception):
     """A plugin cannot be loaded or started; the message names the backend (one line)."""
+
+
+def with_article(name: str) -> str:
+    """`a dict`, `an ExternalSample`: a type's name with its article, for the messages."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def one_line(err: BaseException) -> str:
@@ -257,12 +263,16 @@ class PluginBackend:
             if raw is listing.raw and not listing.error:
                 return listing.value
             if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Iterable):
-                raise ContractViolation(f"returned a {type(raw).__name__}, not a collection")
+                raise ContractViolation(
+                    f"returned {with_article(type(raw).__name__)}, not a collection"
+                )
             items = []
             for item in raw:
                 checked = valid(item)
                 if checked is None:
-                    raise ContractViolation(f"returned an item {item!r} that is not a {kind}"[:300])
+                    raise ContractViolation(
+                        f"returned an item {item!r} that is not {with_article(kind)}"[:300]
+                    )
                 items.append(checked)
         except Exception as err:
             reason = f"{method}() raised {type(err).__name__}: {err}"[:300]
@@ -334,7 +344,7 @@ class PluginBackend:
                 raise ContractViolation(f"returned {len(items)} items for {bound} {what}")
         elif isinstance(answer, str | bytes | Mapping) or not isinstance(answer, Iterable):
             raise ContractViolation(
-                f"returned a {type(answer).__name__}, not a list of {kind.__name__}"
+                f"returned {with_article(type(answer).__name__)}, not a list of {kind.__name__}"
             )
         else:
             items = list(itertools.islice(answer, bound + 1))
@@ -343,7 +353,8 @@ class PluginBackend:
         dropped = False
         for item in items:
             if type(item) is not kind and not isinstance(item, kind):
-                raise ContractViolation(f"returned a {type(item).__name__}, not a {kind.__name__}")
+                got, wanted = with_article(type(item).__name__), with_article(kind.__name__)
+                raise ContractViolation(f"returned {got}, not {wanted}")
             if kind is Sample and not isinstance(item.described, ObjectRef):  # type: ignore[attr-defined]
                 raise ContractViolation("returned a Sample whose described is not an ObjectRef")
             if not _number(item.value):
@@ -369,7 +380,9 @@ class PluginBackend:
         except Exception as err:
             return Readiness(False, f"ready() raised {type(err).__name__}: {err}"[:300])
         if not isinstance(answer, Readiness):
-            return Readiness(False, f"ready() returned a {type(answer).__name__}, not a Readiness")
+            return Readiness(
+                False, f"ready() returned {with_article(type(answer).__name__)}, not a Readiness"
+            )
         return answer
 
     async def __aenter__(self) -> Self:

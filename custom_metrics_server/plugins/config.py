@@ -18,7 +18,9 @@
 
 Every problem of a file is reported at once, one line each, naming the backend (`backends[1]
 'orders' (type postgres): timeout: invalid duration '2x'`). Settings are checked later, by the
-type's own model (`loader`), with the same prefix.
+type's own model (`loader`), with the same prefix; `unknown_settings` then finds the keys that
+model would silently ignore (a pydantic model ignores unknown keys unless it says otherwise), so
+a typo in a plugin's settings is an error too, unless the model states its own `extra` policy.
 
 This module owns the file's shape, not what the settings mean. Cost: O(size of the file).
 """
@@ -33,6 +35,8 @@ from typing import Annotated, Any, Final, Literal
 
 import yaml
 from pydantic import (
+    AliasChoices,
+    AliasPath,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -56,6 +60,7 @@ __all__ = [
     "parse_seconds",
     "read_backends_file",
     "settings_lines",
+    "unknown_settings",
     "validate_backends",
     "validation_lines",
 ]
@@ -252,6 +257,81 @@ def settings_lines(error: ValidationError, where: str) -> list[str]:
         where_in = describe(list(problem["loc"]))
         lines.append(f"{where}: settings{'.' + where_in if where_in else ''}: {message}")
     return lines
+
+
+def _accepted(model: type[BaseModel]) -> set[str] | None:
+    """The keys `model` reads, or None when it states its own policy for others (`extra`)."""
+    config = model.model_config
+    if "extra" in config:  # forbid (pydantic reports them), or allow / ignore: the plugin's choice
+        return None
+    by_name = bool(config.get("populate_by_name") or config.get("validate_by_name"))
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias if info.validation_alias is not None else info.alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        for choice in choices:
+            top = choice.path[0] if isinstance(choice, AliasPath) else choice  # a path's top key
+            if isinstance(top, str):
+                keys.add(top)
+        if alias is None or by_name:
+            keys.add(name)
+    return keys
+
+
+def _unknown_keys(
+    model: type[BaseModel], raw: Mapping[Any, Any], at: tuple[int | str, ...]
+) -> list[str]:
+    keys = _accepted(model)
+    if keys is None:
+        return []
+    known = ", ".join(sorted(keys)) or "none"
+    return [
+        f"{describe([*at, str(key)])}: unknown field (known: {known})"
+        for key in raw
+        if key not in keys
+    ]
+
+
+def _unknown(value: object, raw: object, at: tuple[int | str, ...]) -> list[str]:
+    """`<location>: unknown field (known: ...)` for each key of `raw` that validating it into
+    `value` ignored, recursing into nested models, lists and mappings of them."""
+    found: list[str] = []
+    if isinstance(value, BaseModel) and isinstance(raw, Mapping):
+        model = type(value)
+        found += _unknown_keys(model, raw, at)
+        for name, info in model.model_fields.items():
+            for key in (info.alias, name):
+                if key is not None and key in raw:
+                    found += _unknown(getattr(value, name), raw[key], (*at, key))
+                    break
+    elif isinstance(value, list | tuple) and isinstance(raw, list) and len(value) == len(raw):
+        for index, (item, raw_item) in enumerate(zip(value, raw, strict=True)):
+            found += _unknown(item, raw_item, (*at, index))
+    elif isinstance(value, Mapping) and isinstance(raw, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str) and key in raw:
+                found += _unknown(item, raw[key], (*at, key))
+    return found
+
+
+def unknown_settings(
+    model: object, raw: Mapping[str, Any], where: str, *, validated: object = None
+) -> list[str]:
+    """One line per key of a backend's `settings:` that its (pydantic) settings `model` would
+    silently ignore: `<where>: settings.queus: unknown field (known: database, queues)`. With
+    the `validated` instance, nested models, lists and mappings of them are checked too;
+    without it (validation failed), the top-level keys.
+
+    A model (or nested model) that sets `extra` in its `model_config` has chosen (`forbid`:
+    pydantic reports the keys; `ignore` or `allow`: the plugin opts out) and is left alone; a
+    settings class that is not a pydantic model is too. Cost: O(size of the settings)."""
+    if validated is not None:
+        found = _unknown(validated, raw, ())
+    elif isinstance(model, type) and issubclass(model, BaseModel):
+        found = _unknown_keys(model, raw, ())
+    else:
+        found = []
+    return [f"{where}: settings.{line}" for line in found]
 
 
 def parse_backends_file(text: str, *, source: str) -> BackendsFile:

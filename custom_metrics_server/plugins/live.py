@@ -257,8 +257,9 @@ class LiveBackends:
         held = not_replicable(loaded) if self.replicated else []
         if held:
             raise StartupFailure(
-                f"not replicable: {', '.join(held)}; the workers of this server run replicated "
-                "(serve --workers): a restart chooses the mode again"
+                f"not replicable: {', '.join(held)}; every worker of serve --workers runs its "
+                "own backends, so a reload may not add one that is not replicable: a restart "
+                "serves from one process instead"
             )
         running = {id(backend) for backend in self._running}
         fresh = [b.host.backend for b in loaded.built if id(b.host.backend) not in running]

@@ -8,10 +8,10 @@ context. Without one, the server serves an empty in-memory view with the built-i
 (custom metrics of named objects of built-in resources only).
 
 Every problem of every entry is collected, one line each naming the entry, and raised together
-as a `PluginError` (unknown type, failed import, contract version, settings, factory, a plugin
-object with no source, a route). A plugin's factory is called with its settings (the validated
-model instance when it has a settings model, a read-only mapping otherwise) and, if it accepts
-one, `context=`.
+as a `PluginError` (unknown type, failed import, contract version, settings, a settings key
+its model would ignore, factory, a plugin object with no source, a route). A plugin's factory
+is called with its settings (the validated model instance when it has a settings model, a
+read-only mapping otherwise) and, if it accepts one, `context=`.
 
 It must not start anything or touch the event loop.
 """
@@ -44,6 +44,7 @@ from custom_metrics_server.plugins.config import (
     BackendsFile,
     entry_label,
     settings_lines,
+    unknown_settings,
 )
 from custom_metrics_server.plugins.registry import BackendType, find_type
 from custom_metrics_server.query.routing import Host, Route
@@ -237,8 +238,11 @@ def build_entry(
             settings = model.model_validate(entry.settings)
         except ValidationError as err:
             problems += settings_lines(err, where)
+            problems += unknown_settings(model, entry.settings, where)
         except Exception as err:
             problems.append(str(failure(where, "validating settings", err)))
+        else:
+            problems += unknown_settings(model, entry.settings, where, validated=settings)
     if problems:
         raise PluginError("\n".join(problems))
     defaults = config.defaults

@@ -94,6 +94,7 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
     decision: Decision | None = None
     objects: Sequence[ObjectKey] = ()
     backend_request: BackendRequest | None = None
+    absent: list[Any] = []  # the named object is not in the cluster view: why, as a cause
     if mapping is None:
         document["resource"] = {
             "found": False,
@@ -118,6 +119,9 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
             selection["causes"] = causes.empty_selection(
                 selector_text(parsed, "label_selector"), resource, namespace
             )
+        if not parsed.wildcard:
+            absent = sections.not_in_view(engine.cluster, resource, namespace, parsed.name)
+            selection["inClusterView"] = not absent
         document["objects"] = selection
         if decision is None:
             document["route"] = {
@@ -140,7 +144,7 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
     except StatusError as error:
         samples = ()
         document["outcome"] = sections.status_outcome(error)
-        outcome_causes = sections.causes_of(error)
+        outcome_causes = sections.causes_of(error) + sections.backend_bug(error, decision)
     else:
         body = wire.metric_value_list(
             samples,
@@ -168,7 +172,7 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
             )
     if not outcome_causes:
         outcome_causes = list(document.get("objects", {}).get("causes", ()))
-    document["causes"] = outcome_causes
+    document["causes"] = outcome_causes + absent
     return document
 
 
@@ -210,7 +214,7 @@ async def _explain_external(
         samples = await engine.external(parsed)
     except StatusError as error:
         document["outcome"] = sections.status_outcome(error)
-        outcome_causes = sections.causes_of(error)
+        outcome_causes = sections.causes_of(error) + sections.backend_bug(error, decision)
     else:
         body = wire.external_metric_value_list(samples)
         document["outcome"] = {"code": 200, "items": len(samples), "list": orjson.loads(body)}

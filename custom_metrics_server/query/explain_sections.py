@@ -21,28 +21,33 @@ from custom_metrics_server.api.explanation import API_VERSION, KIND
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
+    GroupResource,
     MetricRequest,
     ObjectKey,
     ResourceMapping,
     Sample,
 )
 from custom_metrics_server.errors import StatusError
+from custom_metrics_server.machinery.labels import EVERYTHING
 from custom_metrics_server.machinery.quantity import format_quantity
 from custom_metrics_server.query.decision import Decision
 from custom_metrics_server.query.engine import QueryEngine, selector_text
-from custom_metrics_server.query.hints import age
+from custom_metrics_server.query.hints import age, cause
 from custom_metrics_server.query.routes import CUSTOM
 from custom_metrics_server.query.status import MetricStats
+from custom_metrics_server.sdk.backend import ClusterView
 
 __all__ = [
     "FIRST",
     "answered_by",
     "backend",
+    "backend_bug",
     "causes_of",
     "custom_request",
     "document",
     "iso",
     "mapping",
+    "not_in_view",
     "object_name",
     "probe",
     "route",
@@ -69,6 +74,53 @@ def status_outcome(error: StatusError) -> dict[str, Any]:
 def causes_of(error: StatusError) -> list[Any]:
     details = error.details or {}
     return list(details.get("causes", ()))
+
+
+def backend_bug(error: StatusError, decision: Decision | None) -> list[Any]:
+    """What an author needs to find a masked 500's log line: the exception's type (never its
+    text, which may hold secrets) and the audit id the log line repeats. Empty for any other
+    error."""
+    audit_id = error.headers.get("Audit-Id")
+    bug = error.__cause__
+    if error.code != 500 or not audit_id or bug is None:
+        return []
+    name = decision.host.name if decision is not None else "the backend"
+    return [
+        cause(
+            "BackendBug",
+            f"backend {name} raised {type(bug).__name__} (audit id {audit_id}); the traceback "
+            f"is in the server's log, on the line 'backend {name} failed (request id "
+            f"{audit_id})'",
+        )
+    ]
+
+
+def not_in_view(
+    cluster: ClusterView, resource: GroupResource, namespace: str | None, name: str
+) -> list[Any]:
+    """Whether the named object is in the cluster view (empty when it is): the server passes a
+    named object to its backend without checking that it exists (docs/backends.md, "Who checks
+    that an object exists"), so this is the place that says it does not. O(objects of the
+    resource in the namespace); only on `?explain=1`."""
+    keys = cluster.list_objects(resource, namespace, EVERYTHING)
+    if (namespace or "", name) in keys:
+        return []
+    where = f" in namespace {namespace}" if namespace else ""
+    if keys:
+        seen = f"{name} does not exist in the cluster view ({len(keys)} {resource}{where})"
+    else:
+        seen = (
+            f"the cluster view has no {resource}{where}, so it cannot say whether {name} "
+            "exists (it may not list this resource)"
+        )
+    return [
+        cause(
+            "NotInClusterView",
+            f"{seen}; the server does not check that a named object exists: the backend "
+            "answered for the name it was given",
+            "name",
+        )
+    ]
 
 
 def form(path: str, parsed: MetricRequest) -> str:

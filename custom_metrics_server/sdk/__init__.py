@@ -14,8 +14,9 @@ else in the package may change in any release.
   `BackendContext` (what a factory is told: name, cluster view, logger, deadline, base dir).
 * Values: the request and answer types (frozen dataclasses and named tuples) and the helpers
   `sample` and `external_sample` that build answers from a request.
-* Label selectors: `Selector` (`matches`, `is_everything`, `requirements`), `Requirement`,
-  `Operator`, `EVERYTHING`, `parse_selector`.
+* Label selectors: `Selector` (`matches`, `is_everything`, `requirements`, and since 1.2
+  `equality_terms()`, `requires_exact(label)`, `to_label_selector()`, `str()`), `Requirement`
+  (`key`, `operator`, `values`, `matches`), `Operator`, `EVERYTHING`, `parse_selector`.
 * Errors a backend raises: `BackendUnavailable` (503), `BackendTimeout` (504), `BadRequest`
   (400); the server adds the backend's name. Any other exception is a bug: a masked 500 naming
   the backend, the traceback in the server's log only.

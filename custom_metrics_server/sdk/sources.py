@@ -14,7 +14,7 @@ naming the plugin) and adapts the object to its internal, full protocol.
 * `ReadinessCheck`: `ready()`; without it, the backend is ready once started.
 * `Replicable` (contract 1.1): `replicable = True` says one instance per worker process of
   `serve --workers N` is safe (no repeated watches or scrapes that matter, answers that agree
-  across instances); without it, the server keeps one instance and forwards to it.
+  across instances); without it, `serve --workers N` serves from one process.
 
 `fetch` and `fetch_external` may be `async def` (run on the server's event loop: never block
 in them) or plain `def` (run in the backend's own bounded thread pool: blocking drivers are
@@ -116,8 +116,8 @@ class Replicable(Protocol):
     instance does in the background (polls, discovery, connections) costs the sources
     little when repeated N times. A backend that watches or scrapes a cluster, or keeps state
     built from its own traffic, says `False` (the default, also when the attribute is
-    missing): the server then keeps one instance, in its main process, and the workers
-    forward to it (docs/operations.md, "Workers"). Read once, when the backend is made.
+    missing): `serve --workers N` then serves from one process, as without the flag
+    (docs/operations.md, "Workers"). Read once, when the backend is made.
     """
 
     replicable: bool

@@ -31,7 +31,11 @@ stops it. It raises `KitFailure` listing every failed check (or returns the repo
 7. **failures are SDK errors**: anything a fetch raises, here or during `outage()` (an async
    context manager in which your source is down, if you give one), is `BadRequest`,
    `BackendUnavailable` or `BackendTimeout`, never another exception;
-8. **stop**: `__aexit__` returns.
+8. **a changed listing is served** (only with `change_listing`, a function or coroutine
+   function that changes what your source holds so that your listing must change): what the
+   server would route and list in discovery changes within `listing_within` seconds
+   (`kit_listing`);
+9. **stop**: `__aexit__` returns.
 
 The real-server half of the kit is `custom_metrics_server.testing.serving`. This module runs the
 start, the checks (`kit_checks`) and the stop; the report types are in `kit_report` and are
@@ -59,6 +63,7 @@ from custom_metrics_server.testing.kit_checks import (
     check_outage,
     readiness,
 )
+from custom_metrics_server.testing.kit_listing import check_listing_change
 from custom_metrics_server.testing.kit_report import Check, KitFailure, KitReport
 
 __all__ = ["Check", "KitFailure", "KitReport", "check_backend"]
@@ -79,6 +84,8 @@ async def check_backend(
     cancel_within: float = 1.0,
     outage: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
     absent_as_zero: Collection[str] = (),
+    change_listing: Callable[[], object] | None = None,
+    listing_within: float = 10.0,
     strict: bool = True,
 ) -> KitReport:
     """Run the checks of the module on `backend` (a plugin object or a built-in backend)."""
@@ -127,6 +134,8 @@ async def check_backend(
         await check_deadlines(report, subject, cancel_within)
         if outage is not None:
             await check_outage(report, subject, outage)
+        if change_listing is not None:
+            await check_listing_change(report, hosted, backend, change_listing, listing_within)
     finally:
         with report.check("stop"):
             await asyncio.wait_for(hosted.__aexit__(None, None, None), fetch_timeout)

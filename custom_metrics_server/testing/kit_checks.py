@@ -32,7 +32,7 @@ from custom_metrics_server.domain import (
 from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, BadRequest
 from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.machinery.labels import EVERYTHING, Selector
-from custom_metrics_server.plugins.adapter import PluginBackend
+from custom_metrics_server.plugins.adapter import PluginBackend, with_article
 from custom_metrics_server.sdk.backend import ClusterView
 from custom_metrics_server.testing.kit_report import Abort, Check, KitReport
 
@@ -84,7 +84,7 @@ def readiness(check: Check, backend: object, when: str) -> Readiness | None:
         check.fail(f"ready() {when} raised {type(err).__name__}: {err}")
         return None
     if not isinstance(state, Readiness):
-        check.fail(f"ready() {when} returned a {type(state).__name__}, not a Readiness")
+        check.fail(f"ready() {when} returned {with_article(type(state).__name__)}, not a Readiness")
         return None
     return state
 

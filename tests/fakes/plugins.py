@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Self
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from custom_metrics_server import sdk
 
@@ -171,6 +171,38 @@ def with_settings(settings: Settings, *, context: sdk.BackendContext) -> Instant
     return Instant(context.name.replace("-", "_"))
 
 
+class Queue(BaseModel):
+    """One queue of `with_nested_settings`."""
+
+    name: str
+    weight: int = 1
+
+
+class NestedSettings(BaseModel):
+    """`with_nested_settings`'s settings: a list of nested models and an aliased field."""
+
+    queues: list[Queue]
+    max_rows: int = Field(default=100, alias="maxRows")
+
+
+@sdk.factory(settings=NestedSettings)
+def with_nested_settings(settings: NestedSettings) -> Instant:
+    """An `Instant` whose prefix is its `maxRows` (checks the alias reached the model)."""
+    return Instant(str(settings.max_rows))
+
+
+class LenientSettings(Settings):
+    """Settings whose model opts out of the loader's unknown-key check."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+@sdk.factory(settings=LenientSettings)
+def with_lenient_settings(settings: LenientSettings) -> Instant:
+    """An `Instant`, whatever else its settings say."""
+    return Instant()
+
+
 @sdk.factory(requires="1.99")
 def from_the_future(settings: Mapping[str, Any]) -> Instant:
     """A plugin written for a newer contract."""
@@ -210,7 +242,8 @@ class Switchable:
     """A backend whose state a test sets by writing a file (settings `state`: its path):
     `up` answers `switch_pod` (custom, pods: 5 for pods named `web-*`) and `switch_total`
     (external: one series, 9); `down` raises `BackendUnavailable`; `stale` answers values an
-    hour old. Used for the failure policies and the explanations' outcomes."""
+    hour old; `bug` raises a `KeyError` whose text is a secret. Used for the failure policies
+    and the explanations' outcomes."""
 
     def __init__(self, state: str) -> None:
         self.state = state
@@ -233,9 +266,15 @@ class Switchable:
 
         return time.time() - (3600 if self._mode() == "stale" else 0)
 
-    async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
-        if self._mode() == "down":
+    def _raise(self) -> None:
+        mode = self._mode()
+        if mode == "down":
             raise sdk.BackendUnavailable("switched off")
+        if mode == "bug":
+            raise KeyError("password=hunter2")
+
+    async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
+        self._raise()
         if request.metric.metric != "switch_pod":
             return []
         stamp = self._stamp()
@@ -246,8 +285,7 @@ class Switchable:
         ]
 
     async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
-        if self._mode() == "down":
-            raise sdk.BackendUnavailable("switched off")
+        self._raise()
         if request.metric != "switch_total":
             return []
         return [sdk.external_sample(request, 9, timestamp=self._stamp())]

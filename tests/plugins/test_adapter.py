@@ -178,9 +178,10 @@ async def test_an_unchanged_listing_is_the_same_object() -> None:
         pytest.param({"ns/a": 1}, "returned a dict, not a list of Sample", id="a-dict"),
         pytest.param(None, "returned a NoneType, not a list of Sample", id="none"),
         pytest.param([{"value": 1}], "returned a dict, not a Sample", id="dict-items"),
+        pytest.param([1], "returned an int, not a Sample", id="int-items"),
         pytest.param(
             [sdk.ExternalSample("m", {}, 1, 0.0)],
-            "returned a ExternalSample, not a Sample",
+            "returned an ExternalSample, not a Sample",
             id="wrong-kind",
         ),
     ],

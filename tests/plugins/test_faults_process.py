@@ -102,7 +102,7 @@ def test_wrong_types_are_a_500_naming_the_backend(server: ServerProcess) -> None
     response, _ = get(server, f"{EXTERNAL}/wrong_total")
     assert response.status_code == 500
     assert '("backend wrong failed")' in response.json()["message"]
-    assert "ContractViolation: returned a dict, not a ExternalSample" in server.logs()
+    assert "ContractViolation: returned a dict, not an ExternalSample" in server.logs()
 
 
 def test_a_runaway_answer_is_bounded_and_a_500_naming_the_backend(server: ServerProcess) -> None:

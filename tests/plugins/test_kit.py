@@ -159,7 +159,7 @@ async def test_wrong_types_fail_as_contract_violations() -> None:
     problems = failed(caught)["answers keep the contract"]
     assert problems == [
         "fetch_external(wrong_total) raised ContractViolation (not an SDK error): returned a "
-        "dict, not a ExternalSample"
+        "dict, not an ExternalSample"
     ]
 
 

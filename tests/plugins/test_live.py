@@ -166,7 +166,7 @@ async def test_a_replicated_worker_refuses_a_reload_adding_a_backend_that_is_not
     async with backends:
         path.write_text(BASE + f"  - {{name: held, type: '{P}:instant'}}\n")
         assert await backends.reload() is False
-        assert "not replicable: held; the workers of this server run replicated" in caplog.text
+        assert "not replicable: held; every worker of serve --workers runs its own" in caplog.text
         assert served(backends) == ["contract"]
         path.write_text(BASE + f"  - {{name: copied, type: '{P}:replicable_instant'}}\n")
         assert await backends.reload() is True

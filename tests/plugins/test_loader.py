@@ -106,7 +106,7 @@ def test_a_plugin_for_a_newer_contract_is_refused() -> None:
     (line,) = failure(f"backends: [{{name: x, type: '{P}:from_the_future'}}]")
     assert line == (
         f"backends[0] 'x' (type {P}:from_the_future): written for backend contract 1.99; this "
-        "server provides 1.1 (same major, not a newer minor)"
+        "server provides 1.2 (same major, not a newer minor)"
     )
 
 
@@ -223,3 +223,73 @@ def test_built_in_names_are_reserved(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_fixture_setting_with_a_typo_is_refused_not_ignored() -> None:
     (line,) = failure("backends: [{name: f, type: fixture, settings: {fiel: x.yaml}}]")
     assert line == "backends[0] 'f' (type fixture): settings.fiel: unknown field"
+
+
+def test_a_misspelled_plugin_setting_is_refused_naming_the_field_and_the_known_ones() -> None:
+    assert failure(
+        f"""
+backends:
+  - name: orders
+    type: {P}:with_settings
+    settings: {{dsn: "postgresql://db/orders", pol: 2}}
+"""
+    ) == [
+        f"backends[0] 'orders' (type {P}:with_settings): settings.pol: unknown field (known: dsn, pool)"
+    ]
+
+
+def test_a_nested_settings_model_is_checked_too() -> None:
+    (line,) = failure(
+        f"""
+backends:
+  - name: jobs
+    type: {P}:with_nested_settings
+    settings: {{queues: [{{name: emails}}, {{name: reports, wieght: 2}}]}}
+"""
+    )
+    assert line == (
+        f"backends[0] 'jobs' (type {P}:with_nested_settings): settings.queues[1].wieght: "
+        "unknown field (known: name, weight)"
+    )
+
+
+def test_a_settings_model_that_states_its_extra_policy_opts_out() -> None:
+    loaded = load(
+        f"""
+backends:
+  - name: lenient
+    type: {P}:with_lenient_settings
+    settings: {{dsn: "postgresql://db/orders", comment: "kept for the operators"}}
+"""
+    )
+    assert loaded.built[0].name == "lenient"
+
+
+def test_aliases_are_the_keys_a_settings_model_reads() -> None:
+    loaded = load(
+        f"""
+backends:
+  - name: jobs
+    type: {P}:with_nested_settings
+    settings: {{queues: [], maxRows: 5}}
+"""
+    )
+    assert loaded.built[0].host.backend.plugin.prefix == "5"
+    (line,) = failure(
+        f"backends: [{{name: jobs, type: '{P}:with_nested_settings', settings: {{queues: [], max_rows: 5}}}}]"
+    )
+    assert line.endswith("settings.max_rows: unknown field (known: maxRows, queues)")
+
+
+def test_a_misspelled_required_setting_is_named_beside_the_missing_one() -> None:
+    assert failure(
+        f"""
+backends:
+  - name: orders
+    type: {P}:with_settings
+    settings: {{dns: "postgresql://db/orders"}}
+"""
+    ) == [
+        f"backends[0] 'orders' (type {P}:with_settings): settings.dsn: field required",
+        f"backends[0] 'orders' (type {P}:with_settings): settings.dns: unknown field (known: dsn, pool)",
+    ]

@@ -451,3 +451,68 @@ def test_stale_values_are_absent_under_max_age(tmp_path: Any) -> None:
     assert causes[1]["reason"] == "StaleValues"
     assert "older than maxAge 1m0s" in causes[1]["message"]
     assert time.time()  # the clock is real: the hour-old sample is past 60 s
+
+
+def test_a_named_object_missing_from_the_cluster_view_is_said_to_be_missing(tmp_path: Any) -> None:
+    app, _ = _policy_app(tmp_path, None)
+    ghost = get(app, f"{CUSTOM}/v1beta2/namespaces/ns/pods/web-ghost/switch_pod")
+    assert ghost.status == 200  # the backend answers for the name; the server does not check
+    document = orjson.loads(
+        get(app, f"{CUSTOM}/v1beta2/namespaces/ns/pods/web-ghost/switch_pod", b"explain=1").body
+    )
+    assert document["objects"]["inClusterView"] is False
+    assert document["causes"] == [
+        {
+            "reason": "NotInClusterView",
+            "message": "web-ghost does not exist in the cluster view (2 pods in namespace ns); "
+            "the server does not check that a named object exists: the backend answered for the "
+            "name it was given",
+            "field": "name",
+        }
+    ]
+    assert "  in cluster view:      no (the server does not check; see Why)" in render_text(
+        document
+    )
+    present = orjson.loads(
+        get(app, f"{CUSTOM}/v1beta2/namespaces/ns/pods/web-0/switch_pod", b"explain=1").body
+    )
+    assert present["objects"]["inClusterView"] is True
+    assert present["causes"] == []
+
+
+def test_a_view_without_objects_of_the_resource_cannot_say(tmp_path: Any) -> None:
+    app, _ = _policy_app(tmp_path, None)
+    document = orjson.loads(
+        get(app, f"{CUSTOM}/v1beta2/namespaces/other/pods/web-1/switch_pod", b"explain=1").body
+    )
+    (found,) = document["causes"]
+    assert found["message"].startswith(
+        "the cluster view has no pods in namespace other, so it cannot say whether web-1 exists"
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(f"{CUSTOM}/v1beta2/namespaces/ns/pods/web-0/switch_pod", id="custom"),
+        pytest.param(f"{EXTERNAL}/namespaces/ns/switch_total", id="external"),
+    ],
+)
+def test_after_a_plugin_bug_the_explanation_names_the_exception_type_and_the_audit_id(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    app, state = _policy_app(tmp_path, None)
+    state.write_text("bug")
+    with caplog.at_level("ERROR", logger="custom_metrics_server.query.engine"):
+        document = orjson.loads(get(app, path, b"explain=1").body)
+    assert document["outcome"]["code"] == 500
+    (bug,) = [c for c in document["causes"] if c["reason"] == "BackendBug"]
+    audit_id = bug["message"].split("audit id ")[1].split(")")[0]
+    assert len(audit_id) == 32
+    assert bug["message"] == (
+        f"backend switch raised KeyError (audit id {audit_id}); the traceback is in the server's "
+        f"log, on the line 'backend switch failed (request id {audit_id})'"
+    )
+    assert "hunter2" not in orjson.dumps(document).decode()  # the exception's text stays in the log
+    (line,) = [r.getMessage() for r in caplog.records if audit_id in r.getMessage()]
+    assert line.startswith(f"backend switch failed (request id {audit_id}): KeyError")

@@ -48,6 +48,18 @@ CONTRACT_1_0 = {
 }
 #: What contract 1.1 added (a minor: only additions).
 CONTRACT_1_1 = CONTRACT_1_0 | {"Replicable"}
+#: The methods and fields of the selector types contract 1.2 covers (1.0 covered the first three
+#: of `Selector`); a plugin turns a selector into a query with them.
+SELECTOR_1_2 = {
+    "matches",
+    "is_everything",
+    "requirements",
+    "equality_terms",
+    "requires_exact",
+    "to_label_selector",
+    "__str__",
+}
+REQUIREMENT_1_2 = {"key", "operator", "values", "matches"}
 
 
 def test_every_contract_name_is_exported_and_importable() -> None:
@@ -62,14 +74,63 @@ def test_a_major_version_change_is_needed_to_drop_a_name() -> None:
 
 
 def test_the_version_is_text_and_a_tuple_that_agree() -> None:
-    assert sdk.__version__ == "1.1"
-    assert sdk.VERSION == (1, 1)
+    assert sdk.__version__ == "1.2"
+    assert sdk.VERSION == (1, 2)
 
 
-def test_a_plugin_written_for_1_0_still_loads_on_1_1() -> None:
+def test_plugins_written_for_1_0_and_1_1_still_load_on_1_2() -> None:
     assert sdk.compatible("1.0")
     assert sdk.compatible("1.1")
-    assert not sdk.compatible("1.2")
+    assert sdk.compatible("1.2")
+    assert not sdk.compatible("1.3")
+
+
+def test_the_selector_helpers_are_in_the_contract() -> None:
+    for name in SELECTOR_1_2:
+        assert hasattr(sdk.Selector, name), name
+    for name in REQUIREMENT_1_2:
+        assert hasattr(sdk.Requirement, name) or name in sdk.Requirement.__dataclass_fields__, name
+
+
+@pytest.mark.parametrize(
+    ("text", "terms", "exact"),
+    [
+        pytest.param("queue=emails", [("queue", {"emails"})], "emails", id="equals"),
+        pytest.param("queue==emails", [("queue", {"emails"})], "emails", id="double-equals"),
+        pytest.param("queue in (emails)", [("queue", {"emails"})], "emails", id="in-one"),
+        pytest.param(
+            "queue in (emails,reports)", [("queue", {"emails", "reports"})], None, id="in-two"
+        ),
+        pytest.param("queue!=emails", [], None, id="not-equals"),
+        pytest.param("queue notin (emails)", [], None, id="not-in"),
+        pytest.param("queue", [], None, id="exists"),
+        pytest.param("", [], None, id="everything"),
+        pytest.param(
+            "env=prod,queue in (a,b)",
+            [("env", {"prod"}), ("queue", {"a", "b"})],
+            None,
+            id="two-terms",
+        ),
+    ],
+)
+def test_equality_terms_and_requires_exact_turn_a_selector_into_a_lookup(
+    text: str, terms: list[tuple[str, set[str]]], exact: str | None
+) -> None:
+    selector = sdk.parse_selector(text)
+    assert [(key, set(values)) for key, values in selector.equality_terms()] == terms
+    assert selector.requires_exact("queue") == exact
+
+
+def test_a_selector_renders_as_clients_send_it_and_as_a_label_selector() -> None:
+    selector = sdk.parse_selector("queue in (b,a), env = prod")
+    assert str(selector) == "env=prod,queue in (a,b)"
+    assert selector.to_label_selector() == {
+        "matchLabels": {"env": "prod"},
+        "matchExpressions": [{"key": "queue", "operator": "In", "values": ["a", "b"]}],
+    }
+    (_, queue) = selector.requirements
+    assert (queue.key, queue.operator, queue.values) == ("queue", sdk.Operator.IN, ("a", "b"))
+    assert queue.matches({"queue": "a"})
 
 
 def test_replicable_is_an_optional_attribute_protocol() -> None:

@@ -20,6 +20,17 @@ def tutorial_source() -> str:
     return found.group(1)
 
 
+def tutorial_files(tutorial: str = "sqlite-tutorial") -> dict[str, str]:
+    """Each file of a step-by-step tutorial: the blocks after its `<!-- <tutorial>: <file> -->`
+    markers, in page order, joined (a file may be built over several steps)."""
+    files: dict[str, list[str]] = {}
+    pattern = rf"<!-- {re.escape(tutorial)}: (\S+) -->\n```\w*\n(.*?)```"
+    for name, block in re.findall(pattern, DOC.read_text(), re.S):
+        files.setdefault(name, []).append(block)
+    assert files, f"no {tutorial} blocks in docs/backends.md"
+    return {name: "\n".join(blocks) for name, blocks in files.items()}
+
+
 def write_tutorial(directory: Path) -> Path:
     """`jobs_backend.py` in `directory` (put it on PYTHONPATH to load it as `jobs_backend`)."""
     directory.mkdir(parents=True, exist_ok=True)

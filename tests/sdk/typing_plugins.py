@@ -81,3 +81,19 @@ def built_in_backends_are_full_backends() -> None:
     also_custom: sdk.CustomMetricsSource = full
     also_external: sdk.ExternalMetricsSource = full
     del also_custom, also_external
+
+
+def selector_helpers_type_as_documented(selector: sdk.Selector) -> str | None:
+    """Contract 1.2's selector helpers, as a plugin turns a selector into a query."""
+    terms: list[tuple[str, frozenset[str]]] = selector.equality_terms()
+    shown: str = str(selector)
+    as_object: dict[str, object] = selector.to_label_selector()
+    del terms, shown, as_object
+    return selector.requires_exact("queue")
+
+
+def a_test_context_is_a_backend_context() -> sdk.BackendContext:
+    """`testing.context` builds what a factory's `context=` gets."""
+    from custom_metrics_server.testing.context import backend_context  # noqa: PLC0415
+
+    return backend_context("jobs", objects=[{"resource": "pods", "namespace": "a", "name": "p"}])

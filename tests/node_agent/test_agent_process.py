@@ -59,6 +59,8 @@ def start_agent(workdir: Path, *args: str) -> Agent:
     line = process.stdout.readline()  # the banner, once the socket is bound
     if " serving " not in line:
         process.kill()
+        process.wait()
+        process.stdout.close()
         raise RuntimeError(f"agent did not start: {line!r}\n{(workdir / 'agent.log').read_text()}")
     url = line.split(" serving ", 1)[1].split("/metrics/resource")[0]
     return Agent(url, process, workdir / "certs" / "apiserver.crt")

@@ -172,6 +172,20 @@ async def test_an_unchanged_listing_is_the_same_object() -> None:
     assert backend.list_metrics() is first
 
 
+async def test_a_listing_changed_in_place_is_read_by_value() -> None:
+    plugin = CustomAnswering()
+    plugin.listing = {INFO}
+    backend = await started(plugin)
+    first = backend.list_metrics()
+    assert first == frozenset({INFO})
+    other = sdk.MetricInfo(PODS.group_resource, True, "other")
+    plugin.listing.add(other)  # the same set object, one more metric
+    assert backend.list_metrics() == frozenset({INFO, other})
+    assert backend.list_metrics() is backend.list_metrics()  # unchanged again: one object
+    plugin.listing.discard(INFO)
+    assert backend.list_metrics() == frozenset({other})
+
+
 @pytest.mark.parametrize(
     ("answer", "message"),
     [

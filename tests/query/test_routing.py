@@ -224,6 +224,49 @@ def test_a_newly_listed_metric_is_routed_on_its_first_request() -> None:
     assert name_of(router.custom(PODS, "new")) == "a"
 
 
+class InPlace(Listed):
+    """A backend whose listings are one set object each, added to and removed from in place
+    (nothing in the SDK asks for a new object when a listing changes)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.custom: set[MetricInfo] = set()
+        self.external: set[str] = set()
+
+    def list_metrics(self) -> Collection[MetricInfo]:
+        return self.custom
+
+    def list_external_metrics(self) -> Collection[str]:
+        return self.external
+
+
+def test_a_listing_changed_in_place_is_read_by_value() -> None:
+    now = [100.0]
+    backend = InPlace("a")
+    router = Router([Host(backend=backend)], clock=lambda: now[0])
+    assert router.custom(PODS, "new") is None
+    backend.custom.add(MetricInfo(PODS, True, "new"))
+    backend.external.add("depth")
+    assert router.refresh(force=True) is True  # the periodic refresh sees it
+    assert name_of(router.custom(PODS, "new")) == "a"
+    assert name_of(router.external("depth")) == "a"
+    assert [info.metric for info in router.custom_metrics()] == ["new"]
+    assert router.external_metrics() == ["depth"]
+    backend.custom.clear()
+    backend.external.discard("depth")
+    assert router.refresh(force=True) is True
+    assert router.custom(PODS, "new") is None
+    assert router.external("depth") is None
+    assert router.custom_metrics() == []
+    # On the request path (a metric nobody answers), at most every VOLATILE_RECHECK.
+    backend.custom.add(MetricInfo(PODS, True, "later"))
+    now[0] += VOLATILE_RECHECK / 2
+    assert router.custom(PODS, "later") is None
+    now[0] += VOLATILE_RECHECK
+    assert name_of(router.custom(PODS, "later")) == "a"
+    assert router.refresh(force=True) is False  # same value: nothing to re-claim
+
+
 def test_a_listing_change_clears_memoised_decisions() -> None:
     a, b = Listed("a", external=["x"]), Listed("b")
     router = Router([Host(backend=a), Host(backend=b)])

@@ -8,6 +8,8 @@ from types import TracebackType
 from typing import Self
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -331,3 +333,63 @@ def test_a_thousand_routes_keep_first_match_order() -> None:
     assert name_of(router.external("m7_3x")) == "b7"
     assert name_of(router.external("m19_49")) == "b19"
     assert router.external("zzz") is None
+
+
+_METRICS = ("a", "b", "c", "d")
+_RESOURCES = (PODS, DEPLOYMENTS)
+_Change = tuple[int, str, int, bool]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # which backend
+            st.sampled_from(["add", "remove", "replace", "external"]),
+            st.integers(0, len(_METRICS) * len(_RESOURCES) - 1),  # which metric
+            st.booleans(),  # ask before the refresh too
+        ),
+        max_size=25,
+    )
+)
+def test_memoised_decisions_equal_a_fresh_router_s_through_listing_changes(
+    changes: list[_Change],
+) -> None:
+    """The decision memo, the listing snapshots, the claims and discovery against a router
+    built afresh on the same backends after every change (adds and removals in place, new
+    listing objects, external names), with routes on one backend."""
+    backends = [InPlace("a"), InPlace("b"), InPlace("routed")]
+    hosts = [
+        Host(backend=backends[0]),
+        Host(backend=backends[1], dynamic=True),
+        Host(backend=backends[2], routes=(Route(metric="c"), Route(listed=True))),
+    ]
+    router = Router(hosts)
+    every = [(resource, metric) for resource in _RESOURCES for metric in _METRICS]
+
+    def answers(of: Router) -> tuple[object, ...]:
+        return (
+            tuple(name_of(of.custom(resource, metric)) for resource, metric in every),
+            tuple(name_of(of.external(metric)) for metric in _METRICS),
+            sorted((str(i.group_resource), i.metric) for i in of.custom_metrics()),
+            sorted(of.external_metrics()),
+            tuple(tuple(of.resources_listing(metric)) for metric in _METRICS),
+        )
+
+    answers(router)  # memoise everything once
+    for which, change, index, ask_before in changes:
+        backend = backends[which]
+        resource, metric = every[index]
+        info = MetricInfo(resource, True, metric)
+        if change == "add":
+            backend.custom.add(info)
+        elif change == "remove":
+            backend.custom.discard(info)
+        elif change == "replace":  # a new object of another value
+            backend.custom = {*backend.custom, info} - {MetricInfo(resource, True, "a")}
+        else:
+            backend.external ^= {metric}
+        if ask_before:
+            answers(router)
+        router.refresh(force=True)
+        assert answers(router) == answers(Router(hosts))

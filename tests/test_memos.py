@@ -6,6 +6,7 @@ must be one answer). The stateful caches have their own differential tests (docs
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from custom_metrics_server.api import negotiation, protowire, render_cache
+from custom_metrics_server.backends.passthrough import decode
 from custom_metrics_server.compute import metrics_request, pod_view
 from custom_metrics_server.machinery import fields, label_parser, quantity
 
@@ -97,3 +99,33 @@ def test_encoding_memos(api_version: str, kind: str, second: int, duration: str,
     same(protowire._duration_body, duration)
     same(render_cache.rfc3339_second, max(second, 0))
     same(pod_view._parse_text, text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["1", "100m", "0m", "-3", "1.5", "1500m", "2Ki", "1e3", "bad", "0.1"])
+        | st.from_regex(r"-?[0-9]{1,17}m?", fullmatch=True),
+        max_size=10,
+    ),
+    st.lists(
+        st.sampled_from(["2026-01-02T03:04:05Z", "2026-01-02T03:04:05+01:00", "bad", ""]),
+        max_size=4,
+    ),
+)
+def test_pass_through_decode_memos(quantities: list[str], times: list[str]) -> None:
+    """The pass-through's memoised quantity and time parsing, warm, against the parser
+    (`Quantity.parse`, `datetime.fromisoformat`) itself."""
+    for text in quantities * 2:
+        try:
+            expected: object = quantity.Quantity.parse(text).value
+        except (ValueError, ArithmeticError):
+            expected = None
+        found = decode._quantity(text)
+        assert found == expected, text
+    for text in times * 2:
+        try:
+            moment: float | None = dt.datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            moment = None
+        assert decode._time_of(text) == moment

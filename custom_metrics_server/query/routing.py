@@ -195,11 +195,12 @@ class Router:
         Listings are compared by value: a listing returned again as the same `frozenset` or
         `tuple` (whose contents cannot change) is unchanged, O(1); any other (a set or list a
         backend may change in place, a view, a new object per call) is copied into a frozenset
-        and compared with the last copy, O(metrics) at C speed (~0.1 us a metric), and only a
-        listing whose value changed is re-read into the claims. Such a *volatile* listing is
-        re-read on every forced refresh (the periodic one, start-up, reload) and, without
-        `force` (a metric nobody answers, discovery), at most every `VOLATILE_RECHECK`
-        seconds. O(backends) when every listing is a stable immutable object."""
+        and compared with the last copy, O(metrics) at C speed (~20 ns a metric: ~18 us for a
+        set of 1,000), and only a listing whose value changed is re-read into the claims. Such
+        a *volatile* listing is re-read on every forced refresh (the periodic one, start-up,
+        reload) and, without `force` (a metric nobody answers, discovery), at most every
+        `VOLATILE_RECHECK` seconds. O(backends) when every listing is a stable immutable
+        object."""
         now = self._clock()
         changed = False
         for index, host in enumerate(self.hosts):

@@ -1,19 +1,19 @@
 """Value types shared by every layer: what a request asks for and what a backend answers.
 
-PURE: no I/O, no web framework. Everything here is immutable (frozen dataclasses with
-slots) except the per-sample render cache, which the wire layer owns and fills lazily, and
-the last fragments list per key that `fragments` keeps for long answers.
+PURE: no I/O, no web framework, no state. Everything here is immutable (frozen dataclasses
+with slots), and a sample is not changed after it is made. The one mutable part is a slot:
+`Sample.cache` and `ExternalSample.cache` hold a sample's encoded bytes, which the render
+caches (`api.render_cache`) own and fill; the values here never read it.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from itertools import compress
-from operator import attrgetter, is_not
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, TypeVar
+from operator import attrgetter
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from custom_metrics_server.machinery.labels import Selector
@@ -96,9 +96,9 @@ class ItemShape(enum.Enum):
 class Sample:
     """One value of one metric for one object, at the time it was observed.
 
-    `cache` holds rendered JSON fragments keyed by item shape; it is filled by the wire
-    layer the first time the sample is rendered, so a sample that lives across many
-    requests is encoded once. It is excluded from equality and hashing.
+    `cache` is the slot of the sample's encoded items, owned by `api.render_cache` (filled the
+    first time the sample is encoded, so a sample that lives across many requests is encoded
+    once); it is excluded from equality and hashing.
     """
 
     described: ObjectRef
@@ -107,8 +107,9 @@ class Sample:
     timestamp: float
     window: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The slot of the sample's encoded items (`api.render_cache`); not part of its value.
     cache: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
-    #: False for a sample made for one answer (the encoders then skip the render cache).
+    #: False for a sample made for one answer (the encoders then skip the render caches).
     reused: bool = field(default=True, compare=False, repr=False)
 
 
@@ -121,6 +122,7 @@ class ExternalSample:
     value: Decimal | int | float
     timestamp: float
     window: int | None = None
+    #: The slot of the series' encoded items (see `Sample.cache`).
     cache: dict[object, bytes] = field(default_factory=dict, compare=False, repr=False)
     #: False for a sample made for one answer (see `Sample.reused`).
     reused: bool = field(default=True, compare=False, repr=False)
@@ -158,66 +160,6 @@ def oldest_timestamp(samples: Sequence[Sample]) -> float:
         return samples.oldest
     oldest: float = min(map(TIMESTAMP, samples))
     return oldest
-
-
-class _Renderable(Protocol):
-    @property
-    def cache(self) -> dict[object, bytes]: ...
-
-    @property
-    def reused(self) -> bool: ...
-
-
-R = TypeVar("R", bound=_Renderable)
-
-
-#: The last fragments list of each key, for long lists (see `fragments`): the encoders' own
-#: memo, bounded by the keys in use (shape and echoed selector).
-_ALIGNED: dict[str, tuple[Sequence[Any], list[bytes]]] = {}
-_ALIGNED_MIN: Final = 64
-_ALIGNED_LIMIT: Final = 256
-
-
-def fragments(samples: Sequence[R], key: str, encode: Callable[[R], bytes]) -> list[bytes]:
-    """Each sample's encoded item, memoised on the sample under `key` (a str: its hash is
-    computed once per request, not per item) unless the samples are single-use. The cache of a
-    sample is bounded: keys carry request-chosen selectors. O(samples).
-
-    A list of at least 64 samples is also compared, position by position and in C, with the
-    last list encoded under `key`: where the sample is the same object its fragment is taken
-    from that list, so a `pods/*` answer over thousands of pods that changed in a few places
-    looks up only those. The caller owns the returned list.
-
-    A memoised fragment is an exact-size copy of what `encode` returned: orjson (3.12 on)
-    returns its output in the buffer it wrote it to, at least 4 KiB and up to 10x the length
-    (a 300-byte item holds 4,097 bytes), and one fragment is kept per pod asked about, so at
-    150,000 pods the HPAs' answers held ~300 MiB of buffer tails. The copy costs 0.2 us, on a
-    miss only."""
-    if samples and not samples[0].reused:
-        return [encode(sample) for sample in samples]
-    if len(samples) < _ALIGNED_MIN:  # the usual HPA answer: one sample, or a few dozen
-        return [_fragment(sample, key, encode) for sample in samples]
-    last = _ALIGNED.get(key)
-    if last is not None and len(last[0]) == len(samples):
-        out = last[1].copy()
-        for i in compress(range(len(samples)), map(is_not, samples, last[0])):
-            out[i] = _fragment(samples[i], key, encode)
-    else:
-        out = [_fragment(sample, key, encode) for sample in samples]
-    if len(_ALIGNED) >= _ALIGNED_LIMIT:
-        _ALIGNED.clear()
-    _ALIGNED[key] = (tuple(samples), out.copy())  # a copy: the caller may reuse its list
-    return out
-
-
-def _fragment(sample: R, key: str, encode: Callable[[R], bytes]) -> bytes:
-    cache = sample.cache
-    fragment = cache.get(key)
-    if fragment is None:
-        if len(cache) > 8:
-            cache.clear()
-        fragment = cache[key] = bytes(memoryview(encode(sample)))
-    return fragment
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -491,3 +491,41 @@ def test_any_accept_is_answered_by_negotiation_without_a_crash(
         else:
             assert chosen.aggregated <= aggregated
             assert chosen.media_type in ("application/json", PROTOBUF)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sets(
+                st.tuples(
+                    st.sampled_from(["pods", "nodes", "deployments.apps"]),
+                    st.sampled_from(["a", "b", "c"]),
+                )
+            ),
+            st.sets(st.sampled_from(["q1", "q2"])),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_the_cached_document_equals_one_rendered_afresh_through_listing_changes(
+    states: list[tuple[set[tuple[str, str]], set[str]]],
+) -> None:
+    """The aggregated document kept per served state (`ServedDiscovery._aggregated`) against
+    one rendered by a server that never rendered before, through published listings that
+    grow, shrink, change back and repeat (JSON, protobuf and ETag)."""
+    contract = contract_app()
+    backend = MemoryBackend("m")
+    kept = ServedDiscovery(QueryEngine(cluster=contract.engine.cluster, backends=[backend]))
+    for custom, external in states:
+        builder = SnapshotBuilder(contract.engine.cluster, timestamp=1_767_000_000.0)
+        for resource, metric in sorted(custom):
+            builder.declare(resource, metric)
+        for metric in sorted(external):
+            builder.add_external(metric, 1)
+        backend.publish(builder.build())
+        fresh = ServedDiscovery(QueryEngine(cluster=contract.engine.cluster, backends=[backend]))
+        cached, rendered = kept.aggregated(), fresh.aggregated()
+        assert (cached.json, cached.etag) == (rendered.json, rendered.etag)
+        assert cached.protobuf == rendered.protobuf

@@ -1,5 +1,5 @@
 """Tests for the whole-list memo of `pods/*` usage answers (compute.pod_usage_answers, `lists`)
-and the encoders' aligned fragments (domain.fragments): long answers are checked position by
+and the encoders' aligned fragments (api.render_cache.fragments): long answers are checked position by
 position in C, and every answer is still the one a backend without memory would give."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import random
 from decimal import Decimal
 from typing import Any
 
+from custom_metrics_server.api.render_cache import fragments
 from custom_metrics_server.api.wire import metric_value_list
 from custom_metrics_server.backends.demo_kubelets import ContainerUsage, kubelet_exposition
 from custom_metrics_server.compute.journal import Journal
@@ -24,7 +25,6 @@ from custom_metrics_server.domain import (
     ObjectRef,
     Sample,
     TimedSamples,
-    fragments,
 )
 from custom_metrics_server.machinery.label_parser import parse_selector
 

@@ -4,6 +4,7 @@ metrics-server writes, selectors, errors, the Table form, routing and authorizat
 from __future__ import annotations
 
 import json
+import random
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,13 @@ from custom_metrics_server.compute.samples import (
 from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.compute.usage_values import ContainerResourceUsage, ResourceUsage
 from custom_metrics_server.domain import GroupResource
-from custom_metrics_server.errors import BadRequest, MethodNotAllowed, NotAcceptable, NotFound
+from custom_metrics_server.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotFound,
+    StatusError,
+)
 from custom_metrics_server.machinery.quantity import Format, format_quantity
 from custom_metrics_server.security.requestinfo import request_attributes
 from custom_metrics_server.server.app import AppSettings, create_app
@@ -393,6 +400,50 @@ def test_document_is_the_json_shaped_structure_the_body_encodes() -> None:
     document = metrics.document(request)
     assert isinstance(document, dict)
     assert json.loads(metrics.render(request)) == document
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_memoised_pod_items_equal_a_fresh_api_s_through_scrapes(seed: int) -> None:
+    """The rendered parts of pod items (`ResourceMetricsApi._pod_parts`, kept while the store
+    returns the same usage object and the record the same labels) against an API that never
+    rendered before, through random scrapes and relabels, every list and object asked."""
+    rng = random.Random(seed)
+    state, usage = cluster(), store()
+    metrics = ResourceMetricsApi(state, usage, clock=lambda: NOW)
+    names = ["web-a", "web-b", "young"]
+    at = T0 + 15.0
+    cpu = dict.fromkeys(names, 20.0)
+    for _ in range(30):
+        roll = rng.random()
+        if roll < 0.5:  # n1 scraped again: some pods used more
+            at += 15.0
+            for name in rng.sample(names, rng.randint(1, len(names))):
+                cpu[name] += rng.random()
+            usage.apply(
+                "n1",
+                scrape(
+                    {("ns", n): containers(("app", cpu[n], at, 2**20 * cpu[n])) for n in names},
+                    (2000.0 + at - T0, at, 4 * 2**30),
+                ),
+                at,
+            )
+        elif roll < 0.8:  # a watch event: new labels
+            name = rng.choice(names)
+            state.apply(PODS, pod(name, app="web", turn=str(rng.randint(0, 3))))
+        fresh = ResourceMetricsApi(state, usage, clock=lambda: NOW)
+        for request in (
+            MetricsApiRequest("pods", "ns", None),
+            MetricsApiRequest("pods", None, None),
+            MetricsApiRequest("pods", "ns", rng.choice(names)),
+        ):
+            assert outcome(metrics, request) == outcome(fresh, request), request
+
+
+def outcome(metrics: ResourceMetricsApi, request: MetricsApiRequest) -> object:
+    try:
+        return metrics.document(request)
+    except StatusError as err:  # a pod without usage yet: the same 404
+        return (err.code, err.message)
 
 
 # --- Table ----------------------------------------------------------------------------------------

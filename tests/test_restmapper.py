@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS, RestMapper
@@ -56,3 +58,30 @@ def test_group_resource_string_round_trip() -> None:
     assert str(GroupResource.parse("foos.example.com")) == "foos.example.com"
     assert GroupResource.parse("jobs.batch") == GroupResource("batch", "jobs")
     assert str(GroupResource.parse("pods")) == "pods"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_memoised_mappings_equal_a_fresh_mapper_s(seed: int) -> None:
+    """The memo of `{resource}` strings (request-chosen, so bounded) answers what a mapper
+    that never answered before answers, for known, aliased, unknown and ambiguous strings."""
+    rng = random.Random(seed)
+    words = [
+        "pods",
+        "Pods",
+        "pod",
+        "deployments.apps",
+        "deployments",
+        "deploy",
+        "nodes",
+        "x",
+        "jobs.batch",
+        "namespaces",
+        "replicasets.apps",
+        "services",
+        "*",
+        "",
+    ]
+    memoised = RestMapper(BUILTIN_MAPPINGS)
+    for _ in range(200):
+        text = rng.choice(words) + rng.choice(["", "", ".apps", ".x", "s"])
+        assert memoised.mapping(text) == RestMapper(BUILTIN_MAPPINGS).mapping(text), text

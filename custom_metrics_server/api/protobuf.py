@@ -14,8 +14,8 @@ This module owns the bodies, with two encoders:
   Used for discovery, `Status`, and the metrics.k8s.io kinds (`NodeMetrics(List)`,
   `PodMetrics(List)`). O(size of the document).
 * `metric_value_list` / `external_metric_value_list`: the hot path, straight from domain
-  samples. Each item is encoded once and cached on its sample (`Sample.cache`, keys distinct
-  from the JSON fragments'), so a list is a join of cached fragments: O(items).
+  samples. Each item is encoded once and kept by the render caches (`api.render_cache`, keys
+  distinct from the JSON fragments'), so a list is a join of fragments: O(items).
 
 Times have second precision on the wire, as in the JSON form (which has no more), so both
 representations of one answer decode to the same instant. It must not choose the
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from custom_metrics_server.api import wire
+from custom_metrics_server.api import render_cache, wire
 from custom_metrics_server.api.protobuf_messages import LABEL_SELECTOR, STATUS, message_for
 from custom_metrics_server.api.protowire import (
     Message,
@@ -39,7 +39,7 @@ from custom_metrics_server.api.protowire import (
     string_field,
     varint,
 )
-from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample, fragments
+from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.labels import Selector
 from custom_metrics_server.machinery.quantity import format_quantity
@@ -142,7 +142,7 @@ def metric_value_list(
     # As in wire: the echoed selector is part of the fragment, so of the key.
     cache_key = base_key if selector is None else f"{base_key}|{metric_selector}"
     encode = _ITEM_ENCODERS[shape]
-    items = fragments(samples, cache_key, lambda sample: encode(sample, selector))
+    items = render_cache.fragments(samples, cache_key, lambda sample: encode(sample, selector))
     return envelope(api_version, "MetricValueList", [_LIST_METADATA, *items])
 
 
@@ -167,7 +167,7 @@ def _external_item(sample: ExternalSample) -> bytes:
 
 def external_metric_value_list(samples: Sequence[ExternalSample]) -> bytes:
     """An `ExternalMetricValueList` body; items cached per sample. O(items)."""
-    items = fragments(samples, "pb|external", _external_item)
+    items = render_cache.fragments(samples, "pb|external", _external_item)
     return envelope(
         "external.metrics.k8s.io/v1beta1", "ExternalMetricValueList", [_LIST_METADATA, *items]
     )

@@ -1,22 +1,21 @@
 """Domain values to the exact JSON bytes the Go reference server writes.
 
-PURE: no I/O, no web framework. Field order follows the Go structs, `<`, `>`, `&` and U+2028/9
-are escaped as Go's encoder escapes them, and every body ends with a newline. List items are
-rendered once per sample and cached on it (`Sample.cache`), so a list response is a join of
-byte fragments: O(items) with a small constant, no per-item dicts on the hot path.
+PURE: no I/O, no web framework, no state. Field order follows the Go structs, `<`, `>`, `&`
+and U+2028/9 are escaped as Go's encoder escapes them, and every body ends with a newline. A
+list response is a join of one byte fragment per item: O(items) with a small constant. The
+fragments, long answers' bodies and the seconds' text are kept between requests by the render
+caches (`api.render_cache`); samples made for one answer are encoded in one call instead.
 """
 
 from __future__ import annotations
 
-import functools
-import time
 from collections.abc import Sequence
-from operator import is_not
 from typing import Any, Final
 
 import orjson
 
-from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample, fragments
+from custom_metrics_server.api import render_cache
+from custom_metrics_server.domain import ExternalSample, ItemShape, ObjectRef, Sample
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.labels import Selector
 from custom_metrics_server.machinery.quantity import format_quantity
@@ -55,13 +54,7 @@ def format_time(timestamp: float) -> str | None:
     """metav1.Time: RFC 3339 in UTC with second precision; the zero time is null."""
     if timestamp <= 0:
         return None
-    return _format_second(int(timestamp))
-
-
-@functools.lru_cache(maxsize=4096)
-def _format_second(second: int) -> str:
-    # Items of one answer mostly share their second (a Prometheus evaluation time, a scrape).
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+    return render_cache.rfc3339_second(int(timestamp))
 
 
 def object_ref(ref: ObjectRef) -> dict[str, str]:
@@ -116,15 +109,6 @@ def _item_v1beta1(sample: Sample, selector: dict[str, Any] | None) -> dict[str, 
 
 _ITEM_RENDERERS: Final = {ItemShape.V1BETA2: _item_v1beta2, ItemShape.V1BETA1: _item_v1beta1}
 
-#: The last bodies of long answers, by (fragment key, head): (their samples, the body). A
-#: `pods/*` answer over 3,000 pods polled faster than its nodes are scraped is the same list of
-#: samples most of the time; comparing 3,000 references is ~15 us where joining the 840 KB
-#: again is ~0.2 ms plus its page faults. Bounded: a few bodies, none over `_BODY_MAX` bytes.
-_BODIES: dict[tuple[str, bytes], tuple[tuple[Sample, ...], bytes]] = {}
-_BODIES_LIMIT: Final = 4
-_BODY_MIN_ITEMS: Final = 64
-_BODY_MAX: Final = 2 << 20
-
 
 def metric_value_list(
     samples: Sequence[Sample],
@@ -133,7 +117,8 @@ def metric_value_list(
     shape: ItemShape,
     metric_selector: Selector,
 ) -> bytes:
-    """A `MetricValueList` body. O(len(samples)); cached fragments when no selector is echoed."""
+    """A `MetricValueList` body. O(len(samples)); the items' fragments and long answers'
+    bodies come from the render caches unless the samples are single-use."""
     head = (
         b'{"kind":"MetricValueList","apiVersion":"'
         + api_version.encode()
@@ -148,24 +133,14 @@ def metric_value_list(
         return head + body[1:] + b"}\n"
     # The fragment depends on the echoed selector too, so the selector is part of the key.
     cache_key = shape.value if selector is None else f"{shape.value}|{metric_selector}"
-    long = len(samples) >= _BODY_MIN_ITEMS
-    if long:
-        last = _BODIES.get((cache_key, head))
-        if (
-            last is not None
-            and len(last[0]) == len(samples)
-            and not any(map(is_not, samples, last[0]))
-        ):
-            return last[1]
-    items = fragments(
+    remembered = render_cache.remembered_body(cache_key, head, samples)
+    if remembered is not None:
+        return remembered
+    items = render_cache.fragments(
         samples, cache_key, lambda sample: go_escape(orjson.dumps(render(sample, selector)))
     )
     body = _joined(head, items, b"]}\n")
-    if long and len(body) <= _BODY_MAX:
-        _BODIES.pop((cache_key, head), None)
-        if len(_BODIES) >= _BODIES_LIMIT:
-            del _BODIES[next(iter(_BODIES))]  # the least recently written
-        _BODIES[(cache_key, head)] = (tuple(samples), body)
+    render_cache.remember_body(cache_key, head, samples, body)
     return body
 
 
@@ -194,8 +169,8 @@ def _external_item(sample: ExternalSample) -> bytes:
 
 
 def external_metric_value_list(samples: Sequence[ExternalSample]) -> bytes:
-    """An `ExternalMetricValueList` body; items cached per sample like custom items."""
-    items = fragments(samples, "external", _external_item)
+    """An `ExternalMetricValueList` body; items from the render caches like custom items."""
+    items = render_cache.fragments(samples, "external", _external_item)
     return _joined(
         b'{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1",'
         b'"metadata":{},"items":[',

@@ -19,7 +19,7 @@ pods' records, nodes and tokens are gathered by C maps (`map(dict.get, ...)`), c
 the last answer's in C, and only the positions that differ go through the per-pod path. So a
 3,000-pod answer costs ~4 C passes over the list plus O(changed) Python steps instead of
 ~10 Python steps a pod; the encoder compares the samples with its last list in the same way
-(`domain.fragments`).
+(`api.render_cache.fragments`).
 
 With `journals` (the pods' records and the usage store's scraped nodes, `compute.journal`),
 a list answer remembers the journals' positions and is brought up to date from what was

@@ -191,8 +191,10 @@ class PrometheusBackend:
                 self._listed_at[server] = now
         self._listings = listings
         self._registry = await registry_module.build(config, listings, self._resolve)
-        # One view of each per registry: the router sees a relist by identity, at once.
-        self._listing = (self._registry.custom.keys(), self._registry.external.keys())
+        # One frozenset of each per registry, O(metrics) per relist: the router sees a relist
+        # at once and an unchanged listing by identity (a keys view is live, so it would be
+        # compared by value on every refresh).
+        self._listing = (frozenset(self._registry.custom), frozenset(self._registry.external))
         self._queries = {}
         notes = "; ".join(
             f"listing of {server!r} failing, serving the last good one: {error}"
@@ -228,8 +230,8 @@ class PrometheusBackend:
 
     def list_metrics(self) -> Collection[MetricInfo]:
         """See `MetricsBackend.list_metrics`: the registry's metrics, from memory. The same
-        object until the next listing replaces the registry, so the router sees a change by
-        identity at once (a keys view made on every call would be re-read on a timer)."""
+        frozenset until the next listing replaces the registry, so the router reads it again
+        only after a relist."""
         return self._listing[0]
 
     def list_external_metrics(self) -> Collection[str]:

@@ -48,13 +48,26 @@ class Conflict:
 
 
 class Listing:
-    """What one backend lists, as last read, and how its listing objects behave."""
+    """What one backend lists, as last read, and how its listing objects behave: the objects
+    it returned (`raw_*`), their contents when read (`seen_*`, the value a later read is
+    compared with), and whether they can change without a new object (`volatile`)."""
 
-    __slots__ = ("checked", "custom", "external", "raw_custom", "raw_external", "volatile")
+    __slots__ = (
+        "checked",
+        "custom",
+        "external",
+        "raw_custom",
+        "raw_external",
+        "seen_custom",
+        "seen_external",
+        "volatile",
+    )
 
     def __init__(self) -> None:
         self.raw_custom: object = None
         self.raw_external: object = None
+        self.seen_custom: frozenset[MetricInfo] | None = None
+        self.seen_external: frozenset[str] | None = None
         self.custom: dict[tuple[GroupResource, str], MetricInfo] = {}
         self.external: frozenset[str] = frozenset()
         self.volatile = False

@@ -19,11 +19,12 @@ policies (`query.engine`). Cost: a decision is memoised per (resource, metric) p
 bounded dict, so a request costs one dictionary lookup (well under 1 us; benchmarks/routing.py).
 A first decision costs one exact-name lookup, one match of the indexed globs and regexes that can
 apply to the resource (one index per API and resource, built once), and a lookup in the listing
-claims. Listings are read by `refresh()`: O(backends) identity checks, plus O(metrics) for a
-backend whose listing object changed; a change clears the memo. The server refreshes every
-second, on discovery, and when a metric has no backend (at once for backends whose listing is a
-stable object, at most every `VOLATILE_RECHECK` seconds for one that builds a new object per
-call).
+claims. Listings are read by `refresh()` and compared by value: O(backends) identity checks
+for listings that are the same immutable object as last read (a frozenset or tuple), plus
+O(metrics) at C speed for any other (a set a backend changes in place, a new object per
+call); a change clears the memo. The server refreshes every second, on discovery, and when a
+metric has no backend (at once for backends whose listing is a stable immutable object, at
+most every `VOLATILE_RECHECK` seconds for any other).
 
 PURE: no I/O (logging only).
 """
@@ -33,7 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from custom_metrics_server.domain import GroupResource, MetricInfo
 from custom_metrics_server.query.claims import Conflict, Listing, claim
@@ -56,10 +57,15 @@ logger = logging.getLogger(__name__)
 
 #: Memoised decisions per API; beyond it the memo starts over (keys are request-chosen).
 MEMO_LIMIT: Final = 65_536
-#: A backend whose listing is a new object on every call is re-read at most this often on the
-#: request path (the periodic refresh always reads it).
+#: A backend whose listing is not a stable immutable object (a new object on every call, or a
+#: set it may change in place) is re-read at most this often on the request path (the periodic
+#: refresh always reads it).
 VOLATILE_RECHECK: Final = 0.05
 _NOTHING: Final[tuple[()]] = ()
+#: Exact types whose contents cannot change while the object stays the same: a listing
+#: returned again as one of these is unchanged without looking inside it.
+_IMMUTABLE: Final = (frozenset, tuple)
+T = TypeVar("T")
 
 
 class Router:
@@ -185,8 +191,16 @@ class Router:
 
     def refresh(self, *, force: bool = False) -> bool:
         """Read every backend's listings; True when one changed (the memo is then cleared).
-        Without `force`, a volatile listing (a new object per call) is re-read at most every
-        `VOLATILE_RECHECK` seconds. O(backends) when nothing changed."""
+
+        Listings are compared by value: a listing returned again as the same `frozenset` or
+        `tuple` (whose contents cannot change) is unchanged, O(1); any other (a set or list a
+        backend may change in place, a view, a new object per call) is copied into a frozenset
+        and compared with the last copy, O(metrics) at C speed (~20 ns a metric: ~18 us for a
+        set of 1,000), and only a listing whose value changed is re-read into the claims. Such
+        a *volatile* listing is re-read on every forced refresh (the periodic one, start-up,
+        reload) and, without `force` (a metric nobody answers, discovery), at most every
+        `VOLATILE_RECHECK` seconds. O(backends) when every listing is a stable immutable
+        object."""
         now = self._clock()
         changed = False
         for index, host in enumerate(self.hosts):
@@ -199,31 +213,38 @@ class Router:
                 custom, external = self._failed(index, host)
             else:
                 self._broken.discard(index)
-            if custom is listing.raw_custom and external is listing.raw_external:
+            if (
+                custom is listing.raw_custom
+                and external is listing.raw_external
+                and not listing.volatile
+            ):
                 continue
             if listing.volatile and not force and now - listing.checked < VOLATILE_RECHECK:
                 continue
             listing.checked = now
-            try:  # a listing that is a new object on every call cannot be compared by identity
-                listing.volatile = (
-                    backend.list_metrics() is not custom
-                    or backend.list_external_metrics() is not external
+            infos: dict[tuple[GroupResource, str], MetricInfo] | None = None
+            try:
+                listing.volatile = not (
+                    type(custom) in _IMMUTABLE
+                    and type(external) in _IMMUTABLE
+                    and backend.list_metrics() is custom
+                    and backend.list_external_metrics() is external
                 )
-                if custom is not listing.raw_custom:
+                seen_custom = _snapshot(custom)
+                seen_external = _snapshot(external)
+                if seen_custom != listing.seen_custom:
                     infos = {(info.group_resource, info.metric): info for info in custom}
-                if external is not listing.raw_external:
-                    names = frozenset(external)
             except Exception:
                 custom, external = self._failed(index, host)
-                infos, names = {}, frozenset()
-            if custom is not listing.raw_custom:
-                listing.raw_custom = custom
+                seen_custom, seen_external, infos = frozenset(), frozenset(), {}
+            listing.raw_custom, listing.raw_external = custom, external
+            listing.seen_custom, listing.seen_external = seen_custom, seen_external
+            if infos is not None:
                 changed = changed or infos.keys() != listing.custom.keys()
                 listing.custom = infos
-            if external is not listing.raw_external:
-                listing.raw_external = external
-                changed = changed or names != listing.external
-                listing.external = names
+            if seen_external != listing.external:
+                changed = True
+                listing.external = seen_external
         if changed:
             self._claim()
         return changed
@@ -366,3 +387,9 @@ class Router:
 def hosts_of(backends: Iterable[MetricsBackend | Host]) -> list[Host]:
     """Hosts for backends given bare (no routes, the server's deadline) or already hosted."""
     return [item if isinstance(item, Host) else Host(backend=item) for item in backends]
+
+
+def _snapshot(listing: Collection[T]) -> frozenset[T]:
+    """A listing's value, to compare with a later read: itself when it is a frozenset, else a
+    copy. O(1) or O(metrics)."""
+    return listing if type(listing) is frozenset else frozenset(listing)

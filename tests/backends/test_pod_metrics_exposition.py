@@ -5,6 +5,7 @@ the selected series, types them from `# TYPE`, and refuses a broken selected lin
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -260,3 +261,22 @@ def test_kinds_follow_each_bodys_type_lines_when_one_selection_reads_many_bodies
             ("latency_sum", True)
         ]
     assert len(selection.kinds) == 5
+
+
+def test_memoised_choices_equal_a_fresh_selection_s() -> None:
+    """`MetricSelection.choice` memoises per name (bounded): through names asked in any
+    order and again, each answer is a fresh selection's (exact names before globs, the first
+    rule deciding)."""
+    rules = [
+        MetricRule("http_requests_total", parse_selector("code=200")),
+        MetricRule("http_*"),
+        MetricRule("*_seconds", parse_selector("le!=10")),
+        MetricRule("queue_?"),
+        MetricRule("http_requests_total"),
+    ]
+    memoised = MetricSelection(rules)
+    rng = random.Random(5)
+    names = ["http_requests_total", "http_x", "a_seconds", "queue_1", "queue_12", "other", ""]
+    for _ in range(200):
+        name = rng.choice(names) + rng.choice(["", "", "_seconds", "x"])
+        assert memoised.choice(name) == MetricSelection(rules).choice(name), name

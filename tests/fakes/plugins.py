@@ -293,3 +293,25 @@ class Switchable:
 
 def switchable(settings: Mapping[str, Any]) -> Switchable:
     return Switchable(str(settings["state"]))
+
+
+class Growing:
+    """Lists `grow_pod` (custom, pods) in one set object, and adds `grown_pod` to that same
+    set, in place, on its first fetch: the SDK asks for no new object when a listing changes,
+    so only a server that compares listings by value ever serves `grown_pod`. Every pod of a
+    listed metric answers 1."""
+
+    def __init__(self) -> None:
+        self.listed = {sdk.MetricInfo(PODS, True, "grow_pod")}
+
+    def list_metrics(self) -> set[sdk.MetricInfo]:
+        return self.listed
+
+    async def fetch(self, request: sdk.BackendRequest) -> list[sdk.Sample]:
+        self.listed.add(sdk.MetricInfo(PODS, True, "grown_pod"))
+        return [sdk.sample(request, key, 1) for key in request.objects]
+
+
+def growing(settings: Mapping[str, Any]) -> Growing:
+    """A `Growing` backend."""
+    return Growing()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 import threading
 from collections.abc import Iterator
 from decimal import Decimal
@@ -170,6 +171,53 @@ async def test_an_unchanged_listing_is_the_same_object() -> None:
     first = backend.list_metrics()
     plugin.listing = [INFO]  # a new list, same content
     assert backend.list_metrics() is first
+
+
+async def test_a_listing_changed_in_place_is_read_by_value() -> None:
+    plugin = CustomAnswering()
+    plugin.listing = {INFO}
+    backend = await started(plugin)
+    first = backend.list_metrics()
+    assert first == frozenset({INFO})
+    other = sdk.MetricInfo(PODS.group_resource, True, "other")
+    plugin.listing.add(other)  # the same set object, one more metric
+    assert backend.list_metrics() == frozenset({INFO, other})
+    assert backend.list_metrics() is backend.list_metrics()  # unchanged again: one object
+    plugin.listing.discard(INFO)
+    assert backend.list_metrics() == frozenset({other})
+
+
+@pytest.mark.parametrize("seed", range(5))
+async def test_listings_equal_a_fresh_read_through_random_changes(seed: int) -> None:
+    """The adapter's listing memo against the plugin's listing read afresh, through changes in
+    place, new objects of every kind (set, list, tuple, frozenset, an iterator), equal ones,
+    and invalid ones in between; an unchanged value is the same frozenset."""
+    rng = random.Random(seed)
+    infos = [sdk.MetricInfo(PODS.group_resource, True, f"m{i}") for i in range(6)]
+    plugin = CustomAnswering()
+    current: set[sdk.MetricInfo] = set()
+    plugin.listing = current
+    backend = await started(plugin)
+    last = backend.list_metrics()
+    for _ in range(60):
+        roll = rng.random()
+        if roll < 0.4:  # the set the plugin returns, changed in place
+            current.symmetric_difference_update({rng.choice(infos)})
+            plugin.listing = current
+        elif roll < 0.5:
+            plugin.listing = ["not an info"]
+            last = backend.list_metrics()
+            assert last == frozenset()
+            plugin.listing = current
+        else:  # a new object, of an equal or another value
+            kind = rng.choice([set, list, tuple, frozenset, iter])
+            current = set(current) if rng.random() < 0.5 else set(rng.sample(infos, 3))
+            plugin.listing = current if kind is set else kind(current)
+        found = backend.list_metrics()
+        assert found == frozenset(current)
+        if found == last:
+            assert found is last or not last
+        last = found
 
 
 @pytest.mark.parametrize(

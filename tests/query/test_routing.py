@@ -8,6 +8,8 @@ from types import TracebackType
 from typing import Self
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -224,6 +226,49 @@ def test_a_newly_listed_metric_is_routed_on_its_first_request() -> None:
     assert name_of(router.custom(PODS, "new")) == "a"
 
 
+class InPlace(Listed):
+    """A backend whose listings are one set object each, added to and removed from in place
+    (nothing in the SDK asks for a new object when a listing changes)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.custom: set[MetricInfo] = set()
+        self.external: set[str] = set()
+
+    def list_metrics(self) -> Collection[MetricInfo]:
+        return self.custom
+
+    def list_external_metrics(self) -> Collection[str]:
+        return self.external
+
+
+def test_a_listing_changed_in_place_is_read_by_value() -> None:
+    now = [100.0]
+    backend = InPlace("a")
+    router = Router([Host(backend=backend)], clock=lambda: now[0])
+    assert router.custom(PODS, "new") is None
+    backend.custom.add(MetricInfo(PODS, True, "new"))
+    backend.external.add("depth")
+    assert router.refresh(force=True) is True  # the periodic refresh sees it
+    assert name_of(router.custom(PODS, "new")) == "a"
+    assert name_of(router.external("depth")) == "a"
+    assert [info.metric for info in router.custom_metrics()] == ["new"]
+    assert router.external_metrics() == ["depth"]
+    backend.custom.clear()
+    backend.external.discard("depth")
+    assert router.refresh(force=True) is True
+    assert router.custom(PODS, "new") is None
+    assert router.external("depth") is None
+    assert router.custom_metrics() == []
+    # On the request path (a metric nobody answers), at most every VOLATILE_RECHECK.
+    backend.custom.add(MetricInfo(PODS, True, "later"))
+    now[0] += VOLATILE_RECHECK / 2
+    assert router.custom(PODS, "later") is None
+    now[0] += VOLATILE_RECHECK
+    assert name_of(router.custom(PODS, "later")) == "a"
+    assert router.refresh(force=True) is False  # same value: nothing to re-claim
+
+
 def test_a_listing_change_clears_memoised_decisions() -> None:
     a, b = Listed("a", external=["x"]), Listed("b")
     router = Router([Host(backend=a), Host(backend=b)])
@@ -288,3 +333,63 @@ def test_a_thousand_routes_keep_first_match_order() -> None:
     assert name_of(router.external("m7_3x")) == "b7"
     assert name_of(router.external("m19_49")) == "b19"
     assert router.external("zzz") is None
+
+
+_METRICS = ("a", "b", "c", "d")
+_RESOURCES = (PODS, DEPLOYMENTS)
+_Change = tuple[int, str, int, bool]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # which backend
+            st.sampled_from(["add", "remove", "replace", "external"]),
+            st.integers(0, len(_METRICS) * len(_RESOURCES) - 1),  # which metric
+            st.booleans(),  # ask before the refresh too
+        ),
+        max_size=25,
+    )
+)
+def test_memoised_decisions_equal_a_fresh_router_s_through_listing_changes(
+    changes: list[_Change],
+) -> None:
+    """The decision memo, the listing snapshots, the claims and discovery against a router
+    built afresh on the same backends after every change (adds and removals in place, new
+    listing objects, external names), with routes on one backend."""
+    backends = [InPlace("a"), InPlace("b"), InPlace("routed")]
+    hosts = [
+        Host(backend=backends[0]),
+        Host(backend=backends[1], dynamic=True),
+        Host(backend=backends[2], routes=(Route(metric="c"), Route(listed=True))),
+    ]
+    router = Router(hosts)
+    every = [(resource, metric) for resource in _RESOURCES for metric in _METRICS]
+
+    def answers(of: Router) -> tuple[object, ...]:
+        return (
+            tuple(name_of(of.custom(resource, metric)) for resource, metric in every),
+            tuple(name_of(of.external(metric)) for metric in _METRICS),
+            sorted((str(i.group_resource), i.metric) for i in of.custom_metrics()),
+            sorted(of.external_metrics()),
+            tuple(tuple(of.resources_listing(metric)) for metric in _METRICS),
+        )
+
+    answers(router)  # memoise everything once
+    for which, change, index, ask_before in changes:
+        backend = backends[which]
+        resource, metric = every[index]
+        info = MetricInfo(resource, True, metric)
+        if change == "add":
+            backend.custom.add(info)
+        elif change == "remove":
+            backend.custom.discard(info)
+        elif change == "replace":  # a new object of another value
+            backend.custom = {*backend.custom, info} - {MetricInfo(resource, True, "a")}
+        else:
+            backend.external ^= {metric}
+        if ask_before:
+            answers(router)
+        router.refresh(force=True)
+        assert answers(router) == answers(Router(hosts))

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import random
 import shutil
 import ssl
 import time
@@ -622,3 +623,30 @@ async def test_review_calls_are_counted_and_timed_by_status_code() -> None:
     authn = exposed(*tokens.metrics.collectors())
     assert 'apiserver_delegated_authn_request_total{code="201"} 1.0' in authn
     assert "authz" not in authn
+
+
+def test_memoised_request_attributes_equal_requestinfo_s() -> None:
+    """The gate's memo of request attributes (request-chosen keys, bounded) answers what
+    `requestinfo.request_attributes` answers, for paths asked again and again."""
+    rng = random.Random(28)
+    poster = FakePoster()
+    gate = DelegatingGate(
+        Authenticator(TrustStore(), tokens=TokenAuthenticator(poster)), Authorizer(poster)
+    )
+    paths = [
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods/*/m",
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns/pods/web-0/m",
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/q",
+        "/apis/metrics.k8s.io/v1beta1/nodes",
+        "/apis",
+        "/healthz",
+        "/api/v1/namespaces/ns/pods",
+    ]
+    for _ in range(300):
+        key = (
+            rng.choice(["GET", "POST", "WATCH", "get"]),
+            rng.choice(paths),
+            rng.choice([b"", b"watch=true", b"labelSelector=app%3Dweb"]),
+        )
+        scope = {"method": key[0], "path": key[1], "query_string": key[2]}
+        assert gate._request_attributes(scope) == request_attributes(*key), key

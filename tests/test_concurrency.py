@@ -4,7 +4,6 @@ scaled down from 200 clients x 5 minutes, which `make load` runs): every answer 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 
@@ -21,25 +20,23 @@ PATHS = (
 
 
 def test_36_two_hundred_concurrent_clients_get_only_2xx(demo_server: RunningServer) -> None:
-    async def one_client(index: int) -> list[tuple[int, float]]:
+    async def one_client(index: int) -> list[int]:
         async with httpx.AsyncClient(
             base_url=demo_server.url, verify=demo_server.ssl_context(), timeout=60
         ) as client:
             answers = []
             for round_ in range(5):
-                started = time.monotonic()
                 response = await client.get(PATHS[(index + round_) % len(PATHS)])
-                answers.append((response.status_code, time.monotonic() - started))
+                answers.append(response.status_code)
             return answers
 
-    async def everyone() -> list[tuple[int, float]]:
+    async def everyone() -> list[int]:
         results = await asyncio.gather(*(one_client(index) for index in range(200)))
         return [answer for answers in results for answer in answers]
 
     answers = asyncio.run(everyone())
     assert len(answers) == 1000
-    codes = sorted({code for code, _ in answers})
+    codes = sorted(set(answers))
     assert codes == [200], codes
-    latencies = sorted(seconds for _, seconds in answers)
-    # A loose bound (the machine is shared); the budget itself is measured by `make load`.
-    assert latencies[int(len(latencies) * 0.99)] < 10
+    # Latency is a speed claim, not this test's: `make load` (benchmarks/load.py) measures it
+    # (the client's 60 s timeout still fails a request that hangs).

@@ -47,14 +47,17 @@ def _reap(server: RunningServer) -> None:
 
 
 def test_sigterm_fails_readyz_keeps_serving_for_the_delay_then_exits_0(tmp_path: Path) -> None:
-    server = start_server(tmp_path, "--shutdown-delay-duration", "2s")
+    # The delay is long enough that "at once" (half of it) and "within the delay" stand apart
+    # from a loaded machine's few hundred milliseconds.
+    delay = 8.0
+    server = start_server(tmp_path, "--shutdown-delay-duration", f"{delay:g}s")
     try:
         with server.client() as client:
             assert client.get("/readyz").status_code == 200
             signalled = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
             while client.get("/readyz").status_code == 200:
-                assert time.monotonic() - signalled < 1, "readyz did not fail at once"
+                assert time.monotonic() - signalled < delay / 2, "readyz did not fail at once"
             ready = client.get("/readyz?verbose")
             assert ready.status_code == 500
             assert "[-]shutdown failed: shutting down" in ready.text
@@ -63,9 +66,9 @@ def test_sigterm_fails_readyz_keeps_serving_for_the_delay_then_exits_0(tmp_path:
             assert metric.status_code == 200
             assert metric.json()["kind"] == "MetricValueList"
             assert metric.headers["connection"] == "close"
-            assert time.monotonic() - signalled < 2  # all of this within the delay
-        assert server.process.wait(timeout=15) == 0
-        assert time.monotonic() - signalled >= 1.9  # it did wait for the delay
+            assert time.monotonic() - signalled < delay  # all of this within the delay
+        assert server.process.wait(timeout=30) == 0
+        assert time.monotonic() - signalled >= delay - 0.1  # it did wait for the delay
     finally:
         _reap(server)
 
@@ -80,7 +83,7 @@ def test_second_sigterm_exits_at_once(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline
         again = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
-        assert server.process.wait(timeout=5) == -signal.SIGTERM
-        assert time.monotonic() - again < 3
+        assert server.process.wait(timeout=30) == -signal.SIGTERM
+        assert time.monotonic() - again < 20  # at once, not after the 60 s delay
     finally:
         _reap(server)

@@ -1,8 +1,9 @@
 """A slow backend against the real server process over TLS (security.md checklist items 34, 38).
 
-The server is `serve --demo-file` run through tests/fakes/slow_backend.py, whose fixture
-`delays` make the fetches of one metric wait, so the requests are slow the way a hanging backend
-makes them slow, and the server's own observable
+The server is the real `serve --backends-config`: a fixture backend gives the cluster view and
+the test-only plugin of tests/fakes/slow_backend.py answers the metrics, its `delays` making the
+fetches of one metric wait, so the requests are slow the way a hanging backend makes them slow,
+and the server's own observable
 state is read from `/metrics` (in-flight gauge, pending deadlines, asyncio tasks, backend
 outcomes) and from `/proc/<pid>/fd`.
 
@@ -42,26 +43,34 @@ GRACE_PERIOD = 30.0
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_server(workdir: Path, *args: str, **options: Any) -> RunningServer:
-    """The real CLI with the slow fixture backend: `python -m tests.fakes.slow_backend serve
-    ...` instead of `python -m custom_metrics_server serve ...`."""
-    path = os.environ.get("PYTHONPATH", "")
-    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
-    return start_plain(workdir, *args, module="tests.fakes.slow_backend", env=env, **options)
-
-
-def _fixture(tmp_path: Path, delay: float) -> Path:
-    path = tmp_path / "slow.yaml"
-    document = {
+def start_server(workdir: Path, delay: float, *args: str, **options: Any) -> RunningServer:
+    """The real server whose `slow` metric waits `delay` seconds: a fixture backend for the
+    objects (the cluster view) and the slow plugin (tests/fakes/slow_backend.py, on
+    PYTHONPATH) answering every custom metric."""
+    fixture = {
         "objects": [{"resource": "pods", "namespace": "ns", "name": "p1"}],
         "values": [
             {"resource": "pods", "namespace": "ns", "name": "p1", "metric": "slow", "value": 1},
             {"resource": "pods", "namespace": "ns", "name": "p1", "metric": "fast", "value": 2},
         ],
-        "delays": {"slow": delay},
     }
-    path.write_text(yaml.safe_dump(document))
-    return path
+    (workdir / "slow.yaml").write_text(yaml.safe_dump(fixture))
+    backends = {
+        "backends": [
+            {"name": "objects", "type": "fixture", "settings": {"file": "slow.yaml"}},
+            {
+                "name": "memory",
+                "type": "tests.fakes.slow_backend:slow_fixture",
+                "settings": {"file": "slow.yaml", "delays": {"slow": delay}},
+                "routes": [{"api": "custom"}],
+            },
+        ]
+    }
+    (workdir / "backends.yaml").write_text(yaml.safe_dump(backends))
+    path = os.environ.get("PYTHONPATH", "")
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    flags = ("--backends-config", str(workdir / "backends.yaml"), *args)
+    return start_plain(workdir, *flags, env=env, **options)
 
 
 def _client(server: RunningServer, **kwargs: object) -> httpx.Client:
@@ -114,7 +123,7 @@ def test_34_a_thousand_request_deadlines_leave_no_task_fd_or_request_behind(
 ) -> None:
     # The backend hangs for an hour; --backend-timeout (10 s) and --request-timeout (60 s)
     # are far away, so every 504 below comes from the caller's shorter `?timeout=`.
-    server = start_server(tmp_path, "--demo-file", str(_fixture(tmp_path, 3600)))
+    server = start_server(tmp_path, 3600)
     try:
         with _client(server) as client:  # warm up every lazily opened resource, then measure
             assert client.get(SLOW + "?timeout=100ms").status_code == 504
@@ -186,12 +195,15 @@ def test_34_a_thousand_request_deadlines_leave_no_task_fd_or_request_behind(
 
 
 def test_38_fifty_slow_requests_in_flight_complete_across_sigterm(tmp_path: Path) -> None:
-    delay = 10.0  # long enough for all 50 to be in flight before SIGTERM on a loaded machine
-    shutdown_delay = 3.0
+    # Each bound below is a share of a delay that the defect it guards would cost in full: the
+    # slow requests outlast the shutdown delay even if getting them in flight took delay / 2,
+    # and readiness failing "at once" means within half the shutdown delay (a loaded machine
+    # adds a few hundred milliseconds; /readyz left at 200 would stay so for all 6 s).
+    delay = 16.0
+    shutdown_delay = 6.0
     server = start_server(
         tmp_path,
-        "--demo-file",
-        str(_fixture(tmp_path, delay)),
+        delay,
         "--shutdown-delay-duration",
         f"{shutdown_delay:g}s",
         "--backend-timeout",
@@ -220,7 +232,7 @@ def test_38_fifty_slow_requests_in_flight_complete_across_sigterm(tmp_path: Path
             signalled = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
             while probe.get("/readyz").status_code == 200:
-                assert time.monotonic() - signalled < 1.5, "/readyz did not fail at once"
+                assert time.monotonic() - signalled < shutdown_delay / 2, "/readyz did not fail"
             ready = probe.get("/readyz")
             assert ready.status_code == 500
             assert "[-]shutdown failed: reason withheld\n" in ready.text
@@ -256,8 +268,7 @@ def test_38_fifty_slow_requests_in_flight_complete_across_sigterm(tmp_path: Path
 def test_36_over_the_inflight_limit_is_a_429_status_over_the_real_server(tmp_path: Path) -> None:
     server = start_server(
         tmp_path,
-        "--demo-file",
-        str(_fixture(tmp_path, 6)),
+        6,
         "--max-requests-inflight",
         "5",
     )

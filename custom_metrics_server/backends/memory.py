@@ -247,8 +247,7 @@ def load_fixture(
     window?}]` (declared even without values), `values: [{resource, metric, name,
     namespace?, value, labels?}]`, `external: [{metric, value, labels?, namespace?, window?}]`,
     and an optional `timestamp` (RFC 3339) for every value, else `now`. Other keys are
-    ignored (the tests' slow fixtures add `delays`, read by tests/fakes/slow_backend.py).
-    Errors name the entry.
+    ignored. Errors name the entry.
     """
     timestamp = now
     if document.get("timestamp"):

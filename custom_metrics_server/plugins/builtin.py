@@ -304,14 +304,9 @@ def fixture(settings: FixtureSettings, *, context: BackendContext) -> Provision:
         document, what = inline, f"the fixture of backend {context.name}"
     if not isinstance(document, Mapping):
         raise ValueError(f"the fixture is a {type(document).__name__}, not a mapping")
-    # Looked up at call time: tests/fakes/slow_backend.py substitutes a slower loader.
-    cluster, backend = _load_fixture()(document, now=time.time())
+    cluster, backend = load_fixture(document, now=time.time())
     backend.name = context.name
     return Provision(backend, what=what, cluster=cluster, replicable=True)  # static values
-
-
-def _load_fixture() -> Callable[..., Any]:
-    return load_fixture
 
 
 # -- prometheus -------------------------------------------------------------------------------

@@ -18,13 +18,13 @@ PURE: no I/O.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from custom_metrics_server.domain import FailurePolicy, GroupResource
+from custom_metrics_server.query.regex_prefix import literal_prefix
 from custom_metrics_server.sdk.backend import MetricsBackend
 
 __all__ = [
@@ -43,8 +43,6 @@ CUSTOM: Final = "custom"
 EXTERNAL: Final = "external"
 
 _GLOB_CHARS: Final = frozenset("*?")
-#: The standard library's regex parser (private, stable since 3.11), to read literal prefixes.
-_SRE_PARSER: Final[Any] = importlib.import_module("re._parser")
 
 
 def glob_pattern(glob: str) -> str:
@@ -147,23 +145,6 @@ class Host:
     def name(self) -> str:
         """The backend's name."""
         return self.backend.name
-
-
-def literal_prefix(pattern: str) -> str:
-    """The characters every match of `pattern` starts with ("" when unknown: a leading
-    alternation, class or group, case-insensitive matching, or a pattern the parser refuses)."""
-    try:
-        parsed = _SRE_PARSER.parse(pattern)
-    except Exception:  # any doubt means no prefix, which is always correct
-        return ""
-    if parsed.state.flags & re.IGNORECASE:
-        return ""
-    prefix = []
-    for op, argument in parsed.data:
-        if op is not _SRE_PARSER.LITERAL:
-            break
-        prefix.append(chr(argument))
-    return "".join(prefix)
 
 
 class RouteIndex:

@@ -61,7 +61,7 @@ class GcPauses:
             gc.callbacks.append(self._callback)
 
     def uninstall(self) -> None:
-        """Unhook (tests)."""
+        """Unhook (the lag watcher does when it stops)."""
         if self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)
 

@@ -491,8 +491,9 @@ def build_security(
 ) -> SecurityConfig:
     """The gate, TLS context, protocol and lifespan jobs the flags describe.
 
-    Raises `SecurityConfigError` for unusable flags or files. `backoff` overrides the review
-    retry policy (tests); the default is upstream's.
+    Raises `SecurityConfigError` for unusable flags or files. `backoff` is the review retry
+    policy, handed to the authenticator and authorizer like their other dependencies (None:
+    upstream's); a caller composing the server itself chooses it.
     """
     serving = _serving(args, demo=demo)
     if demo and not delegated_requested(args):

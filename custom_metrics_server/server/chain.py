@@ -243,8 +243,9 @@ class Deadline:
         self._expired: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
         self._sweeper_loop: asyncio.AbstractEventLoop | None = None
-        # Finer for short configured deadlines (tests); never 0 (`--request-timeout=0` with a
-        # `?timeout=` still needs a sweeper).
+        # Finer for a configured deadline shorter than the sweep interval (a 100ms
+        # `--request-timeout` is enforced within about 100ms, not a whole sweep later); never 0
+        # (`--request-timeout=0` with a `?timeout=` still needs a sweeper).
         self._interval = min(_SWEEP_INTERVAL, seconds or _SWEEP_INTERVAL)
 
     @property

@@ -265,5 +265,5 @@ class MetricStatusCollector(Collector):
 def _running_tasks() -> int:
     try:
         return len(asyncio.all_tasks())
-    except RuntimeError:  # rendered outside a running loop (tests)
+    except RuntimeError:  # no loop in the rendering thread: none of its tasks to count
         return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -256,7 +257,9 @@ def frozen_heap() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("frozen_heap")
-async def test_failures_have_reasons_targets_back_off_and_go_stale(world: World) -> None:
+async def test_failures_have_reasons_targets_back_off_and_go_stale(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
     world.add_pod("ok", app_body(rate=1))
     world.add_pod("broken", lambda _: b'requests_total{code="200" oops} 1\n')
     world.add_pod("huge", lambda _: b"queue_depth 1\n" + b"# padding\n" * 200_000)
@@ -304,7 +307,13 @@ async def test_failures_have_reasons_targets_back_off_and_go_stale(world: World)
         )
         stats = backend.scraper.stats()
         assert stats.targets == 6
-        assert stats.rounds_overrun == 0
+        # The slow target cannot hold its round past the 0.25 s interval: its deadline is cut
+        # to fit in the round (without the cut it would run to `timeout`, 0.5 s, and overrun
+        # every round that tries it). Read from the deadline applied, not from
+        # `rounds_overrun`, which a loaded machine raises by starting a round late.
+        deadlines = [float(d) for d in re.findall(r"no answer within ([0-9.]+)s", caplog.text)]
+        assert deadlines
+        assert max(deadlines) < 0.25, deadlines
 
 
 async def test_the_pod_proxy_source_reaches_pods_through_the_api_server(world: World) -> None:
@@ -364,7 +373,7 @@ async def test_the_first_round_is_paced_and_new_pods_are_scraped_before_the_next
         joined = time.monotonic()
         found = await until(lambda: backend.fetch(request(PODS, "queue_depth", "web-1-d")), bool)
         assert by_name(found) == {"web-1-d": 9.0}
-        assert time.monotonic() - joined < 5
+        assert time.monotonic() - joined < 5  # at once, not at the next tick 30 s away
         assert world.pods.scrapes(f"{NS}/web-1-a") == 1  # no round since the first
         assert backend.scraper.rounds.counters.rounds_started == 1
 

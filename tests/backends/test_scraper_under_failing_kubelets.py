@@ -5,7 +5,12 @@ node-proxy scrape fails in about a millisecond (no kubelet behind them) and some
 hangs until the scrape deadline, the scraper must not starve the event loop. Through the real
 `serve` process (uvicorn, TLS) against the fake kube-apiserver in its own process, `/healthz`
 and a metric request are asked every few tens of milliseconds for several scrape rounds, and
-every answer must come within 100 ms.
+every answer must come well within the kubelet request deadline (2 s).
+
+The defect lasted minutes (no answer at all, /healthz included), and a probe queued behind the
+scrapes' requests waits for their deadline; a loaded 2-core machine adds a few hundred
+milliseconds to a probe (263 ms seen at load 7.4), so the budget sits between the two. The
+loop's own latency under a scraping round is measured by benchmarks/envelope.py.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 NODES = 3000
 HANGING = 40
 INTERVAL = 3.0  # seconds between scrape rounds: several rounds within the test
-BUDGET = 0.100  # seconds any answer may take
+BUDGET = 1.5  # seconds any answer may take: under the 2 s kubelet deadline, far over load
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +103,7 @@ def _metric(text: str, name: str) -> float | None:
     return None
 
 
-def test_health_and_metrics_answer_within_100ms_while_thousands_of_kubelets_fail(
+def test_health_and_metrics_keep_answering_while_thousands_of_kubelets_fail(
     server: RunningServer,
 ) -> None:
     metric = (

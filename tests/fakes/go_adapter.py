@@ -22,8 +22,8 @@ What it serves, with the Go adapters' quirks:
 
 Knobs: `tokens` (a set: requests must carry `Authorization: Bearer <one of them>`, else 401),
 `forbidden` (403 for every metric request), `fail` (path prefix -> (code, Status message)),
-`delay` (seconds before answering a value), `down()`/`up()` (connections refused, then served
-again on the same port). Every request is recorded in `requests` as (path with query, headers).
+`delay` (seconds before answering a value; `most_in_flight` counts how many waited at once),
+`down()`/`up()` (connections refused, then served again on the same port). Every request is recorded in `requests` as (path with query, headers).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, status(404, ROUTE_NOT_FOUND, "NotFound"))
             return
-        time.sleep(fake.delay)
+        fake.wait()
         wanted = _selector(query.get("metricLabelSelector", ""))
         found = [
             value
@@ -272,7 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fake.forbidden:
             self._send(403, status(403, "forbidden by the fake", "Forbidden"))
             return
-        time.sleep(fake.delay)
+        fake.wait()
         metric = rest[2]
         wanted = _selector(query.get("labelSelector", ""))
         if fake.keda:
@@ -355,6 +355,10 @@ class FakeGoAdapter:
         self.forbidden = False
         self.fail: dict[str, tuple[int, str]] = {}
         self.delay = 0.0
+        #: value requests waiting out `delay` now, and the most there were at once
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._lock = threading.Lock()
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.connections: set[socket.socket] = set()
         self.port = 0
@@ -387,6 +391,17 @@ class FakeGoAdapter:
             "preferredVersion": version,
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ":6443"}],
         }
+
+    def wait(self) -> None:
+        """Wait out `delay` before answering a value, counting the requests doing so."""
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(self.delay)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     def value_paths(self) -> list[str]:
         """The metric value requests received (discovery left out)."""

@@ -1,31 +1,31 @@
-"""Test-only: `custom-metrics-server serve` with a slow `--demo-file` backend.
+"""Test-only plugin: a fixture backend whose fetches of some metrics first wait.
 
-    python -m tests.fakes.slow_backend serve --demo --demo-file FIXTURE.yaml [serve flags...]
+    backends:
+      - {name: objects, type: fixture, settings: {file: slow.yaml}}   # the cluster view
+      - name: memory
+        type: tests.fakes.slow_backend:slow_fixture
+        settings: {file: slow.yaml, delays: {slow: 3600}}
+        routes: [{api: custom}]
 
-is the real `serve` command, except that the fixture may carry `delays: {metric: seconds}`:
-fetches of those metrics (custom or external) wait that long first, cancellably, as a hanging
-backend would. The limit and shutdown tests (tests/test_slow_backend.py) run it. The package
-knows nothing of delays: this module wraps the fixture's `MemoryBackend`, so the serving hot
+`slow_fixture` is loaded by the real `serve --backends-config` like any plugin (this repository
+on PYTHONPATH), so the server runs unchanged: fetches of a metric in `delays` wait that long
+first, cancellably, as a hanging backend would. The limit and shutdown tests
+(tests/test_slow_backend.py) use it. The package knows nothing of delays, so the serving hot
 path carries no check for them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from custom_metrics_server import cli
+import yaml
+
+from custom_metrics_server import sdk
 from custom_metrics_server.backends.memory import MemoryBackend, Snapshot, load_fixture
-from custom_metrics_server.cluster.in_memory import InMemoryCluster
-from custom_metrics_server.domain import (
-    BackendRequest,
-    ExternalBackendRequest,
-    ExternalSample,
-    Sample,
-)
-from custom_metrics_server.plugins import builtin
 
 
 class DelayedMemoryBackend(MemoryBackend):
@@ -35,51 +35,37 @@ class DelayedMemoryBackend(MemoryBackend):
         super().__init__(name, snapshot)
         self.delays = dict(delays)
 
-    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
+    async def fetch(self, request: sdk.BackendRequest) -> Sequence[sdk.Sample]:
         """`MemoryBackend.fetch`, after the metric's delay (cancellable)."""
         await asyncio.sleep(self.delays.get(request.metric.metric, 0))
         return await super().fetch(request)
 
-    async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
+    async def fetch_external(
+        self, request: sdk.ExternalBackendRequest
+    ) -> Sequence[sdk.ExternalSample]:
         """`MemoryBackend.fetch_external`, after the metric's delay (cancellable)."""
         await asyncio.sleep(self.delays.get(request.metric, 0))
         return await super().fetch_external(request)
 
 
-def delays_of(document: Mapping[str, Any]) -> dict[str, float]:
-    """The fixture's `delays`: metric -> seconds >= 0."""
-    delays = document.get("delays") or {}
+def delays_of(settings: Mapping[str, Any]) -> dict[str, float]:
+    """The settings' `delays`: metric -> seconds >= 0."""
+    delays = settings.get("delays") or {}
     if not isinstance(delays, Mapping):
-        raise ValueError(
-            f"invalid fixture at delays: not a mapping of metric names to seconds: {delays!r}"
-        )
+        raise ValueError(f"delays: not a mapping of metric names to seconds: {delays!r}")
     found = {}
     for metric, seconds in delays.items():
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            raise ValueError(
-                f"invalid fixture at delays: {metric}: not a number of seconds >= 0: {seconds!r}"
-            )
+            raise ValueError(f"delays: {metric}: not a number of seconds >= 0: {seconds!r}")
         found[str(metric)] = float(seconds)
     return found
 
 
-def load_slow_fixture(
-    document: Mapping[str, Any], *, now: float
-) -> tuple[InMemoryCluster, MemoryBackend]:
-    """`load_fixture`, with the backend slowed down by the fixture's `delays`."""
-    cluster, backend = load_fixture(document, now=now)
-    delays = delays_of(document)
-    if delays:
-        return cluster, DelayedMemoryBackend(backend.name, backend.snapshot, delays)
-    return cluster, backend
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The real CLI, loading `--demo-file` fixtures through `load_slow_fixture`."""
-    # The fixture type reads this name when it makes its backend.
-    builtin.load_fixture = load_slow_fixture  # type: ignore[assignment]
-    return cli.main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def slow_fixture(
+    settings: Mapping[str, Any], *, context: sdk.BackendContext
+) -> DelayedMemoryBackend:
+    """The fixture `settings.file` (relative to the backends file) served with `delays`."""
+    path = Path(settings["file"])
+    document = yaml.safe_load((context.base_dir / path).read_text()) or {}
+    _, backend = load_fixture(document, now=time.time())
+    return DelayedMemoryBackend(context.name, backend.snapshot, delays_of(settings))

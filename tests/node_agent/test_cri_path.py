@@ -103,12 +103,13 @@ async def test_version_and_deadline(runtime: FakeCriRuntime) -> None:
         version = await client.version()
         assert (version.runtime_name, version.runtime_api_version) == ("fake-cri", "v1")
         assert reachable(client)
-        runtime.delay = 1.0
+        runtime.delay = 30.0
         started = time.monotonic()
         with pytest.raises(ScrapeFailure) as failure:
             await client.pods()
         assert failure.value.reason == "deadline"
-        assert time.monotonic() - started < 0.9
+        # The 0.3 s deadline, not the runtime's 30 s answer (a third of it, for a loaded machine).
+        assert time.monotonic() - started < 10
         assert not reachable(client)
 
 

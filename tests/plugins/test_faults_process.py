@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import statistics
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,8 +29,11 @@ PODS = [
     {"resource": "pods", "namespace": "default", "name": f"web-{i}", "labels": {"app": "web"}}
     for i in range(3)
 ]
+#: The hung backend's deadline: long enough that a quick answer stuck behind a hung call (which
+#: waits for it) stands apart from one slowed by a loaded machine (a few hundred ms).
+HANG_DEADLINE = 5.0
 BACKENDS = [
-    {"name": "hang", "type": f"{P}:hanging", "timeout": "1s", "threads": 1},
+    {"name": "hang", "type": f"{P}:hanging", "timeout": f"{HANG_DEADLINE:g}s", "threads": 1},
     {"name": "quick", "type": f"{P}:instant"},
     {"name": "broken", "type": f"{P}:broken_listing"},
     {"name": "wrong", "type": f"{P}:wrong_types"},
@@ -73,12 +75,15 @@ def test_a_hung_backend_is_a_504_at_its_deadline_while_another_answers_in_millis
             assert [i["value"] for i in quick.json()["items"]] == ["7", "7"]
         assert all(not future.done() for future in hung)  # still hanging meanwhile
         answers = [future.result() for future in hung]
+    # Quick answers came while every hung call was still in flight (checked above), and none
+    # of them waited for the hung calls' deadline.
     assert len(latencies) >= 5
-    assert statistics.median(latencies) < 0.05, latencies
+    assert max(latencies) < HANG_DEADLINE / 2, latencies
     for response, elapsed in answers:
         assert response.status_code == 504
-        assert response.json()["message"] == "the hang backend did not answer within 1s"
-        assert 0.9 < elapsed < 5, elapsed
+        assert response.json()["message"] == "the hang backend did not answer within 5s"
+        # At the deadline, not before; a missing deadline would hang to the client's 30 s.
+        assert HANG_DEADLINE * 0.9 < elapsed < 25, elapsed
 
 
 def test_a_bug_is_a_masked_500_naming_the_backend_with_the_traceback_in_the_log_only(
@@ -110,7 +115,8 @@ def test_a_runaway_answer_is_bounded_and_a_500_naming_the_backend(server: Server
     assert response.status_code == 500
     assert '("backend huge failed")' in response.json()["message"]
     assert "returned more than 100 items for 100 series allowed" in server.logs()
-    assert elapsed < 2
+    # Cut off at 101 items: an answer read to its end would run until the client's 30 s.
+    assert elapsed < 15
 
 
 @pytest.mark.parametrize(

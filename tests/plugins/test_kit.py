@@ -30,7 +30,14 @@ async def test_the_fixture_backend_passes() -> None:
     report = await check_backend(backend, cluster=cluster, objects={PODS: pods})
     assert report.ok
     assert report.custom_metrics > 0
-    assert report.listing_seconds < 0.001
+    # The listings answer from memory: CPU time, which a busy machine does not stretch (the
+    # kit's own 1 ms budget is a median of wall-clock calls). Re-reading the fixture or
+    # rebuilding the listing per call would cost milliseconds a call.
+    cpu = time.process_time()
+    for _ in range(1000):
+        backend.list_metrics()
+        backend.list_external_metrics()
+    assert (time.process_time() - cpu) / 1000 < 0.001
 
 
 async def test_the_demo_backend_passes() -> None:

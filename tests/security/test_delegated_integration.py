@@ -198,6 +198,8 @@ def test_10_token_review_failure_is_401_and_not_cached(
     with secure.client(headers={"Authorization": "Bearer tok-10"}) as client:
         assert client.get(P).status_code == 401
         assert client.get(P).status_code == 401
+    # Retries bounded (3 attempts, 10 ms apart): unbounded retries would run until the
+    # client's timeout; a loaded machine adds well under a second.
     assert time.monotonic() - started < 10
     calls = len(policy.token_reviews) - before
     assert calls >= 4  # retried (3 attempts with --fast-retries), and not cached: twice
@@ -541,15 +543,13 @@ def test_20_allowed_and_denied_at_once_is_500(
 
 def test_21_aggregator_probes(secure: SecureServer, pki: Pki, policy: FakeAuthApiServer) -> None:
     before = len(policy.access_reviews)
-    started = time.monotonic()
     probe = secure.get(
         P,
         cert=pki.front_proxy,
         headers=front_proxy_headers("system:kube-aggregator", "system:masters"),
     )
     assert probe.status_code == 200
-    assert time.monotonic() - started < 1
-    assert policy.access_reviews[before:] == []
+    assert policy.access_reviews[before:] == []  # no review: counted, not timed
     policy.policy = rbac_policy(
         {
             "group:system:authenticated": [
@@ -626,6 +626,8 @@ def test_25_a_100_kib_label_selector_is_refused_fast(
     assert code == 400
     assert json.loads(body)["reason"] == "BadRequest"
     assert "not valid HTTP/1.1" in json.loads(body)["message"]
+    # Refused on sight (milliseconds); parsing a 100 KiB selector the slow way would take far
+    # longer than a loaded machine's delay.
     assert time.monotonic() - started < 5
     smaller = target[: -60 * 1024]  # ~40 KiB: over our 16 KiB URL bound
     code, body = secure.raw_get(smaller, pki.front_proxy, front_proxy_headers("big-query-rae"))

@@ -27,9 +27,9 @@ from pathlib import Path
 from prometheus_client.registry import Collector
 
 from custom_metrics_server.api.core_api import DemoCoreApi, is_core_api_path
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, discovery_documents
-from custom_metrics_server.compute.metrics_request import is_metrics_api_path
 from custom_metrics_server.domain import Readiness
+from custom_metrics_server.metrics_api.request import is_metrics_api_path
+from custom_metrics_server.metrics_api.responses import ResourceMetricsApi, discovery_documents
 from custom_metrics_server.plugins.live import LiveBackends
 from custom_metrics_server.plugins.loader import Loaded
 from custom_metrics_server.query.engine import QueryEngine

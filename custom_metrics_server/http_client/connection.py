@@ -22,7 +22,7 @@ import httptools
 __all__ = [
     "Answer",
     "BodyTooLarge",
-    "Connection",
+    "Http11Connection",
     "Stale",
     "TransportError",
     "TransportTimeout",
@@ -37,7 +37,7 @@ class _Pool(Protocol):
 
     timeout: float
 
-    def dropped(self, connection: Connection) -> None: ...
+    def dropped(self, connection: Http11Connection) -> None: ...
 
 
 #: Statuses whose answers have no body even without a Content-Length.
@@ -70,7 +70,7 @@ class Stale(TransportError):
     """A reused connection closed before any byte of the answer: safe to send again."""
 
 
-class Connection(asyncio.Protocol):
+class Http11Connection(asyncio.Protocol):
     """One TCP (or TLS) connection, one call at a time."""
 
     def __init__(self, pool: _Pool) -> None:

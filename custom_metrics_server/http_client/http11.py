@@ -45,7 +45,7 @@ from urllib.request import getproxies, proxy_bypass
 from custom_metrics_server.http_client.connection import (
     Answer,
     BodyTooLarge,
-    Connection,
+    Http11Connection,
     Stale,
     TransportError,
     TransportTimeout,
@@ -99,10 +99,12 @@ class Http11Pool:
         self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         self.max_connections = max_connections
         self.max_idle = max_idle
-        self._idle: list[Connection] = []
-        self._open: set[Connection] = set()
+        self._idle: list[Http11Connection] = []
+        self._open: set[Http11Connection] = set()
         self._connecting = 0
-        self._waiters: collections.deque[asyncio.Future[Connection | None]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[Http11Connection | None]] = (
+            collections.deque()
+        )
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -154,7 +156,7 @@ class Http11Pool:
 
     async def _exchange(
         self,
-        connection: Connection,
+        connection: Http11Connection,
         head: bytes,
         body: bytes,
         sink: Callable[[bytes], None] | None,
@@ -184,14 +186,14 @@ class Http11Pool:
         self._release(connection)
         return answer
 
-    async def _acquire(self, *, fresh: bool = False) -> Connection:
+    async def _acquire(self, *, fresh: bool = False) -> Http11Connection:
         idle = self._idle
         while idle and not fresh:
             connection = idle.pop()
             if not connection.closed:
                 return connection
         while len(self._open) + self._connecting >= self.max_connections:
-            waiter: asyncio.Future[Connection | None] = self.loop.create_future()
+            waiter: asyncio.Future[Http11Connection | None] = self.loop.create_future()
             self._waiters.append(waiter)
             try:
                 async with asyncio.timeout(self.timeout):
@@ -217,12 +219,12 @@ class Http11Pool:
                 return handed
         return await self._connect()
 
-    async def _connect(self) -> Connection:
+    async def _connect(self) -> Http11Connection:
         self._connecting += 1
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, connection = await self.loop.create_connection(
-                    lambda: Connection(self),
+                    lambda: Http11Connection(self),
                     self.host,
                     self.port,
                     ssl=self.ssl_context,
@@ -240,7 +242,7 @@ class Http11Pool:
         self._open.add(connection)
         return connection
 
-    def _release(self, connection: Connection) -> None:
+    def _release(self, connection: Http11Connection) -> None:
         """A call is done with `connection`: to the first waiter, else kept idle (or closed
         beyond `max_idle`)."""
         if connection.closed:
@@ -252,7 +254,7 @@ class Http11Pool:
         else:
             self._idle.append(connection)
 
-    def _wake_one(self, handed: Connection | None) -> bool:
+    def _wake_one(self, handed: Http11Connection | None) -> bool:
         """Hand a connection, or with None a free slot, to the first caller still waiting."""
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -261,7 +263,7 @@ class Http11Pool:
                 return True
         return False
 
-    def dropped(self, connection: Connection) -> None:
+    def dropped(self, connection: Http11Connection) -> None:
         """A connection closed: forget it, and let a waiter open a new one."""
         if connection in self._open:
             self._open.discard(connection)

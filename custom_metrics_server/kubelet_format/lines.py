@@ -1,7 +1,7 @@
 """The Prometheus text format's grammar for one series line, as the kubelet reader's slow path.
 
 PURE: standard library only, no I/O. This module owns :func:`parse_line`: one line
-(``name{label="value",...} value [timestamp]``) to a :class:`Series`, with Prometheus's label
+(``name{label="value",...} value [timestamp]``) to a :class:`SeriesLine`, with Prometheus's label
 unescaping (unknown escapes kept as written, as ``lvalReplacer`` does), Go's number rules
 (no digit-group underscores, no Unicode blanks) and the errors upstream gives
 (:func:`line_error` names the line). :mod:`.reader` uses it for every line its fast
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Final, NamedTuple
 
-__all__ = ["Series", "line_error", "parse_line"]
+__all__ = ["SeriesLine", "line_error", "parse_line"]
 
 _MAX_INT64: Final = 2**63 - 1
 _NAME_END: Final = re.compile(r"[ \t{]")
@@ -25,7 +25,7 @@ _LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _UNESCAPES: Final = {"\\": "\\", '"': '"', "n": "\n"}
 
 
-class Series(NamedTuple):
+class SeriesLine(NamedTuple):
     """One parsed series line; ``timestamp_ms`` is None when the line has none."""
 
     name: str
@@ -116,7 +116,7 @@ def _parse_labels(line: str, start: int, lineno: int) -> tuple[dict[str, str], i
             raise line_error(lineno, line, "expected ',' or '}' in label set")
 
 
-def parse_line(line: str, lineno: int) -> Series | None:
+def parse_line(line: str, lineno: int) -> SeriesLine | None:
     """Parse one series line with the full grammar; None when upstream would not match it
     to any metric (whitespace before the name or between the name and ``{``). O(len)."""
     match = _NAME_END.search(line)
@@ -135,4 +135,4 @@ def parse_line(line: str, lineno: int) -> Series | None:
         raise line_error(lineno, line, "expected next entry after timestamp")
     value = _float(fields[0], lineno, line)
     timestamp = _timestamp_ms(fields[1], lineno, line) if len(fields) == 2 else None
-    return Series(name, labels, value, timestamp)
+    return SeriesLine(name, labels, value, timestamp)

@@ -40,7 +40,7 @@ from custom_metrics_server.prometheus.connection import (
     header_problem,
     ssl_context,
 )
-from custom_metrics_server.prometheus.registry import SeriesShape
+from custom_metrics_server.prometheus.metric_registry import SeriesShape
 from custom_metrics_server.prometheus.rules import ServerConfig
 
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"

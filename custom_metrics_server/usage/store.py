@@ -42,6 +42,11 @@ reader what it knows with ``known``), no keys or names at all; ``apply`` takes a
 
 Cost: ``UsageStore.apply`` is O(containers in the scrape + pods the node had); every lookup
 is O(1).
+
+One piece (about 430 lines, over the house's 400): the write side (``apply_rows`` and the
+per-node bookkeeping) and the read side share the private per-node state and the packed
+entry layout of :mod:`.rates`; split, either half would have to reach into the other's
+privates. The arithmetic already lives in :mod:`.rates` and :mod:`.values`.
 """
 
 from __future__ import annotations

@@ -51,11 +51,11 @@ Deployment's old ReplicaSet pods) are swept out once they outnumber a slack.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from heapq import heapify, heappop, heappush
 from itertools import compress
 from operator import is_not, itemgetter, ne, or_
 from typing import Any, Final, Protocol, cast
 
+from custom_metrics_server.backends.kubernetes.stamp_bounds import StampBounds
 from custom_metrics_server.cluster_state.records import PodRecord
 from custom_metrics_server.domain import TIMESTAMP, ObjectKey, Sample, TimedSamples
 from custom_metrics_server.machinery.journal import Journal
@@ -117,56 +117,6 @@ def remember(
         table.pop(key, None)
 
 
-class _Bounds:
-    """The oldest and newest of a multiset of timestamps, kept change by change: O(log n) a
-    change (two heaps with lazy deletion; rebuilt when their dead entries outnumber the live
-    ones), O(1) amortised a read."""
-
-    __slots__ = ("counts", "high", "low")
-
-    def __init__(self, stamps: Iterable[float]) -> None:
-        self.counts: dict[float, int] = {}
-        for stamp in stamps:
-            self.counts[stamp] = self.counts.get(stamp, 0) + 1
-        self._rebuild()
-
-    def _rebuild(self) -> None:
-        self.low = list(self.counts)
-        heapify(self.low)
-        self.high = [-stamp for stamp in self.counts]
-        heapify(self.high)
-
-    def replace(self, old: float | None, new: float | None) -> None:
-        """One sample's timestamp `old` became `new` (None: no sample)."""
-        counts = self.counts
-        if old is not None:
-            left = counts[old] - 1
-            if left:
-                counts[old] = left
-            else:
-                del counts[old]
-        if new is not None:
-            if new in counts:
-                counts[new] += 1
-            else:
-                counts[new] = 1
-                heappush(self.low, new)
-                heappush(self.high, -new)
-        if len(self.low) > 2 * len(counts) + 64:
-            self._rebuild()
-
-    def bounds(self) -> tuple[float, float] | None:
-        """(oldest, newest), None when there is no sample."""
-        counts, low, high = self.counts, self.low, self.high
-        if not counts:
-            return None
-        while low[0] not in counts:
-            heappop(low)
-        while -high[0] not in counts:
-            heappop(high)
-        return low[0], -high[0]
-
-
 class _Listed:
     """The last answer over one tuple of pods, position by position, and the journals'
     positions it is valid at (`marks`; None without journals)."""
@@ -198,7 +148,7 @@ class _Listed:
         # key -> position, node -> positions: built on the first incremental check.
         self.positions: tuple[dict[ObjectKey, int], dict[str, list[int]]] | None = None
         # The samples' timestamps (with `marks`: kept up to date by `_since`).
-        self.stamps: _Bounds | None = None
+        self.stamps: StampBounds | None = None
 
     def answer(self) -> list[Sample]:
         """A copy of the found samples for the caller; with their timestamps' bounds when
@@ -310,7 +260,7 @@ def _listed(
         lists.clear()
     listed = lists[slot] = _Listed(objects, records, tokens, samples, marks)
     if marks is not None:
-        listed.stamps = _Bounds(map(TIMESTAMP, listed.found))
+        listed.stamps = StampBounds(map(TIMESTAMP, listed.found))
     return listed.answer()
 
 

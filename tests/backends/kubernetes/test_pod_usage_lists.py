@@ -18,9 +18,9 @@ from custom_metrics_server.backends.kubernetes.metrics import (
 )
 from custom_metrics_server.backends.kubernetes.pod_usage_answers import (
     LIST_MIN,
-    _Bounds,
     pod_usage_samples,
 )
+from custom_metrics_server.backends.kubernetes.stamp_bounds import StampBounds
 from custom_metrics_server.cluster_state.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -333,7 +333,7 @@ async def test_journalled_answers_match_a_backend_without_memory_through_random_
 def test_timestamp_bounds_follow_every_change() -> None:
     rng = random.Random(7)
     stamps: list[float | None] = [float(rng.randint(0, 50)) for _ in range(40)]
-    bounds = _Bounds(stamp for stamp in stamps if stamp is not None)
+    bounds = StampBounds(stamp for stamp in stamps if stamp is not None)
     for _ in range(3000):
         i = rng.randrange(len(stamps))
         new = None if rng.random() < 0.05 else float(rng.randint(0, 80))

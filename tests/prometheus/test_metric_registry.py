@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, MetricInfo
 from custom_metrics_server.prometheus.answers import PrometheusError, SeriesReader
-from custom_metrics_server.prometheus.registry import SeriesShape, build, series_shape
+from custom_metrics_server.prometheus.metric_registry import SeriesShape, build, series_shape
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig
 from custom_metrics_server.prometheus.rules_config import parse_config
 

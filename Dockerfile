@@ -19,7 +19,7 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
-# A C compiler for the optional kubelet reader (custom_metrics_server/compute/_kubelet_scan.c;
+# A C compiler for the optional kubelet reader (custom_metrics_server/kubelet_format/_scan.c;
 # the package builds without it and then reads in pure Python, ~2x the CPU per scrape). Only in
 # this stage: the final image gets the built extension, not the compiler. First, so that no
 # dependency change rebuilds it. The official image has CPython's headers in /usr/local/include;
@@ -52,7 +52,7 @@ RUN --mount=type=secret,id=pip-conf,target=/run/secrets/pip.conf \
 COPY pyproject.toml setup.py README.md ./
 COPY custom_metrics_server/ ./custom_metrics_server/
 RUN pip install --no-deps --no-build-isolation . \
-    && python -P -c 'import custom_metrics_server.compute._kubelet_scan' \
+    && python -P -c 'import custom_metrics_server.kubelet_format._scan' \
     && custom-metrics-server --version
 
 # What the server never loads (docs/performance.md, "The image"): pip and setuptools; the

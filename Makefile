@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install tools demo test test-controlplane unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean image image-base lock verify-lock
 
-$(STAMP): pyproject.toml setup.py custom_metrics_server/compute/_kubelet_scan.c
+$(STAMP): pyproject.toml setup.py custom_metrics_server/kubelet_format/_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,lint,codegen]'
 	touch $(STAMP)

@@ -1296,26 +1296,26 @@ def breakdown(pods: int, shape_args: dict[str, int]) -> dict[str, Any]:  # noqa:
 
     import orjson
 
-    from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-    from custom_metrics_server.compute.kubelet_rows import read_usage_rows
-    from custom_metrics_server.compute.records import (
+    from custom_metrics_server.backends.kubernetes.state_exposition import (
+        render_state_exposition,
+        stream_state_exposition,
+    )
+    from custom_metrics_server.cluster_state.records import (
         NAMESPACES,
         NODES,
         PODS,
         WATCHED,
         ClusterState,
     )
-    from custom_metrics_server.compute.state_exposition import (
-        render_state_exposition,
-        stream_state_exposition,
-    )
-    from custom_metrics_server.compute.usage import UsageStore
     from custom_metrics_server.domain import GroupResource
+    from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+    from custom_metrics_server.kubelet_format.rows import read_usage_rows
     from custom_metrics_server.runtime.heap import (
         STEADY_GEN0_THRESHOLD,
         STEADY_GEN1_THRESHOLD,
         promote_survivors,
     )
+    from custom_metrics_server.usage.store import UsageStore
     from tests.fakes.envelope_world import (
         KubeletFarm,
         WorldShape,

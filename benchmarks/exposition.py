@@ -37,14 +37,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from custom_metrics_server.compute.exposition import (
+from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.resources.exposition import (
     PodResourceRow,
     PodResources,
     render_pod_resource_metrics,
     render_pod_resources,
 )
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-from custom_metrics_server.compute.usage import UsageStore
+from custom_metrics_server.usage.store import UsageStore
 
 TIMESTAMP_MS = 1_700_000_000_000
 UNITS = {"cpu": "cores", "memory": "bytes"}

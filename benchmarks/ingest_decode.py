@@ -4,7 +4,7 @@ and new code alternated (issue 17, item 1).
 The envelope's pods (`tests/fakes/envelope_world.py`, ~2.8 KB of JSON each) in list pages of
 500, as the fake API server sends them, fed the way the Kubernetes backend's reflector feeds
 them: the page's bytes decoded (the old code: `orjson.loads`, every field a Python object; the
-new: the schema decoder of `compute/wire_objects.py`, only the fields the records read), then
+new: the schema decoder of `cluster_state/wire_objects.py`, only the fields the records read), then
 every object handed to `ClusterState`'s pod sink (records, label index, owner and node
 indexes, the resource-shape memo) in a fresh state. Also one MODIFIED watch event (a line
 decoded, then the sink). Each variant runs in a child process of its own (`--worker`), the
@@ -38,14 +38,14 @@ PAGE = 500
 def _worker(pods: int, repeat: int, path: str) -> dict[str, Any]:
     import orjson
 
-    from custom_metrics_server.compute.records import PODS, ClusterState
+    from custom_metrics_server.cluster_state.records import PODS, ClusterState
     from custom_metrics_server.runtime.heap import tune_gc
     from tests.fakes.envelope_world import make_pod, plan_world, scale_shape
 
     tune_gc()
     codec: Any = None
     if path == "schema":
-        from custom_metrics_server.compute.wire_objects import PodWire, WireCodec
+        from custom_metrics_server.cluster_state.wire_objects import PodWire, WireCodec
 
         codec = WireCodec(PodWire)
     plan = plan_world(scale_shape(pods))

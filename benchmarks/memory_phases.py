@@ -37,10 +37,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from envelope import hpa_paths, memory_mib  # noqa: E402
 from resources_exposition import _answers, _scope, build_state, machine  # noqa: E402
 
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics  # noqa: E402
-from custom_metrics_server.compute.metrics import ResourceMetricsBackend  # noqa: E402
-from custom_metrics_server.compute.records import PODS  # noqa: E402
-from custom_metrics_server.compute.usage import UsageStore  # noqa: E402
+from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend  # noqa: E402
+from custom_metrics_server.cluster_state.records import PODS  # noqa: E402
+from custom_metrics_server.kubelet_format.reader import parse_resource_metrics  # noqa: E402
+from custom_metrics_server.usage.store import UsageStore  # noqa: E402
 from tests.fakes.envelope_world import KubeletFarm, make_pod  # noqa: E402
 
 

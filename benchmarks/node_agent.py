@@ -33,9 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics  # noqa: E402
-from custom_metrics_server.compute.kubelet_writer import render_resource_metrics  # noqa: E402
-from custom_metrics_server.compute.summary import (  # noqa: E402
+from custom_metrics_server.kubelet_format.reader import parse_resource_metrics  # noqa: E402
+from custom_metrics_server.kubelet_format.summary import (  # noqa: E402
     ContainerStats,
     CpuStats,
     MemoryStats,
@@ -43,6 +42,7 @@ from custom_metrics_server.compute.summary import (  # noqa: E402
     Summary,
     SwapStats,
 )
+from custom_metrics_server.kubelet_format.writer import render_resource_metrics  # noqa: E402
 from custom_metrics_server.node_agent.runtime import RuntimeClient  # noqa: E402
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary  # noqa: E402
 

@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from resources_exposition import _answers, _scope, _usage, build_state, machine  # noqa: E402
 
-from custom_metrics_server.compute.metrics import ResourceMetricsBackend  # noqa: E402
-from custom_metrics_server.compute.records import PODS, ClusterState  # noqa: E402
+from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend  # noqa: E402
+from custom_metrics_server.cluster_state.records import PODS, ClusterState  # noqa: E402
 from tests.fakes.envelope_world import WorldPlan, make_pod  # noqa: E402
 
 API = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -50,7 +50,7 @@ METRIC = "kube_running_pod_resource_usage"
 async def _old_fetch(self: Any, request: Any) -> Any:
     """`ResourceMetricsBackend.fetch` before this change (474a5a1), verbatim: objects that
     hold pods validated by the state's and the usage store's generations."""
-    from custom_metrics_server.compute import metrics as m
+    from custom_metrics_server.backends.kubernetes import metrics as m
 
     metric = m.ALIASES.get(request.metric.metric, request.metric.metric)
     gr = request.metric.group_resource
@@ -140,7 +140,7 @@ class Changes:
 
     def scrape(self, node: str) -> None:
         """`node`'s kubelet answers again, later (its counters moved)."""
-        from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+        from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
 
         self.turn += 1
         at = self.now + 15 * self.turn

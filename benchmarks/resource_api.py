@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from custom_metrics_server.api.grammar import parse_query
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
-from custom_metrics_server.compute.metrics_request import MetricsApiRequest, parse_request
+from custom_metrics_server.metrics_api.request import MetricsApiRequest, parse_request
+from custom_metrics_server.metrics_api.responses import ResourceMetricsApi
 from custom_metrics_server.server.app import AppSettings, create_app
 from tests.asgi import call, scope_for
 

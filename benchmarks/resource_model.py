@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from custom_metrics_server.backends import demo_kubelets, demo_world
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-from custom_metrics_server.compute.metrics import render_state_exposition
-from custom_metrics_server.compute.records import PODS, WATCHED, ClusterState
-from custom_metrics_server.compute.usage import UsageStore
+from custom_metrics_server.backends.kubernetes.state_exposition import render_state_exposition
+from custom_metrics_server.cluster_state.records import PODS, WATCHED, ClusterState
+from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.usage.store import UsageStore
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

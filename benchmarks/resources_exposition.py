@@ -37,16 +37,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from custom_metrics_server.compute.records import (  # noqa: E402
+from custom_metrics_server.backends.kubernetes.state_exposition import (  # noqa: E402
+    render_state_exposition,
+    stream_state_exposition,
+)
+from custom_metrics_server.cluster_state.records import (  # noqa: E402
     NAMESPACES,
     NODES,
     PODS,
     WATCHED,
     ClusterState,
-)
-from custom_metrics_server.compute.state_exposition import (  # noqa: E402
-    render_state_exposition,
-    stream_state_exposition,
 )
 from custom_metrics_server.domain import GroupResource  # noqa: E402
 from tests.fakes.envelope_world import (  # noqa: E402
@@ -200,7 +200,7 @@ async def _answers(app: Any, scope: dict[str, Any], count: int) -> tuple[float, 
 async def _old_fetch(self: Any, request: Any) -> Any:
     """`ResourceMetricsBackend.fetch` as it was before issue 17 (5f0a28e^), verbatim: every
     answer validated by the usage store's generation."""
-    from custom_metrics_server.compute import metrics as m
+    from custom_metrics_server.backends.kubernetes import metrics as m
 
     metric = m.ALIASES.get(request.metric.metric, request.metric.metric)
     gr = request.metric.group_resource
@@ -258,8 +258,8 @@ def _old_joined(head: bytes, items: list[bytes], tail: bytes) -> bytes:
 
 def _usage(plan: WorldPlan) -> tuple[Any, Any, float]:
     """The fake kubelets and a `UsageStore` fed two rounds of their text (rates for all)."""
-    from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-    from custom_metrics_server.compute.usage import UsageStore
+    from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+    from custom_metrics_server.usage.store import UsageStore
     from tests.fakes.envelope_world import KubeletFarm
 
     farm = KubeletFarm(plan)
@@ -282,8 +282,8 @@ async def measure_pods(
     scraped every 45 ms, at 150k every 3 ms, and each bumps the store's generation). Old and
     new answers of the same moment are compared byte for byte."""
     from custom_metrics_server.api import wire
-    from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-    from custom_metrics_server.compute.metrics import ResourceMetricsBackend
+    from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend
+    from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
     from custom_metrics_server.server.app import create_app
 
     farm, store, now = _usage(plan)

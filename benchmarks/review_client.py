@@ -38,7 +38,7 @@ from custom_metrics_server.kube.client import KubeClient  # noqa: E402
 from custom_metrics_server.kube.config import load_connection  # noqa: E402
 from custom_metrics_server.kube.review_client import ReviewClient  # noqa: E402
 from custom_metrics_server.security.authn import Identity, identity  # noqa: E402
-from custom_metrics_server.security.authz import Authorizer, Decision  # noqa: E402
+from custom_metrics_server.security.authz import AccessDecision, Authorizer  # noqa: E402
 from custom_metrics_server.security.cache import TtlCache  # noqa: E402
 from custom_metrics_server.security.requestinfo import RequestAttributes  # noqa: E402
 
@@ -141,11 +141,11 @@ def old_put(cache: TtlCache[Any, Any], key: Any, value: Any, ttl: float) -> None
 def cache_figures(hpas: int, capacity: int) -> dict[str, Any]:
     """Memory of `hpas` HPA-like entries, and a put's CPU once the cache is full."""
     caller = hpa_identity()
-    allowed = Decision(allowed=True, denied=False, reason="")
+    allowed = AccessDecision(allowed=True, denied=False, reason="")
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    cache: TtlCache[tuple[object, ...], Decision] = TtlCache(capacity)
+    cache: TtlCache[tuple[object, ...], AccessDecision] = TtlCache(capacity)
     for i in range(hpas):
         cache.put((caller.key, attributes(i)), allowed, 300.0)
     size = tracemalloc.get_traced_memory()[0] - before

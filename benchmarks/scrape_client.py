@@ -12,7 +12,7 @@ alternately so that the machine's load affects them alike:
 * `raw`: a minimal keep-alive HTTP/1.1 client over asyncio streams (one write, a head parse,
   a content-length body): a lower bound for a lean client;
 * `fetcher`: the scraper's `KubeletFetcher.fetch` as `serve` runs it (the lean keep-alive
-  pool of `runtime/http11.py` since the issue-17 scrape work; httpx before);
+  pool of `http_client/http11.py` since the issue-17 scrape work; httpx before);
 * `scrape`: `KubeletScraper.scrape_node`, the whole of one node's scrape: the fetch, the
   parse and the usage store (`--no-scrape` leaves it out).
 
@@ -47,11 +47,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from custom_metrics_server.compute.kubelet_client import KubeletFetcher  # noqa: E402
-from custom_metrics_server.compute.scraper import KubeletScraper  # noqa: E402
-from custom_metrics_server.compute.usage import UsageStore  # noqa: E402
 from custom_metrics_server.kube.client import KubeClient  # noqa: E402
 from custom_metrics_server.kube.config import Connection  # noqa: E402
+from custom_metrics_server.scraping.kubelet_client import KubeletFetcher  # noqa: E402
+from custom_metrics_server.scraping.kubelet_scraper import KubeletScraper  # noqa: E402
+from custom_metrics_server.usage.store import UsageStore  # noqa: E402
 
 
 def load() -> str:

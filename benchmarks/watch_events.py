@@ -222,7 +222,7 @@ class StateSink(ExtractingSink):
 
     def __init__(self) -> None:
         super().__init__()
-        from custom_metrics_server.compute.records import PODS, ClusterState
+        from custom_metrics_server.cluster_state.records import PODS, ClusterState
 
         self.state = ClusterState()
         self._pods = self.state.sink(PODS)

@@ -25,14 +25,14 @@ from custom_metrics_server.api import aggregated_discovery, discovery, wire
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.api.negotiation import NotAcceptable, negotiate_discovery
 from custom_metrics_server.backends.memory import MemoryBackend, SnapshotBuilder
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
+from custom_metrics_server.metrics_api.responses import ResourceMetricsApi
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.server.app import AppSettings, Server, create_app
 from custom_metrics_server.server.discovery import ServedDiscovery
 from tests import kubeproto
 from tests.asgi import Reply, call, scope_for
 from tests.conftest import contract_app
-from tests.test_resource_api import NOW, cluster, store
+from tests.metrics_api.test_responses import NOW, cluster, store
 
 V2 = "g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 PROTOBUF = "application/vnd.kubernetes.protobuf"

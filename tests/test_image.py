@@ -212,7 +212,7 @@ import custom_metrics_server
 for module in pkgutil.walk_packages(custom_metrics_server.__path__, "custom_metrics_server."):
     if not module.name.endswith("__main__"):
         importlib.import_module(module.name)
-from custom_metrics_server.compute import kubelet_runs
+from custom_metrics_server.kubelet_format import runs as kubelet_runs
 from custom_metrics_server.kube.config import KubeConfigError, load_connection
 try:
     load_connection("/etc/hostname")
@@ -227,7 +227,7 @@ print("kubernetes:", sorted(m for m in sys.modules if m.startswith("kubernetes")
     result = ctr.run("python", "-P", "-c", script)
     assert result.returncode == 0, result.stderr
     lines = dict(line.split(": ", 1) for line in result.stdout.strip().splitlines())
-    assert lines["scanner"] == "custom_metrics_server.compute._kubelet_scan"
+    assert lines["scanner"] == "custom_metrics_server.kubelet_format._scan"
     assert lines["pruned"] == "[]"
     assert lines["kubernetes"].startswith("['kubernetes', 'kubernetes.client'")
     assert lines["loader"]  # it ran and refused a file that is no kubeconfig

@@ -740,8 +740,7 @@ def test_dockerfile_installs_dependencies_before_copying_the_package() -> None:
     assert index(lambda s: s.startswith("RUN python -m venv /opt/venv")) < install_deps
     # The C reader is checked where the copied source cannot shadow the installed package.
     assert (
-        "python -P -c 'import custom_metrics_server.compute._kubelet_scan'"
-        in steps[install_package]
+        "python -P -c 'import custom_metrics_server.kubelet_format._scan'" in steps[install_package]
     )
     # The host's pip settings come in as build secrets, never as layers.
     assert "--mount=type=secret,id=pip-conf" in steps[install_deps]
@@ -818,7 +817,7 @@ def test_dockerignore_sends_what_the_dockerfile_copies_and_nothing_else() -> Non
         ".mypy_cache/3.11/cli.data.json",
         "manifests/overlays/production/certs/ca.key",
         "custom_metrics_server/__pycache__/cli.cpython-311.pyc",
-        "custom_metrics_server/compute/_kubelet_scan.cpython-311-x86_64-linux-gnu.so",
+        "custom_metrics_server/kubelet_format/_scan.cpython-311-x86_64-linux-gnu.so",
         "custom_metrics_server.egg-info/PKG-INFO",
     ]:
         assert _docker_ignored(path, patterns), f"{path} would be sent to the build"

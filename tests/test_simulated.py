@@ -7,13 +7,13 @@ import asyncio
 from custom_metrics_server.api.grammar import parse, parse_query
 from custom_metrics_server.backends import demo_kubelets
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
 from custom_metrics_server.domain import (
     ExternalMetricRequest,
     GroupResource,
     MetricInfo,
     MetricRequest,
 )
+from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
 from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.query.engine import QueryEngine
 

@@ -9,7 +9,7 @@ the decoded path), so `%2A` is `*` and `%2F` makes an extra segment.
 
 It stays one piece (over ~400 lines): the path routes, the query parameters and the name and
 selector checks are one grammar, which the server and the other parsers of served URLs
-(`core_api`, `compute.metrics_request`) import from this one place.
+(`core_api`, `metrics_api.request`) import from this one place.
 
 Cost: O(len(path) + len(query)) per request; selectors are parsed through a cache.
 """

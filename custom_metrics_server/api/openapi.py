@@ -27,7 +27,7 @@ from custom_metrics_server.api.negotiation import SERVED_MEDIA_TYPES
 
 #: metrics.k8s.io (the Resource Metrics API), described only when it is served.
 METRICS_GROUP: Final = "metrics.k8s.io"
-#: Its served versions, preferred first (compute.metrics_request.VERSIONS; tests check they agree).
+#: Its served versions, preferred first (metrics_api.request.VERSIONS; tests check they agree).
 METRICS_VERSIONS: Final = ("v1", "v1beta1")
 _ALL_DEFINITIONS: Final = {**schemas.DEFINITIONS, **schemas.METRICS_API_DEFINITIONS}
 

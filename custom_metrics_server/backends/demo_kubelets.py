@@ -3,8 +3,8 @@ would serve.
 
 PURE. This module owns :class:`ContainerUsage` (one container's counters, as the simulation
 advances them) and :func:`kubelet_exposition`, which turns a node's containers into the
-Summary values the node agent also builds (:mod:`..compute.summary`) and writes them with the
-one exact writer (:mod:`..compute.kubelet_writer`), so the demo's usage goes through the same
+Summary values the node agent also builds (:mod:`..kubelet_format.summary`) and writes them with the
+one exact writer (:mod:`..kubelet_format.writer`), so the demo's usage goes through the same
 text, reader and rate code as a real cluster's. It must not advance counters (that is
 :mod:`.simulated`).
 
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
-from custom_metrics_server.compute.summary import (
+from custom_metrics_server.kubelet_format.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,
@@ -24,6 +23,7 @@ from custom_metrics_server.compute.summary import (
     PodStats,
     Summary,
 )
+from custom_metrics_server.kubelet_format.writer import render_resource_metrics
 
 __all__ = ["ContainerUsage", "kubelet_exposition"]
 
@@ -43,7 +43,7 @@ class ContainerUsage:
 def kubelet_exposition(
     containers: list[ContainerUsage], *, node_cpu_seconds: float, node_memory: float, now: float
 ) -> bytes:
-    """A node's `/metrics/resource` body as its kubelet writes it (`compute.kubelet_writer`, the
+    """A node's `/metrics/resource` body as its kubelet writes it (`kubelet_format.writer`, the
     node agent's writer): every sample at `now` (whole milliseconds), each container with its
     start time, each pod with its containers' sums. Counters are kept in whole nanoseconds and
     working sets in whole bytes, as the Summary API holds them. O(c log c) for c containers."""

@@ -18,10 +18,10 @@ from decimal import Decimal
 from typing import Final
 
 from custom_metrics_server.backends.demo_workloads import Json, Workload, resources, workloads
-from custom_metrics_server.compute.model import pod_requests
-from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS
+from custom_metrics_server.cluster_state.records import NAMESPACES, NODES, PODS
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.machinery.quantity import Quantity
+from custom_metrics_server.resources.model import pod_requests
 
 ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # the kube name-generator alphabet
 PODS_PER_NODE: Final = 8

@@ -40,13 +40,13 @@ from custom_metrics_server.backends.memory import (
     Snapshot,
     SnapshotBuilder,
 )
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
-from custom_metrics_server.compute.records import PODS, ClusterState
-from custom_metrics_server.compute.usage import UsageStore
+from custom_metrics_server.cluster_state.records import PODS, ClusterState
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
+from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
 from custom_metrics_server.machinery.quantity import Quantity
 from custom_metrics_server.runtime.heap import settle_heap
 from custom_metrics_server.runtime.tasks import BackgroundTasks, drain, run_cooperatively
+from custom_metrics_server.usage.store import UsageStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,7 +199,7 @@ class Inventory:
 
         Memoised until an object is added, removed or relabelled (not when only its record
         changes): the same tuple while it holds, so the answers memoised over it
-        (`compute.pod_usage_answers`) compare it by identity."""
+        (`backends.kubernetes.pod_usage_answers`) compare it by identity."""
         memo_key = (group_resource, namespace, selector)
         found = self._memo.get(memo_key)
         if found is None:

@@ -1,4 +1,4 @@
-"""Calls to kube-apiserver over the lean keep-alive HTTP/1.1 pool (`runtime.http11`), for the
+"""Calls to kube-apiserver over the lean keep-alive HTTP/1.1 pool (`http_client.http11`), for the
 two kinds of call where httpx's per-call cost showed: the reviews of the delegated webhooks
 (`review_client`) and the list pages of the reflectors (`LeanListClient`).
 
@@ -30,6 +30,12 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
+from custom_metrics_server.http_client.http11 import (
+    Http11Pool,
+    TransportError,
+    TransportTimeout,
+    names_a_proxy,
+)
 from custom_metrics_server.kube.client import (
     USER_AGENT,
     KubeApiError,
@@ -37,12 +43,6 @@ from custom_metrics_server.kube.client import (
     error_from_response,
 )
 from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.runtime.http11 import (
-    Http11Pool,
-    TransportError,
-    TransportTimeout,
-    names_a_proxy,
-)
 
 __all__ = ["LeanApi", "LeanListClient"]
 

@@ -7,7 +7,7 @@ Why not `KubeClient.post_json` (httpx): per call httpx builds its `Request`/`Res
 connections (a `poll()` per pooled connection); that was about 1.5-2 ms of CPU per review on
 the build machine (docs/envelope.md, "Where the time goes", item 4), more than computing
 the answer it guards. This client writes one request head built from pre-encoded parts and
-waits for one future (`runtime.http11.Http11Pool`): ~0.1 ms per review (measured in
+waits for one future (`http_client.http11.Http11Pool`): ~0.1 ms per review (measured in
 `benchmarks/review_client.py`).
 
 Same contract as `KubeClient.post_json`, so the webhooks' retry policy and error mapping are

@@ -3,7 +3,7 @@
 The default is the generic one (`dict_page`, `dict_event`: every object a dict, as
 `orjson.loads` builds it). A consumer that reads only a few fields of a large collection
 passes a `WireCodec` of its own (the Kubernetes backend's schema decoders,
-`compute.wire_objects`), whose objects its sink understands. Costs: O(bytes) a page or line.
+`cluster_state.wire_objects`), whose objects its sink understands. Costs: O(bytes) a page or line.
 """
 
 from __future__ import annotations

@@ -28,15 +28,15 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
-from custom_metrics_server.compute.scrape_failure import ScrapeFailure
-from custom_metrics_server.compute.summary import (
+from custom_metrics_server.kubelet_format.summary import (
     ContainerStats,
     NodeStats,
     PodStats,
     Summary,
     SwapStats,
 )
+from custom_metrics_server.kubelet_format.writer import render_resource_metrics
+from custom_metrics_server.scraping.failure import ScrapeFailure
 
 __all__ = ["Collector", "NodeSource"]
 

@@ -25,7 +25,6 @@ from typing import Any
 import uvicorn
 
 from custom_metrics_server import __version__
-from custom_metrics_server.compute.scrape_failure import ScrapeFailure
 from custom_metrics_server.node_agent.collector import Collector
 from custom_metrics_server.node_agent.host import HostReader
 from custom_metrics_server.node_agent.runtime import RuntimeClient, grpc_target
@@ -38,6 +37,7 @@ from custom_metrics_server.runtime.startup import (
     report_startup_failure,
 )
 from custom_metrics_server.runtime.tls import ReloadingServerContext, ensure_serving_certificate
+from custom_metrics_server.scraping.failure import ScrapeFailure
 from custom_metrics_server.security.options import duration as parse_duration
 from custom_metrics_server.security.tls_peer import (
     HEADER_READ_TIMEOUT,

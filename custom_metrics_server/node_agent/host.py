@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Literal
 
-from custom_metrics_server.compute.summary import CpuStats, MemoryStats, NodeStats, SwapStats
+from custom_metrics_server.kubelet_format.summary import CpuStats, MemoryStats, NodeStats, SwapStats
 
 __all__ = [
     "HostReader",

@@ -22,7 +22,7 @@ sandboxes whose own call fails. The list is tried first in every collection, so 
 goes back to one call as soon as the runtime does. Cost of a degraded collection: one call
 per ready sandbox.
 
-Failures raise :class:`~..compute.scrape_failure.ScrapeFailure` (the kubelet scraper's
+Failures raise :class:`~..scraping.failure.ScrapeFailure` (the kubelet scraper's
 failure too) with a short reason for counting; the last outcome is kept for ``/healthz``.
 Log lines say which happened: the runtime does not answer, or it answered with an error.
 """
@@ -38,14 +38,14 @@ from typing import Final, Self, TypeVar
 import grpc
 from grpc import aio
 
-from custom_metrics_server.compute.scrape_failure import ScrapeFailure
-from custom_metrics_server.compute.summary import PodStats
+from custom_metrics_server.kubelet_format.summary import PodStats
 from custom_metrics_server.node_agent.cri import api_pb2 as cri
 from custom_metrics_server.node_agent.cri import api_pb2_grpc as cri_grpc
 from custom_metrics_server.node_agent.cri_stats import (
     pods_from_container_stats,
     pods_from_sandbox_stats,
 )
+from custom_metrics_server.scraping.failure import ScrapeFailure
 
 __all__ = [
     "CRI_API_VERSION",

@@ -32,14 +32,11 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from custom_metrics_server.api.core_api import DemoCoreApi
+from custom_metrics_server.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend
+from custom_metrics_server.backends.kubernetes.state_exposition import stream_state_exposition
 from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.backends.simulated import DemoSettings, SimulatedCluster
-from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
-from custom_metrics_server.compute.metrics import ResourceMetricsBackend
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, ResourceUsageSource
-from custom_metrics_server.compute.node_agents import check_address_template
-from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY
-from custom_metrics_server.compute.state_exposition import stream_state_exposition
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -50,10 +47,13 @@ from custom_metrics_server.domain import (
 )
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import load_connection
+from custom_metrics_server.metrics_api.responses import ResourceMetricsApi, ResourceUsageSource
 from custom_metrics_server.plugins.config import parse_seconds
 from custom_metrics_server.prometheus.backend import PrometheusBackend, PrometheusSettings
 from custom_metrics_server.prometheus.options import IN_CLUSTER_CA, IN_CLUSTER_TOKEN
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ConfigError, ServerConfig
+from custom_metrics_server.scraping.kubelet_scraper import DEFAULT_CONCURRENCY
+from custom_metrics_server.scraping.node_agents import check_address_template
 from custom_metrics_server.sdk import BackendContext, factory
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 

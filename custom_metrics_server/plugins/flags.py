@@ -23,8 +23,7 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
-from custom_metrics_server.compute.scraper import DEFAULT_CONCURRENCY
+from custom_metrics_server.metrics_api.responses import ResourceMetricsApi
 from custom_metrics_server.plugins.config import (
     BackendsConfigError,
     BackendsFile,
@@ -35,6 +34,7 @@ from custom_metrics_server.plugins.loader import Loaded
 from custom_metrics_server.prometheus.options import add_prometheus_flags
 from custom_metrics_server.prometheus.options import enabled as prometheus_enabled
 from custom_metrics_server.prometheus.rules import ConfigError
+from custom_metrics_server.scraping.kubelet_scraper import DEFAULT_CONCURRENCY
 from custom_metrics_server.security.options import duration as parse_duration
 
 __all__ = [

@@ -30,8 +30,8 @@ from pydantic import ValidationError
 
 from custom_metrics_server.api.core_api import DemoCoreApi
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, ResourceUsageSource
 from custom_metrics_server.domain import FailurePolicy, GroupResource
+from custom_metrics_server.metrics_api.responses import ResourceMetricsApi, ResourceUsageSource
 from custom_metrics_server.plugins.adapter import (
     PluginBackend,
     PluginError,

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from custom_metrics_server.prometheus.registry import SeriesShape, series_shape
+from custom_metrics_server.prometheus.metric_registry import SeriesShape, series_shape
 
 __all__ = ["ErrorKind", "PrometheusError", "SeriesReader", "decode"]
 

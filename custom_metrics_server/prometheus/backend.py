@@ -52,7 +52,7 @@ from custom_metrics_server.domain import (
     ResourceMapping,
     Sample,
 )
-from custom_metrics_server.prometheus import registry as registry_module
+from custom_metrics_server.prometheus import metric_registry as registry_module
 from custom_metrics_server.prometheus import results
 from custom_metrics_server.prometheus.answers import PrometheusError
 from custom_metrics_server.prometheus.client import PrometheusClient
@@ -64,9 +64,9 @@ from custom_metrics_server.prometheus.fetch import (
     vector,
 )
 from custom_metrics_server.prometheus.live_config import LiveConfig
+from custom_metrics_server.prometheus.metric_registry import Registry, SeriesShape
 from custom_metrics_server.prometheus.promql import range_window
 from custom_metrics_server.prometheus.queries import external_query
-from custom_metrics_server.prometheus.registry import Registry, SeriesShape
 from custom_metrics_server.prometheus.rules import AdapterConfig, ServerConfig
 from custom_metrics_server.prometheus.self_metrics import BackendMetrics, ForwardingCollector
 from custom_metrics_server.prometheus.usage import PrometheusResourceUsage

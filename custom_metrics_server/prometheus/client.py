@@ -28,20 +28,20 @@ from urllib.parse import unquote, urlencode, urlsplit
 import httpx
 
 from custom_metrics_server import __version__
+from custom_metrics_server.http_client.http11 import (
+    Http11Pool,
+    TransportError,
+    TransportTimeout,
+    names_a_proxy,
+)
 from custom_metrics_server.prometheus.answers import PrometheusError, SeriesReader, decode
 from custom_metrics_server.prometheus.connection import (
     TokenFile,
     header_problem,
     ssl_context,
 )
-from custom_metrics_server.prometheus.registry import SeriesShape
+from custom_metrics_server.prometheus.metric_registry import SeriesShape
 from custom_metrics_server.prometheus.rules import ServerConfig
-from custom_metrics_server.runtime.http11 import (
-    Http11Pool,
-    TransportError,
-    TransportTimeout,
-    names_a_proxy,
-)
 
 USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
 #: Longer encoded forms go as POST bodies; many proxies cap request lines at 4-8 KiB.
@@ -53,7 +53,7 @@ _ENCODED_CACHE: Final = 4096
 class PrometheusClient:
     """One Prometheus-compatible server.
 
-    Calls go through `runtime.http11.Http11Pool` (a lean keep-alive HTTP/1.1 pool) unless the
+    Calls go through `http_client.http11.Http11Pool` (a lean keep-alive HTTP/1.1 pool) unless the
     environment names a proxy for the server or a test passes an httpx `transport`; then
     through httpx, as before.
     """

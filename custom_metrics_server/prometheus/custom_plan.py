@@ -16,9 +16,9 @@ from typing import Final
 
 from custom_metrics_server.domain import BackendRequest, MetricInfo
 from custom_metrics_server.machinery.labels import Selector
+from custom_metrics_server.prometheus.metric_registry import Registry
 from custom_metrics_server.prometheus.promql import range_window
 from custom_metrics_server.prometheus.queries import CustomQuery, custom_query
-from custom_metrics_server.prometheus.registry import Registry
 from custom_metrics_server.prometheus.rules import Rule
 
 __all__ = ["QUERY_CACHE", "PlanKey", "Planned", "plan_custom"]

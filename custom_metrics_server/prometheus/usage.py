@@ -26,13 +26,13 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Protocol
 
-from custom_metrics_server.compute.usage_values import ContainerResourceUsage, ResourceUsage
 from custom_metrics_server.errors import InternalError
 from custom_metrics_server.prometheus import results
 from custom_metrics_server.prometheus.answers import PrometheusError
 from custom_metrics_server.prometheus.client import PrometheusClient
 from custom_metrics_server.prometheus.queries import render
 from custom_metrics_server.prometheus.rules import AdapterConfig, ResourceRule, ResourceRules
+from custom_metrics_server.usage.values import ContainerResourceUsage, ResourceUsage
 
 logger = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from custom_metrics_server.errors import (
     StatusError,
 )
 from custom_metrics_server.query import causes
+from custom_metrics_server.query.metric_status import MetricStats, MetricStatus
 from custom_metrics_server.query.routes import Host
-from custom_metrics_server.query.status import MetricStats, MetricStatus
 
 __all__ = ["backend_failed", "call_backend", "count_answer", "count_failure", "with_causes"]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from custom_metrics_server.domain import FailurePolicy, GroupResource
 from custom_metrics_server.query.hints import age, cause, nearest, quoted_list
+from custom_metrics_server.query.metric_status import MetricStats, MetricStatus
 from custom_metrics_server.query.routes import API, CUSTOM
 from custom_metrics_server.query.routing import Router
-from custom_metrics_server.query.status import MetricStats, MetricStatus
 
 __all__ = [
     "backend_failing",

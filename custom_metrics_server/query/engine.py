@@ -64,10 +64,10 @@ from custom_metrics_server.errors import (
 from custom_metrics_server.query import causes
 from custom_metrics_server.query.calls import call_backend, count_answer, with_causes
 from custom_metrics_server.query.decision import Decision
+from custom_metrics_server.query.metric_status import OTHER, MetricStats, MetricStatus
 from custom_metrics_server.query.policy import LastGood, apply_custom, apply_external
 from custom_metrics_server.query.routes import API, CUSTOM, EXTERNAL, Host
 from custom_metrics_server.query.routing import Router, hosts_of
-from custom_metrics_server.query.status import OTHER, MetricStats, MetricStatus
 from custom_metrics_server.runtime.logs import Throttle
 from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 

@@ -53,8 +53,8 @@ from custom_metrics_server.query import explain_sections as sections
 from custom_metrics_server.query.decision import Decision
 from custom_metrics_server.query.engine import QueryEngine, selector_text
 from custom_metrics_server.query.hints import age
+from custom_metrics_server.query.metric_status import MetricStats
 from custom_metrics_server.query.routes import CUSTOM, EXTERNAL
-from custom_metrics_server.query.status import MetricStats
 
 __all__ = ["explain", "explain_parsed"]
 

@@ -33,8 +33,8 @@ from custom_metrics_server.machinery.quantity import format_quantity
 from custom_metrics_server.query.decision import Decision
 from custom_metrics_server.query.engine import QueryEngine, selector_text
 from custom_metrics_server.query.hints import age, cause
+from custom_metrics_server.query.metric_status import MetricStats
 from custom_metrics_server.query.routes import CUSTOM
-from custom_metrics_server.query.status import MetricStats
 from custom_metrics_server.sdk.backend import ClusterView
 
 __all__ = [

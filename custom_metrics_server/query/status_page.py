@@ -16,8 +16,8 @@ from custom_metrics_server.api import wire
 from custom_metrics_server.api.explanation import API_VERSION, STATUS_KIND
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.hints import age
+from custom_metrics_server.query.metric_status import OUTCOMES, MetricStats
 from custom_metrics_server.query.routes import CUSTOM, EXTERNAL
-from custom_metrics_server.query.status import OUTCOMES, MetricStats
 
 __all__ = ["status_document"]
 

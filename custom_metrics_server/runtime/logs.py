@@ -9,7 +9,7 @@
   per request served or per call made. |
 | 3-5 | DEBUG too: per-request and per-node detail, and the traceback of a start-up failure. |
 | 6-7 | also one line per HTTP request the server makes (httpx and the lean pool of
-  `runtime/http11.py`, logger `custom_metrics_server.http`: TokenReview,
+  `http_client/http11.py`, logger `custom_metrics_server.http`: TokenReview,
   SubjectAccessReview, list, watch, Lease, node proxy, Prometheus), as kube components log
   their requests from `-v=6`. |
 | 8+ | also the HTTP client's connection-level events (httpcore). |

@@ -114,7 +114,7 @@ def forbidden(attributes: RequestAttributes, user: str, reason: str = "") -> For
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class AccessDecision:
     """A SAR answer worth caching."""
 
     allowed: bool
@@ -122,7 +122,7 @@ class Decision:
     reason: str
 
 
-_ALLOWED: Final = Decision(allowed=True, denied=False, reason="")
+_ALLOWED: Final = AccessDecision(allowed=True, denied=False, reason="")
 
 
 def review_body(identity: Identity, attributes: RequestAttributes) -> dict[str, Any]:
@@ -178,8 +178,8 @@ class Authorizer:
         self._allowed_ttl = allowed_ttl
         self._denied_ttl = denied_ttl
         self._backoff = backoff or Backoff()
-        self._cache: TtlCache[tuple[object, ...], Decision] = TtlCache(capacity)
-        self._flight: SingleFlight[tuple[object, ...], Decision] = SingleFlight()
+        self._cache: TtlCache[tuple[object, ...], AccessDecision] = TtlCache(capacity)
+        self._flight: SingleFlight[tuple[object, ...], AccessDecision] = SingleFlight()
         self.reviews = 0  # SubjectAccessReview calls made (observability and tests)
         self.metrics = ReviewMetrics("authz")
         if client is None:
@@ -224,7 +224,7 @@ class Authorizer:
 
     async def _review(
         self, key: tuple[object, ...], identity: Identity, attributes: RequestAttributes
-    ) -> Decision:
+    ) -> AccessDecision:
         assert self._client is not None
         self.reviews += 1
         answer = await post_review(
@@ -243,7 +243,7 @@ class Authorizer:
         decision = (
             _ALLOWED
             if allowed and not denied and not reason
-            else Decision(allowed=allowed, denied=denied, reason=reason)
+            else AccessDecision(allowed=allowed, denied=denied, reason=reason)
         )
         if attributes.controlled_size() < MAX_CACHED_ATTRIBUTE_BYTES:
             ttl = self._allowed_ttl if decision.allowed else self._denied_ttl

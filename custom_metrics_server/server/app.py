@@ -3,7 +3,7 @@ and the settings, and composes the handler chain in one place (`Server.__init__`
 
 Every HTTP request passes, in order: `Tracking` (the request's exchange, `Connection: close`
 during shutdown, self-metrics), `InflightLimit` (429), `Deadline` (504), `UriBound` (414),
-`GateFilter` (authentication and authorization: 401/403), then the `Router`'s one decision:
+`GateFilter` (authentication and authorization: 401/403), then the `PathRouter`'s one decision:
 the metric APIs and discovery (`endpoints.ApiEndpoints`), `metrics.k8s.io`, the demo's `/api`,
 or the FastAPI shell (health, version, `/metrics`, OpenAPI). See `chain` for each filter and
 docs/operations.md for the flags. WebSocket scopes are closed unanswered (uvicorn then answers
@@ -27,9 +27,9 @@ from pathlib import Path
 from prometheus_client.registry import Collector
 
 from custom_metrics_server.api.core_api import DemoCoreApi, is_core_api_path
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi, discovery_documents
-from custom_metrics_server.compute.metrics_request import is_metrics_api_path
 from custom_metrics_server.domain import Readiness
+from custom_metrics_server.metrics_api.request import is_metrics_api_path
+from custom_metrics_server.metrics_api.responses import ResourceMetricsApi, discovery_documents
 from custom_metrics_server.plugins.live import LiveBackends
 from custom_metrics_server.plugins.loader import Loaded
 from custom_metrics_server.query.engine import QueryEngine
@@ -44,7 +44,7 @@ from custom_metrics_server.server.chain import (
     Deadline,
     GateFilter,
     InflightLimit,
-    Router,
+    PathRouter,
     ShutdownState,
     Tracking,
     UriBound,
@@ -152,7 +152,7 @@ class Server:
         )
         metrics_api = settings.metrics_api
         core_api = settings.demo_core_api
-        router = Router(
+        router = PathRouter(
             api=ApiEndpoints(
                 engine=self.engine,
                 metrics=self.metrics,

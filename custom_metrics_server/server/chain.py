@@ -8,7 +8,7 @@ them, outermost first::
     Deadline       --request-timeout, or a shorter ?timeout=: the work cancelled, 504
     UriBound       path plus query over 16 KiB: 414, before any credential is looked at
     GateFilter     authentication, header stripping, authorization: 401, 403, 400, 500
-    Router         one routing decision: the metric APIs, metrics.k8s.io, the demo's /api,
+    PathRouter     one routing decision: the metric APIs, metrics.k8s.io, the demo's /api,
                    or the FastAPI shell (health, version, /metrics, OpenAPI)
 
 A filter that refuses a request answers with `reject` (one `Status` renderer, JSON unless the
@@ -53,7 +53,7 @@ __all__ = [
     "Exchange",
     "GateFilter",
     "InflightLimit",
-    "Router",
+    "PathRouter",
     "ShutdownState",
     "Tracking",
     "UriBound",
@@ -338,7 +338,7 @@ class GateFilter:
 Handler = Callable[[Scope, Send], Awaitable[None]]
 
 
-class Router:
+class PathRouter:
     """One routing decision by path: `/apis/metrics.k8s.io...` to the Resource Metrics API
     (when served), any other `/apis` path to the custom and external metrics APIs, the demo's
     `/api` subset (when served), and everything else to the FastAPI shell. O(1)."""

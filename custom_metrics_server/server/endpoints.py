@@ -46,8 +46,6 @@ from custom_metrics_server.api.negotiation import (
     negotiate,
 )
 from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS
-from custom_metrics_server.compute import metrics_api as resource_api
-from custom_metrics_server.compute import metrics_request
 from custom_metrics_server.domain import (
     ExternalMetricRequest,
     ExternalSample,
@@ -61,6 +59,8 @@ from custom_metrics_server.errors import (
     StatusError,
     method_not_allowed,
 )
+from custom_metrics_server.metrics_api import request as metrics_request
+from custom_metrics_server.metrics_api import responses as resource_api
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.explain import explain
 from custom_metrics_server.query.status_page import status_document

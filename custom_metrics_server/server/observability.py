@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from custom_metrics_server.query.status import OUTCOMES, MetricStatus
+from custom_metrics_server.query.metric_status import OUTCOMES, MetricStatus
 from custom_metrics_server.runtime.metric_vectors import CounterVec, HistogramVec
 from custom_metrics_server.runtime.stalls import GcPauses, StallSampler, stall_threshold_from_env
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from custom_metrics_server.backends import demo_kubelets, demo_world
-from custom_metrics_server.compute.kubernetes import KubernetesBackend, KubernetesSettings
+from custom_metrics_server.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.testing.kit import check_backend

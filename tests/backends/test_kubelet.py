@@ -1,4 +1,4 @@
-"""Tests for custom_metrics_server.compute.scraper (with kubelet_client and scrape_nodes): the
+"""Tests for custom_metrics_server.scraping.kubelet_scraper (with kubelet_client and scrape_nodes): the
 scraper against a local HTTP server that answers the API server's node-proxy paths (and the
 kubelet's own path, for direct mode) with kubelet text, per node: counters that move, errors,
 slowness.
@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import trustme
 
-from custom_metrics_server.compute.scrape_failure import ScrapeFailure
-from custom_metrics_server.compute.scraper import AGE_OUT_INTERVALS, KubeletScraper
-from custom_metrics_server.compute.usage import UsageStore
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection
+from custom_metrics_server.scraping.failure import ScrapeFailure
+from custom_metrics_server.scraping.kubelet_scraper import AGE_OUT_INTERVALS, KubeletScraper
+from custom_metrics_server.usage.store import UsageStore
 
 PROXY_PATH = re.compile(r"^/api/v1/nodes/([^/]+)/proxy/metrics/resource$")
 
@@ -296,7 +296,7 @@ async def test_a_failing_node_is_logged_once_and_again_when_it_recovers(
 ) -> None:
     node = server.add("flaky", status=500)
     store = UsageStore()
-    caplog.set_level(logging.DEBUG, logger="custom_metrics_server.compute.scraper")
+    caplog.set_level(logging.DEBUG, logger="custom_metrics_server.scraping.kubelet_scraper")
     # A round of 0.3 s: the 500 answers well within it even on a loaded machine (a deadline
     # of the round's length would make the first failure a timeout instead).
     async with scraper(client, store, ["flaky"], interval=0.3, timeout=0.5) as running:
@@ -632,7 +632,7 @@ async def test_many_nodes_failing_at_once_are_summed_up_in_one_line(
     names = [f"n{i:02d}" for i in range(12)]
     for name in names:
         server.add(name, status=503)
-    caplog.set_level(logging.INFO, logger="custom_metrics_server.compute.scraper")
+    caplog.set_level(logging.INFO, logger="custom_metrics_server.scraping.kubelet_scraper")
     async with scraper(client, UsageStore(), names, interval=0.5) as running:
         await wait_for(lambda: running.stats().rounds_completed >= 1)
     per_node = [r for r in caplog.records if "scraping the kubelet of node" in r.getMessage()]
@@ -654,7 +654,7 @@ async def test_nodes_that_join_are_scraped_at_once_not_at_the_next_round(
         client, nodes=lambda: nodes, store=UsageStore(), interval=30.0, timeout=1.0
     )
     loop = asyncio.get_running_loop()
-    with caplog.at_level(logging.INFO, logger="custom_metrics_server.compute.scraper"):
+    with caplog.at_level(logging.INFO, logger="custom_metrics_server.scraping.kubelet_scraper"):
         async with running:
             await wait_for(lambda: running.stats().rounds_completed >= 1)
             assert running.readiness() == Readiness(

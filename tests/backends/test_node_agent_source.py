@@ -20,27 +20,27 @@ import pydantic
 import pytest
 import trustme
 
-from custom_metrics_server.compute.kubernetes import (
+from custom_metrics_server.backends.kubernetes.backend import (
     KubernetesBackend,
     KubernetesSettings,
     _NoticingSink,
 )
-from custom_metrics_server.compute.node_agents import (
-    AgentDirectory,
-    check_address_template,
-    template_address,
-)
-from custom_metrics_server.compute.records import NODES, ClusterState
-from custom_metrics_server.compute.summary import (
+from custom_metrics_server.cluster_state.records import NODES, ClusterState
+from custom_metrics_server.cluster_state.wire_objects import NodeWire
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kubelet_format.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,
     PodStats,
     Summary,
 )
-from custom_metrics_server.compute.wire_objects import NodeWire
-from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.plugins.builtin import KubernetesPluginSettings
+from custom_metrics_server.scraping.node_agents import (
+    AgentDirectory,
+    check_address_template,
+    template_address,
+)
 from custom_metrics_server.server.app import create_app
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod

@@ -355,7 +355,7 @@ async def test_pods_that_stop_running_or_leave_are_no_longer_targets(world: Worl
 async def test_the_first_round_is_paced_and_new_pods_are_scraped_before_the_next_tick(
     world: World,
 ) -> None:
-    """The kubelet scraper's first-round behaviour (`compute.scrape_rounds`): the first round
+    """The kubelet scraper's first-round behaviour (`scraping.rounds`): the first round
     starts when the pods are listed and is paced, not spread over half the interval; a pod
     that starts serving between rounds is scraped at once, not at the next tick (30 s away)."""
     for name in ("web-1-a", "web-1-b", "web-1-c"):

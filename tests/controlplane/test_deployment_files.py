@@ -71,8 +71,8 @@ UNUSED: dict[Permission, str] = {
         ]
     },
     **{
-        (verb, group, resource): "no code path reads Services or Ingresses (compute/records.py "
-        "WATCHED lists what the Kubernetes backend watches): a candidate for removal"
+        (verb, group, resource): "no code path reads Services or Ingresses "
+        "(cluster_state/records.py WATCHED lists what the Kubernetes backend watches): a candidate for removal"
         for verb in ("get", "list", "watch")
         for group, resource in [("", "services"), ("networking.k8s.io", "ingresses")]
     },

@@ -19,7 +19,7 @@ from typing import Any, Self
 import grpc
 from grpc import aio
 
-from custom_metrics_server.compute.summary import (
+from custom_metrics_server.kubelet_format.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,

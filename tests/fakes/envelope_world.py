@@ -18,7 +18,7 @@ consistent snapshot, bookmarks, 410s) holding a generated world, plus:
   round robin so every node holds pods/nodes of them.
 * **Fake kubelets** for every node behind the API server's node proxy
   (`/api/v1/nodes/{node}/proxy/metrics/resource`): the kubelet's exact text as
-  `custom_metrics_server.compute.kubelet_writer` writes it (container cpu, working set, start
+  `custom_metrics_server.kubelet_format.writer` writes it (container cpu, working set, start
   time and swap; pod cpu, working set and swap; node cpu, working set and swap), with counters
   that move: every node's stats are refreshed every `--stats-period` seconds (as the kubelet's
   housekeeping does; each node at its own phase) and the body rendered from a per-node template
@@ -62,9 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from custom_metrics_server.compute.exposition import format_go_float
-from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
-from custom_metrics_server.compute.summary import (
+from custom_metrics_server.kubelet_format.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,
@@ -73,6 +71,8 @@ from custom_metrics_server.compute.summary import (
     Summary,
     SwapStats,
 )
+from custom_metrics_server.kubelet_format.writer import render_resource_metrics
+from custom_metrics_server.resources.exposition import format_go_float
 from tests.fakes.auth_webhooks import FakeAuthApiServer
 from tests.fakes.cluster_process import TOKEN, write_kubeconfig
 from tests.fakes.kube_apiserver import FakeKubeApiServer

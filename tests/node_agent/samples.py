@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from custom_metrics_server.compute.summary import (
+from custom_metrics_server.kubelet_format.summary import (
     ContainerStats,
     CpuStats,
     MemoryStats,

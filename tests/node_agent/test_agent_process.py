@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from custom_metrics_server.compute.kubelet_reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.node_agent.samples import CASES, families, go_order, sample_path
 

@@ -9,11 +9,11 @@ import time
 import grpc
 import pytest
 
-from custom_metrics_server.compute.kubelet_writer import render_resource_metrics
-from custom_metrics_server.compute.scrape_failure import ScrapeFailure
-from custom_metrics_server.compute.summary import NodeStats, Summary
+from custom_metrics_server.kubelet_format.summary import NodeStats, Summary
+from custom_metrics_server.kubelet_format.writer import render_resource_metrics
 from custom_metrics_server.node_agent.collector import Collector
 from custom_metrics_server.node_agent.runtime import RuntimeClient
+from custom_metrics_server.scraping.failure import ScrapeFailure
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.node_agent.samples import CASES, families, go_order, sample_path
 

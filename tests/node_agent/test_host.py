@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from custom_metrics_server.compute.summary import CpuStats, MemoryStats, NodeStats, SwapStats
+from custom_metrics_server.kubelet_format.summary import CpuStats, MemoryStats, NodeStats, SwapStats
 from custom_metrics_server.node_agent.host import (
     HostReader,
     cpu_from_proc_stat,

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from custom_metrics_server.compute.metrics_api import ResourceMetricsApi
-from custom_metrics_server.compute.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.cluster_state.records import NAMESPACES, NODES, PODS, ClusterState
+from custom_metrics_server.metrics_api.responses import ResourceMetricsApi
 from custom_metrics_server.prometheus.backend import PrometheusBackend
 from custom_metrics_server.server.app import AppSettings, create_app
 from tests.prometheus.conftest import FIXTURES, settings_for

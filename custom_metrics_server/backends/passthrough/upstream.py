@@ -1,5 +1,5 @@
 """One upstream metrics server over HTTPS: its TLS material and bearer token read from files and
-re-read when they change, a lean keep-alive HTTP/1.1 pool (`runtime.http11`), and what its
+re-read when they change, a lean keep-alive HTTP/1.1 pool (`http_client.http11`), and what its
 answers mean for us.
 
 `Upstream.get(path)` sends one GET (`Accept: application/json`) and returns `(status, document)`
@@ -42,7 +42,7 @@ import orjson
 
 from custom_metrics_server import __version__
 from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, BadRequest
-from custom_metrics_server.runtime.http11 import Http11Pool, TransportError, TransportTimeout
+from custom_metrics_server.http_client.http11 import Http11Pool, TransportError, TransportTimeout
 
 __all__ = ["Upstream", "UpstreamConfig"]
 

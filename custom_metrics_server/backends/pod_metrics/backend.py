@@ -6,8 +6,8 @@ Values (docs/backends.md, "Pods' own metrics"):
 * **a pod**: the sum of its series of the metric that match the request's
   `metricLabelSelector` and have a value now (gauges as they are, counters as rates; the
   series of all its targets), as the resource model sums a metric's series
-  (`compute.metrics`); with exactly one series its labels ride along. Its timestamp is the
-  oldest summed observation's, its window the longest summed rate's (none for gauges only);
+  (`backends.kubernetes.metrics`); with exactly one series its labels ride along. Its timestamp
+  is the oldest summed observation's, its window the longest summed rate's (none for gauges only);
 * **a workload** (Deployment, StatefulSet, ReplicaSet, DaemonSet, Job, as `workloads`
   allows): the values of its scraped pods that have one, summed (`workloadValue: sum`, the
   default; an HPA Object metric with `AverageValue` divides by the replicas itself) or

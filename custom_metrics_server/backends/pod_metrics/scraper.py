@@ -4,14 +4,14 @@ This module owns how a target is reached and read: directly at the pod IP
 (`source: direct`, one kept-alive connection per target), or through the API server's pod
 proxy (`source: proxy`: `GET /api/v1/namespaces/{ns}/pods/[https:]{pod}:{port}/proxy{path}`
 with the server's credentials, over one pool of `concurrency` connections to the API server),
-with the lean HTTP/1.1 client (`runtime.http11`: about 35 us of CPU per request, where httpx
+with the lean HTTP/1.1 client (`http_client.http11`: about 35 us of CPU per request, where httpx
 costs about 1 ms), a body cap (`maxBodyBytes`, read no further) and a per-target deadline. The
-schedule is the kubelet scraper's (`compute.scrape_rounds`: rounds never overlap, the first
+schedule is the kubelet scraper's (`scraping.rounds`: rounds never overlap, the first
 one as soon as the pod list has synced and paced at 1,000 starts a second, pods that start
 serving between rounds scraped at once (`PodTargets.added`), other starts spread over the
 first half of the interval, at most `concurrency` scrapes in flight, failing targets at most a
 quarter of them), and so is the book of failing targets and their backoff
-(`compute.scrape_nodes.NodeBook`: a target that failed k times in a row is tried again after
+(`scraping.node_book.NodeBook`: a target that failed k times in a row is tried again after
 2^(k-1) rounds, at most every 8).
 
 Every expected failure has a short reason (`timeout`, `too_large`, `http_<code>`,
@@ -40,19 +40,19 @@ from custom_metrics_server.backends.pod_metrics.config import PodMetricsConfig
 from custom_metrics_server.backends.pod_metrics.exposition import ExpositionError, read_exposition
 from custom_metrics_server.backends.pod_metrics.series import SeriesStore
 from custom_metrics_server.backends.pod_metrics.targets import PodTargets, Target
-from custom_metrics_server.compute.scrape_failure import ScrapeFailure
-from custom_metrics_server.compute.scrape_nodes import NodeBook
-from custom_metrics_server.compute.scrape_rounds import ScrapeRounds
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.runtime.http11 import (
+from custom_metrics_server.http_client.http11 import (
     BodyTooLarge,
     Http11Pool,
     TransportError,
     TransportTimeout,
 )
+from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.runtime.tls import client_context
+from custom_metrics_server.scraping.failure import ScrapeFailure
+from custom_metrics_server.scraping.node_book import NodeBook
+from custom_metrics_server.scraping.rounds import ScrapeRounds
 
 __all__ = ["PodScraper", "PodScraperStats"]
 

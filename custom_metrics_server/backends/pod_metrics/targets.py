@@ -12,7 +12,7 @@ distinct (port, path, scheme) of a pod: two configs naming the same endpoint scr
 (the first config's metric rules apply). Nothing else of a pod is kept: a pod that is not
 chosen costs nothing after its event.
 
-Ownership follows `ownerReferences`, as the resource model does (`compute.records`): a pod's
+Ownership follows `ownerReferences`, as the resource model does (`cluster_state.records`): a pod's
 controller (a ReplicaSet, StatefulSet, DaemonSet or Job), and a ReplicaSet's controller
 Deployment from `ReplicaSetOwners` (the `WatchSink` of `/apis/apps/v1/replicasets`, kept only
 when Deployments are aggregated: one small entry per ReplicaSet that a Deployment controls).
@@ -38,7 +38,7 @@ from custom_metrics_server.backends.pod_metrics.config import (
     PodMetricsConfig,
     ScrapeConfig,
 )
-from custom_metrics_server.compute.record_inputs import controller_of
+from custom_metrics_server.cluster_state.record_inputs import controller_of
 from custom_metrics_server.domain import GroupResource, ObjectKey
 
 __all__ = ["PODS", "PodTargets", "ReplicaSetOwners", "Target"]

@@ -1,0 +1,282 @@
+"""A lean HTTP/1.1 keep-alive client for one origin (a Prometheus-compatible server, another
+metrics server, the API server's node and pod proxies, a pod's metrics endpoint): a small pool
+of connections, each an `asyncio.Protocol` whose responses `httptools` parses.
+
+Why not httpx here: per call httpx builds `Request`/`Response`/`URL`/`Headers` objects, walks
+its connection pool under anyio locks and events, and logs the call at INFO. That was about
+1.3 ms of CPU per call on the build machine, two thirds of what a whole single-object request
+cost (docs/performance.md, "Prometheus backend: the single-object path"). This pool writes one
+pre-built request head and waits for one future: about 35 µs of CPU per call over a
+kept-alive connection, where a bare asyncio round trip costs about 20 µs.
+
+This module owns :class:`Http11Pool` (one connection's protocol, framing and errors are
+:mod:`.connection`'s): connections to one origin (`http://` or `https://`
+with a given `ssl.SSLContext`), at most `max_connections` open and `max_idle` kept alive
+between calls, callers beyond the limit waiting in order for a free connection. A call fails
+with :class:`TransportTimeout` when the server stays silent for `timeout` seconds (each
+connect, and the wait for each piece of the answer, like httpx's per-operation timeouts) and
+with :class:`TransportError` when it cannot connect or the connection breaks. A request that
+fails on a reused keep-alive connection before any byte of the answer arrived (the server
+closed it while idle) is sent once more on a new connection. A caller cancelled mid-call
+closes its connection (its answer would be out of step with the next request).
+
+Answers are framed by Content-Length, chunked transfer coding or the end of the connection,
+and `Content-Encoding: gzip` is decoded. A call may cap the (decoded) body: past `limit` bytes
+it fails with :class:`BodyTooLarge` and the connection is closed, read no further.
+`connect_timeout` (default: `timeout`) bounds each connect and TLS handshake on its own. It
+must not know any API: its callers (`prometheus.client`, `backends.passthrough`,
+`backends.pod_metrics`, `scraping.kubelet_client`) build requests and read answers.
+
+Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
+timer and one future; a new connection adds a TCP connect (and a TLS handshake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Final
+from urllib.parse import SplitResult
+from urllib.request import getproxies, proxy_bypass
+
+from custom_metrics_server.http_client.connection import (
+    Answer,
+    BodyTooLarge,
+    Http11Connection,
+    Stale,
+    TransportError,
+    TransportTimeout,
+)
+
+#: One INFO line per request, as httpx's ("HTTP Request: GET url "HTTP/1.1 200 OK""), enabled
+#: from `-v=6` by `runtime.logs` (klog's level for a client's requests).
+REQUEST_LOGGER: Final = "custom_metrics_server.http"
+_requests = logging.getLogger(REQUEST_LOGGER)
+
+__all__ = [
+    "Answer",
+    "BodyTooLarge",
+    "Http11Pool",
+    "TransportError",
+    "TransportTimeout",
+    "names_a_proxy",
+]
+
+
+def names_a_proxy(url: SplitResult) -> bool:
+    """Whether the environment names a proxy for `url` (`HTTP_PROXY`, `HTTPS_PROXY`,
+    `ALL_PROXY`, not bypassed by `NO_PROXY`): httpx honours it and this pool does not, so its
+    callers keep httpx for such a URL. O(environment)."""
+    proxies = getproxies()
+    if not (proxies.get(url.scheme) or proxies.get("all")):
+        return False
+    return not proxy_bypass(url.hostname or "")
+
+
+class Http11Pool:
+    """Keep-alive connections to one origin; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        server_hostname: str | None = None,
+        timeout: float = 10.0,
+        max_connections: int = 64,
+        max_idle: int = 16,
+        connect_timeout: float | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.server_hostname = server_hostname
+        self.timeout = timeout
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
+        self.max_connections = max_connections
+        self.max_idle = max_idle
+        self._idle: list[Http11Connection] = []
+        self._open: set[Http11Connection] = set()
+        self._connecting = 0
+        self._waiters: collections.deque[asyncio.Future[Http11Connection | None]] = (
+            collections.deque()
+        )
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the pool's connections live on (the first caller's)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    async def request(
+        self,
+        head: bytes,
+        body: bytes = b"",
+        *,
+        sink: Callable[[bytes], None] | None = None,
+        limit: int | None = None,
+    ) -> Answer:
+        """Send a complete request (`head` ends with the blank line) and read the answer;
+        :class:`BodyTooLarge` past `limit` bytes of (decoded) body.
+
+        Cost: one transport write, one future and one timer on a kept-alive connection."""
+        if self._closed:
+            raise TransportError("client closed")
+        connection = await self._acquire()
+        try:
+            answer = await self._exchange(connection, head, body, sink, limit)
+        except Stale:
+            connection = await self._acquire(fresh=True)
+            answer = await self._exchange(connection, head, body, sink, limit)
+        if _requests.isEnabledFor(logging.INFO):
+            self._log(head, answer)
+        return answer
+
+    def _log(self, head: bytes, answer: Answer) -> None:
+        method, _, rest = head.partition(b" ")
+        target = rest.partition(b" ")[0].decode("latin-1")
+        scheme = "https" if self.ssl_context is not None else "http"
+        _requests.info(
+            'HTTP Request: %s %s://%s:%d%s "HTTP/1.1 %d %s"',
+            method.decode("latin-1"),
+            scheme,
+            self.host,
+            self.port,
+            target,
+            answer.status,
+            answer.reason,
+        )
+
+    async def _exchange(
+        self,
+        connection: Http11Connection,
+        head: bytes,
+        body: bytes,
+        sink: Callable[[bytes], None] | None,
+        limit: int | None,
+    ) -> Answer:
+        loop = self.loop
+        waiter: asyncio.Future[Answer] = loop.create_future()
+        connection.waiter = waiter
+        connection.sink = sink
+        connection.limit = limit
+        connection.uses += 1
+        connection.last_activity = loop.time()
+        connection.timer = loop.call_later(self.timeout, connection.expire)
+        assert connection.transport is not None
+        try:
+            connection.transport.write(head + body if body else head)
+            answer = await waiter
+        except BaseException:
+            # Cancelled or failed mid-call: the connection's state is unknown.
+            connection.waiter = None
+            connection.close()
+            raise
+        finally:
+            if connection.timer is not None:
+                connection.timer.cancel()
+                connection.timer = None
+        self._release(connection)
+        return answer
+
+    async def _acquire(self, *, fresh: bool = False) -> Http11Connection:
+        idle = self._idle
+        while idle and not fresh:
+            connection = idle.pop()
+            if not connection.closed:
+                return connection
+        while len(self._open) + self._connecting >= self.max_connections:
+            waiter: asyncio.Future[Http11Connection | None] = self.loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    handed = await waiter
+            except BaseException as err:
+                if waiter.done() and not waiter.cancelled():
+                    # Handed a connection (or a free slot) just as this caller gave up:
+                    # pass it on rather than lose it.
+                    passed = waiter.result()
+                    if passed is not None:
+                        self._release(passed)
+                    else:
+                        self._wake_one(None)
+                else:
+                    waiter.cancel()
+                if isinstance(err, TimeoutError):
+                    raise TransportTimeout(
+                        f"no free connection within {self.timeout:g}s "
+                        f"({self.max_connections} in use)"
+                    ) from None
+                raise
+            if handed is not None and not handed.closed:
+                return handed
+        return await self._connect()
+
+    async def _connect(self) -> Http11Connection:
+        self._connecting += 1
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, connection = await self.loop.create_connection(
+                    lambda: Http11Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl_context,
+                    server_hostname=self.server_hostname if self.ssl_context else None,
+                )
+        except TimeoutError:
+            raise TransportTimeout(f"could not connect within {self.connect_timeout:g}s") from None
+        except (OSError, ssl.SSLError) as err:
+            raise TransportError(f"cannot connect: {err}") from err
+        finally:
+            self._connecting -= 1
+        if self._closed:
+            connection.close()
+            raise TransportError("client closed")
+        self._open.add(connection)
+        return connection
+
+    def _release(self, connection: Http11Connection) -> None:
+        """A call is done with `connection`: to the first waiter, else kept idle (or closed
+        beyond `max_idle`)."""
+        if connection.closed:
+            return
+        if self._wake_one(connection):
+            return
+        if len(self._idle) >= self.max_idle:
+            connection.close()
+        else:
+            self._idle.append(connection)
+
+    def _wake_one(self, handed: Http11Connection | None) -> bool:
+        """Hand a connection, or with None a free slot, to the first caller still waiting."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(handed)
+                return True
+        return False
+
+    def dropped(self, connection: Http11Connection) -> None:
+        """A connection closed: forget it, and let a waiter open a new one."""
+        if connection in self._open:
+            self._open.discard(connection)
+            self._wake_one(None)
+
+    def close(self) -> None:
+        """Close every connection now; later calls fail (calls in flight fail at once)."""
+        self._closed = True
+        for connection in list(self._open):
+            connection.close()
+        self._idle.clear()
+
+    async def aclose(self) -> None:
+        """Close every connection; later calls fail."""
+        self.close()
+        await asyncio.sleep(0)

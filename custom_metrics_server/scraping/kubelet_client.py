@@ -1,0 +1,373 @@
+"""How the kubelet scraper reaches one node's ``/metrics/resource``: the URL, the connection
+pools, the body cap and the reason of every failure.
+
+This module owns :class:`KubeletFetcher`: a node's body through the API server's node proxy
+(``source="proxy"``, the default, over the fetcher's own pool so scrapes never queue behind the
+watches and reviews) or from the kubelet port directly (``source="direct"``, with the kubelets'
+serving CA and the cluster credentials, as metrics-server's ``--kubelet-*`` flags), read up to
+``max_body_bytes``. Every expected failure is a :class:`~.failure.ScrapeFailure` with a
+short reason (``timeout``, ``too_large``, ``http_<code>``, ``unreachable``, ``no_address``).
+It must not schedule, retry, log or parse: that is :mod:`.kubelet_scraper` and
+:mod:`kubelet_format.rows`.
+
+**The lean client.** Requests go through
+:class:`~custom_metrics_server.http_client.http11.Http11Pool` (keep-alive HTTP/1.1 over asyncio
+protocols, answers parsed by httptools): one pre-built request head, one transport write and one
+future per scrape: 60 µs of CPU for a 41 KB body where httpx took 1.3-1.9 ms
+(``benchmarks/scrape_client.py``, 32 in flight). Through the node proxy that is one pool of at
+most ``concurrency`` connections to the API server, with its CA, client certificate and bearer
+token (re-read from a token file as :class:`~..kube.config.Connection` does). Direct, one small
+pool per kubelet address, at most ``concurrency`` of them kept (least recently used first out,
+as httpx's keep-alive limit did). httpx (the repo's :class:`~..kube.client.KubeClient` for the
+proxy, an httpx client for direct scrapes) stays only where the lean client cannot go: an
+environment proxy (``HTTPS_PROXY``, ...) that names the target, or an httpx client given by the
+caller (the node-agent source).
+
+Cost: one HTTP request per fetch, at most ``concurrency`` connections per pool; the body is
+read in pieces and never beyond the cap. Per scrape on a kept-alive connection: the request
+head (a few string joins), one write, one future, the answer's parse in C.
+"""
+
+from __future__ import annotations
+
+import collections
+import ssl
+from collections.abc import Callable
+from typing import Final, Literal
+from urllib.parse import SplitResult, quote, urlsplit
+
+import httpx
+
+from custom_metrics_server.http_client.http11 import (
+    BodyTooLarge,
+    Http11Pool,
+    TransportError,
+    TransportTimeout,
+    names_a_proxy,
+)
+from custom_metrics_server.kube.client import (
+    USER_AGENT,
+    BearerAuth,
+    KubeApiError,
+    KubeClient,
+    error_from_response,
+    read_capped,
+)
+from custom_metrics_server.kube.config import Connection
+from custom_metrics_server.runtime.tls import client_context
+from custom_metrics_server.scraping.failure import ScrapeFailure
+
+__all__ = ["KUBELET_PATH", "MAX_BODY_BYTES", "KubeletFetcher", "Source", "kubelet_http_client"]
+
+KUBELET_PATH: Final = "/metrics/resource"
+#: A kubelet's answer beyond this is a `too_large` failure, read no further: a 110-pod node
+#: answers ~250 KiB, so 16 MiB only stops a broken or hostile source from exhausting memory.
+MAX_BODY_BYTES: Final = 16 << 20
+
+Source = Literal["proxy", "direct"]
+
+#: Headers of every scrape request (after the request line and Host): the kubelet's text,
+#: gzipped when it likes (as httpx asked, and Go's transport asks for metrics-server).
+_FIXED_HEADERS: Final = (
+    f"User-Agent: {USER_AGENT}\r\nAccept: text/plain\r\nAccept-Encoding: gzip\r\n".encode()
+)
+
+
+def kubelet_http_client(
+    connection: Connection,
+    *,
+    ca_file: str | None = None,
+    insecure: bool = False,
+    timeout: float = 10.0,
+    max_connections: int,
+) -> httpx.AsyncClient:
+    """An HTTP client for talking to kubelets directly: the kubelets' serving CA
+    (``ca_file``, else the cluster CA of ``connection``; ``insecure`` skips verification as
+    metrics-server's ``--kubelet-insecure-tls`` does), the bearer token and client
+    certificate of ``connection`` (the kubelet authorises them through the API server)."""
+    return httpx.AsyncClient(
+        verify=_kubelet_context(connection, ca_file, insecure),
+        timeout=timeout,
+        auth=BearerAuth(connection),
+        headers={"User-Agent": USER_AGENT, "Accept": "text/plain"},
+        follow_redirects=False,
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+    )
+
+
+def _kubelet_context(connection: Connection, ca_file: str | None, insecure: bool) -> ssl.SSLContext:
+    return client_context(
+        ca_file or connection.ca_file,
+        insecure=insecure,
+        cert_file=connection.cert_file if connection.key_file else None,
+        key_file=connection.key_file,
+    )
+
+
+class _Origin:
+    """One origin's lean pool and the fixed part of its request heads."""
+
+    __slots__ = ("host_line", "in_flight", "pool", "prefix")
+
+    def __init__(self, pool: Http11Pool, netloc: str, prefix: str = "") -> None:
+        self.pool = pool
+        self.host_line = f"Host: {netloc}\r\n".encode("ascii")
+        self.prefix = prefix  # a path the API server is served under (rare)
+        self.in_flight = 0
+
+
+def _origin(
+    url: SplitResult, context: ssl.SSLContext | None, *, timeout: float, connections: int
+) -> _Origin:
+    https = url.scheme == "https"
+    host = url.hostname or ""
+    pool = Http11Pool(
+        host=host,
+        port=url.port or (443 if https else 80),
+        ssl_context=context if https else None,
+        server_hostname=host if https else None,
+        timeout=timeout,
+        max_connections=connections,
+        max_idle=connections,
+    )
+    return _Origin(pool, url.netloc.rpartition("@")[2], url.path.rstrip("/"))
+
+
+class KubeletFetcher:
+    """One node's ``/metrics/resource`` body per :meth:`fetch`; :meth:`open` before the first
+    fetch and :meth:`aclose` after the last (they make and close the pools it owns)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        timeout: float,
+        concurrency: int,
+        source: Source = "proxy",
+        kubelet_port: int = 10250,
+        kubelet_scheme: str = "https",
+        node_address: Callable[[str], str | None] | None = None,
+        kubelet_client: httpx.AsyncClient | None = None,
+        kubelet_ca_file: str | None = None,
+        kubelet_insecure_tls: bool = False,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        target: str = "kubelet",
+    ) -> None:
+        if source not in ("proxy", "direct"):
+            raise ValueError(f"source must be 'proxy' or 'direct', not {source!r}")
+        if source == "direct" and node_address is None:
+            raise ValueError("source='direct' needs node_address (a node's InternalIP)")
+        self._client = client
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.source: Source = source
+        self._port = kubelet_port
+        self._scheme = kubelet_scheme
+        self._node_address = node_address
+        self._kubelet_client = kubelet_client
+        self._owns_kubelet_client = False
+        self._proxy_client: KubeClient | None = None
+        self._kubelet_ca_file = kubelet_ca_file
+        self._kubelet_insecure_tls = kubelet_insecure_tls
+        self.max_body_bytes = max_body_bytes
+        self.target = target  # what is scraped, for messages: "kubelet" or "node agent"
+        self._connection = client.connection
+        self._proxy_origin: _Origin | None = None
+        self._proxy_checked = False
+        #: direct scrapes: a lean pool per kubelet (host, port), least recently used first
+        self._kubelets: collections.OrderedDict[tuple[str, int], _Origin] = (
+            collections.OrderedDict()
+        )
+        self._kubelet_context: ssl.SSLContext | None = None
+        self._given_client = kubelet_client is not None
+
+    def open(self) -> None:
+        """Nothing to make up front: every pool is made on first use (so :meth:`fetch` also
+        works without it)."""
+
+    async def aclose(self) -> None:
+        """Close the pools this fetcher made (a given kubelet client stays open)."""
+        if self._owns_kubelet_client and self._kubelet_client is not None:
+            await self._kubelet_client.aclose()
+            self._kubelet_client = None
+            self._owns_kubelet_client = False
+        if self._proxy_client is not None:
+            await self._proxy_client.aclose()
+            self._proxy_client = None
+        origins = list(self._kubelets.values())
+        self._kubelets.clear()
+        if self._proxy_origin is not None:
+            origins.append(self._proxy_origin)
+            self._proxy_origin = None
+            self._proxy_checked = False
+        for origin in origins:
+            await origin.pool.aclose()
+
+    # -- through the API server's node proxy --
+
+    def _lean_proxy(self) -> _Origin | None:
+        """The fetcher's own lean pool to the API server, made on first use; None when the
+        environment names a proxy for it (then httpx, which honours it)."""
+        if not self._proxy_checked:
+            self._proxy_checked = True
+            connection = self._client.connection
+            url = urlsplit(connection.host)
+            if (
+                url.scheme in ("http", "https")
+                and url.hostname
+                and url.netloc.isascii()
+                and not names_a_proxy(url)
+            ):
+                context = connection.ssl_context() if url.scheme == "https" else None
+                self._proxy_origin = _origin(
+                    url, context, timeout=self.timeout, connections=self.concurrency
+                )
+        return self._proxy_origin
+
+    def _proxy(self) -> KubeClient:
+        """The fetcher's own httpx pool to the API server (environment proxies only)."""
+        if self._proxy_client is None:
+            self._proxy_client = KubeClient(
+                self._client.connection, timeout=self.timeout, max_connections=self.concurrency
+            )
+        return self._proxy_client
+
+    async def fetch(self, name: str, deadline: float) -> bytes:
+        """Node ``name``'s body within ``deadline`` seconds, or a :class:`ScrapeFailure`.
+
+        Cost: one request on a kept-alive connection of the lean pool (a new connection the
+        first time, or after the kubelet's pool was let go); O(body) to read it."""
+        if self.source == "proxy":
+            path = f"/api/v1/nodes/{quote(name, safe='')}/proxy{KUBELET_PATH}"
+            origin = self._lean_proxy()
+            if origin is not None:
+                return await self._lean_get(origin, path)
+            return await self._httpx_proxy(path, deadline)
+        address = self._node_address(name) if self._node_address else None
+        if not address:
+            if self.target == "kubelet":
+                raise ScrapeFailure("no_address", "the node has no InternalIP address")
+            raise ScrapeFailure("no_address", f"no {self.target} runs on the node")
+        host = f"[{address}]" if ":" in address else address
+        url = f"{self._scheme}://{host}:{self._port}{KUBELET_PATH}"
+        if not self._given_client and self._scheme in ("http", "https") and host.isascii():
+            origin = self._kubelet_origin(address, host)
+            if origin is not None:
+                origin.in_flight += 1
+                try:
+                    return await self._lean_get(origin, KUBELET_PATH, shown=url)
+                finally:
+                    origin.in_flight -= 1
+                    self._let_go()
+        return await self._httpx_direct(url, deadline)
+
+    async def _lean_get(self, origin: _Origin, path: str, *, shown: str = "") -> bytes:
+        """One GET through a lean pool, with the errors mapped as the httpx paths map them."""
+        shown = shown or path
+        try:
+            authorization = self._connection.authorization_line()
+        except ValueError as err:
+            raise ScrapeFailure("unreachable", str(err)) from None
+        head = b"".join(
+            (
+                f"GET {origin.prefix}{path} HTTP/1.1\r\n".encode(),
+                origin.host_line,
+                _FIXED_HEADERS,
+                authorization,
+                b"\r\n",
+            )
+        )
+        try:
+            answer = await origin.pool.request(head, limit=self.max_body_bytes)
+        except BodyTooLarge:
+            raise ScrapeFailure(
+                "too_large", f"GET {shown}: the body is over {self.max_body_bytes} bytes"
+            ) from None
+        except TransportTimeout as err:
+            raise ScrapeFailure("timeout", f"GET {shown}: {err}") from err
+        except TransportError as err:
+            raise ScrapeFailure("unreachable", f"GET {shown}: {err}") from err
+        if answer.status >= 300:
+            if self.source == "proxy":
+                message = error_from_response(answer.status, answer.body).message
+            else:
+                message = f"GET {shown}: " + answer.body[:300].decode("utf-8", "replace").strip()
+            raise ScrapeFailure(f"http_{answer.status}", message)
+        return answer.body
+
+    async def _httpx_proxy(self, path: str, deadline: float) -> bytes:
+        try:
+            return await self._proxy().get_bytes(path, deadline=deadline, limit=self.max_body_bytes)
+        except KubeApiError as err:
+            if err.reason == "TooLarge":
+                raise ScrapeFailure("too_large", err.message) from err
+            if isinstance(err.__cause__, httpx.TimeoutException):
+                raise ScrapeFailure("timeout", err.message) from err
+            if err.code:
+                raise ScrapeFailure(f"http_{err.code}", err.message) from err
+            raise ScrapeFailure("unreachable", err.message) from err
+
+    # -- direct to the kubelets --
+
+    def _kubelet_origin(self, address: str, host: str) -> _Origin | None:
+        """The lean pool of one kubelet (made on first use, most recently used last); None
+        when the environment names a proxy for it."""
+        key = (address, self._port)
+        origin = self._kubelets.get(key)
+        if origin is not None:
+            self._kubelets.move_to_end(key)
+            return origin
+        url = urlsplit(f"{self._scheme}://{host}:{self._port}")
+        if names_a_proxy(url):
+            return None
+        if self._scheme == "https" and self._kubelet_context is None:
+            self._kubelet_context = _kubelet_context(
+                self._client.connection, self._kubelet_ca_file, self._kubelet_insecure_tls
+            )
+        origin = _origin(url, self._kubelet_context, timeout=self.timeout, connections=1)
+        # One kept-alive connection per kubelet (a node is scraped once per round); more at
+        # once only where addresses are shared (the scraper bounds them in all).
+        origin.pool.max_connections = self.concurrency
+        self._kubelets[key] = origin
+        return origin
+
+    def _let_go(self) -> None:
+        """Close the least recently used kubelet pools beyond ``concurrency`` (httpx kept as
+        many keep-alive connections), skipping any with a scrape in flight. O(pools closed),
+        O(in flight) at worst."""
+        excess = len(self._kubelets) - self.concurrency
+        if excess <= 0:
+            return
+        idle = [key for key, origin in self._kubelets.items() if not origin.in_flight][:excess]
+        for key in idle:
+            self._kubelets.pop(key).pool.close()
+
+    async def _httpx_direct(self, url: str, deadline: float) -> bytes:
+        if self._kubelet_client is None:
+            self._kubelet_client = kubelet_http_client(
+                self._client.connection,
+                ca_file=self._kubelet_ca_file,
+                insecure=self._kubelet_insecure_tls,
+                timeout=self.timeout,
+                max_connections=self.concurrency,
+            )
+            self._owns_kubelet_client = True
+        request = self._kubelet_client.build_request("GET", url, timeout=deadline)
+        try:
+            response = await self._kubelet_client.send(request, stream=True)
+            try:
+                if response.status_code >= 300:
+                    head = await anext(response.aiter_bytes(), b"")  # for the log, not all
+                    text = head[:300].decode("utf-8", "replace").strip()
+                    raise ScrapeFailure(f"http_{response.status_code}", f"GET {url}: {text}")
+                return await read_capped(response, self.max_body_bytes, what=f"GET {url}")
+            finally:
+                await response.aclose()
+        except KubeApiError as err:  # only read_capped's TooLarge
+            raise ScrapeFailure("too_large", err.message) from err
+        except httpx.TimeoutException as err:
+            raise ScrapeFailure("timeout", f"GET {url}: {err!r}") from err
+        except httpx.HTTPError as err:
+            raise ScrapeFailure("unreachable", f"GET {url}: {err!r}") from err

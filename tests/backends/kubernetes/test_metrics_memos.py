@@ -31,10 +31,10 @@ from custom_metrics_server.backends.kubernetes.metrics import (
     ResourceMetricsBackend,
 )
 from custom_metrics_server.cluster_state.records import NAMESPACES, NODES, PODS, ClusterState
-from custom_metrics_server.usage.store import UsageStore
 from custom_metrics_server.domain import BackendRequest, GroupResource, MetricInfo, Sample
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.label_parser import parse_selector
+from custom_metrics_server.usage.store import UsageStore
 from tests.test_object_answers import DEPLOYMENTS, PODS_AT, REPLICASETS, owner, pod, scrape
 
 NODE_NAMES = ("n1", "n2", "n3", "n4")

@@ -32,7 +32,7 @@ from typing import Generic, TypeVar
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.scraping.failure import ScrapeFailure
 from custom_metrics_server.scraping.node_book import NodeBook
-from custom_metrics_server.scraping.rounds import FIRST_STARTS_PER_SECOND, ScrapeRounds
+from custom_metrics_server.scraping.rounds import ScrapeRounds
 
 __all__ = ["ScrapeCore", "ScrapeParts", "ScrapeWords"]
 
@@ -92,7 +92,6 @@ class ScrapeCore(Generic[T]):
         clock: Callable[[], float],
         logger: logging.Logger,
         synced: Callable[[], Awaitable[None]] | None = None,
-        first_starts_per_second: float = FIRST_STARTS_PER_SECOND,
     ) -> None:
         self._parts = parts
         self._clock = clock
@@ -123,7 +122,6 @@ class ScrapeCore(Generic[T]):
             fresh=self._fresh,
             noun=words.noun,
             listing=words.listing,
-            first_starts_per_second=first_starts_per_second,
             logger=logger,
         )
         #: scrapes started (the skipped ones of targets that left aside), since start

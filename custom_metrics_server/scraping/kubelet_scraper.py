@@ -123,7 +123,6 @@ class KubeletScraper:
             clock=clock,
             logger=logger,
             synced=nodes_synced,
-            first_starts_per_second=FIRST_STARTS_PER_SECOND,
         )
         self._fetcher = KubeletFetcher(
             client,

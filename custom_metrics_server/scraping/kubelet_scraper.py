@@ -1,17 +1,19 @@
 """The kubelet scraper: every node's ``/metrics/resource``, on a fixed cadence, into a
 :class:`~custom_metrics_server.usage.store.UsageStore`.
 
-This module owns the schedule of usage collection: when each node is scraped, how many at
-once, how long a node may take, and when a silent node's usage is dropped (after three
-intervals without an answer, or as soon as the node leaves the node list). It reports
-readiness and the counters of its self-metrics (:mod:`.scraper_metrics`). How a node is
-reached and why a fetch failed is :mod:`.kubelet_client`; which nodes are failing, their
-backoff and the log lines about them are :mod:`.node_book`.
+This module owns what the kubelet scrape does its own way, over the scraping core
+(:mod:`.core`): which nodes are scraped (the node list), how a node is reached
+(:mod:`.kubelet_client`), how its body is read (:mod:`kubelet_format.rows`) and fed to the
+store, when a silent node's usage is dropped (after three intervals without an answer, or as
+soon as the node leaves the node list), readiness and the counters of its self-metrics
+(:mod:`.scraper_metrics`). The core owns the rounds, the deadlines, the classification of
+failures, and which nodes are failing, their backoff and the log lines about them
+(:mod:`.node_book`).
 
 It must not parse text or compute rates (that is :mod:`kubelet_format.rows` and
 :mod:`usage.store`) and does not decide what the usage means for any API.
 
-Scheduling is :mod:`.rounds`'s (shared with the pod scraper): rounds never overlap,
+The schedule (:mod:`.rounds`, the same as the pod scraper's): rounds never overlap,
 the first one starts as soon as ``nodes_synced`` returns (the Kubernetes backend: every watched
 list has synced, so the first round does not compete with the pods' initial list), nodes that join
 between rounds are scraped at once (``notice_nodes``, called by the node watch's sink), and so
@@ -37,11 +39,9 @@ one HTTP request per node scraped; at most ``concurrency`` of them alive at once
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Final, Self
 
@@ -50,11 +50,11 @@ import httpx
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kubelet_format.rows import read_usage_rows
-from custom_metrics_server.runtime.tasks import BackgroundTasks
+from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeWords
 from custom_metrics_server.scraping.failure import ScrapeFailure
 from custom_metrics_server.scraping.kubelet_client import MAX_BODY_BYTES, KubeletFetcher, Source
-from custom_metrics_server.scraping.node_book import NodeBook, sample_names
-from custom_metrics_server.scraping.rounds import FIRST_STARTS_PER_SECOND, ScrapeRounds
+from custom_metrics_server.scraping.node_book import sample_names
+from custom_metrics_server.scraping.rounds import FIRST_STARTS_PER_SECOND
 from custom_metrics_server.scraping.scraper_metrics import ScraperStats
 from custom_metrics_server.usage.store import UsageStore
 
@@ -66,13 +66,6 @@ logger = logging.getLogger(__name__)
 AGE_OUT_INTERVALS: Final = 3
 #: Scrapes in flight at once, by default (`--kubelet-scrape-concurrency`).
 DEFAULT_CONCURRENCY: Final = 32
-
-
-@dataclass
-class _Counters:
-    scrapes: int = 0
-    nodes_expired: int = 0
-    last_scrape_seconds: float | None = None
 
 
 class KubeletScraper:
@@ -100,10 +93,37 @@ class KubeletScraper:
         max_body_bytes: int = MAX_BODY_BYTES,
         target: str = "kubelet",
     ) -> None:
-        if interval <= 0 or timeout <= 0:
-            raise ValueError("interval and timeout must be positive")
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        self._nodes = nodes
+        self._store = store
+        self.interval = interval
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self._clock = clock
+        self.target = target  # what is scraped, for messages: "kubelet" or "node agent"
+        self._nodes_expired = 0
+        self._core: ScrapeCore[str] = ScrapeCore(
+            ScrapeParts(
+                listing=self._node_names,
+                prune=self._prune,
+                find=_itself,
+                fetch=self._fetch,
+                take=self._take,
+            ),
+            words=ScrapeWords(
+                target=target,
+                what=target,
+                noun="node",
+                listing="node list",
+                advice="raise --kubelet-scrape-concurrency or --metric-resolution",
+            ),
+            interval=interval,
+            timeout=timeout,
+            concurrency=concurrency,
+            age_out_intervals=AGE_OUT_INTERVALS,
+            clock=clock,
+            logger=logger,
+            synced=nodes_synced,
+        )
         self._fetcher = KubeletFetcher(
             client,
             timeout=timeout,
@@ -118,45 +138,16 @@ class KubeletScraper:
             max_body_bytes=max_body_bytes,
             target=target,
         )
-        self._nodes = nodes
-        self._store = store
-        self.interval = interval
-        self.timeout = timeout
-        self.concurrency = concurrency
-        self._clock = clock
-        self.target = target  # what is scraped, for messages: "kubelet" or "node agent"
-        self.nodes = NodeBook(target=target, interval=interval, age_out_intervals=AGE_OUT_INTERVALS)
-        #: the round loop and the scrapes in flight (let go as each one ends)
-        self._work = BackgroundTasks()
-        self._counters = _Counters()
-        self._listed = 0
-        #: failing nodes to scrape in the next catch-up, whatever their backoff
-        self._urged: set[str] = set()
-        self._rounds = ScrapeRounds(
-            interval=interval,
-            timeout=timeout,
-            concurrency=concurrency,
-            book=self.nodes,
-            prepare=self._prepare,
-            scrape=lambda name, deadline: self.scrape_node(name, deadline=deadline),
-            work=self._work,
-            what=target,
-            advice="raise --kubelet-scrape-concurrency or --metric-resolution",
-            synced=nodes_synced,
-            fresh=self._fresh_nodes,
-            noun="node",
-            listing="node list",
-            first_starts_per_second=FIRST_STARTS_PER_SECOND,
-            logger=logger,
-        )
+        #: which nodes fail, and why
+        self.nodes = self._core.book
         #: slots nodes whose last scrape failed may take at once
-        self.failing_concurrency = self._rounds.failing_concurrency
+        self.failing_concurrency = self._core.rounds.failing_concurrency
 
     # -- lifecycle --
 
     async def __aenter__(self) -> Self:
         self._fetcher.open()
-        self._work.start(self._rounds.run(), name="kubelet-scraper")
+        self._core.start("kubelet-scraper")
         return self
 
     async def __aexit__(
@@ -165,7 +156,7 @@ class KubeletScraper:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._work.stop()
+        await self._core.stop()
         await self._fetcher.aclose()
 
     def notice_nodes(self, reachable: Iterable[str] = ()) -> None:
@@ -174,10 +165,9 @@ class KubeletScraper:
         turned ready) at once too if their last scrape failed, instead of after their
         backoff. O(1) + O(len(reachable)); the node watch's sink calls it on ADDED events,
         relists and Ready transitions, the agent directory when a node's agent changes."""
-        self._urged.update(reachable)
-        self._rounds.notice()
+        self._core.notice(reachable)
 
-    # -- rounds --
+    # -- the core's parts --
 
     def _node_names(self) -> list[str] | None:
         try:
@@ -186,43 +176,35 @@ class KubeletScraper:
             logger.exception("listing the nodes to scrape failed; skipping this round")
             return None
 
-    def _prepare(self, number: int) -> tuple[list[str], int] | None:
-        """The nodes due this round, least recently attempted first, and how many are listed;
-        forgets nodes that left the list and expires silent ones. O(n log n)."""
-        names = self._node_names()
-        if names is None:
-            return None
-        listed = set(names)
-        self.nodes.forget(listed)
+    def _prune(self, listed: set[str]) -> None:
+        """Forget the usage of nodes that left the list and expire silent ones. O(n)."""
         for gone in [name for name in self._store.nodes() if name not in listed]:
             self._store.forget_node(gone)
         expired = self._store.expire(self._clock(), AGE_OUT_INTERVALS * self.interval)
         if expired:
-            self._counters.nodes_expired += len(expired)
+            self._nodes_expired += len(expired)
             logger.info(
                 "dropped the usage of %d node(s) silent for %d intervals: %s",
                 len(expired),
                 AGE_OUT_INTERVALS,
                 sample_names(expired),
             )
-        self._listed = len(names)
-        return self.nodes.due(names, number), len(names)
 
-    def _fresh_nodes(self) -> tuple[list[str], int] | None:
-        """The listed nodes never scraped yet and the failing ones that became reachable
-        (:meth:`notice_nodes`), for a catch-up, and how many are listed. O(n)."""
-        urged, self._urged = self._urged, set()
-        names = self._node_names()
-        if not names:
-            return None
-        self._listed = len(names)
-        book = self.nodes
-        fresh = [
-            name
-            for name in names
-            if not book.known(name) or (name in urged and book.is_failing(name))
-        ]
-        return fresh, len(names)
+    def _fetch(self, name: str, seconds: float) -> Awaitable[bytes]:
+        return self._fetcher.fetch(name, seconds)
+
+    def _take(self, name: str, _: str, body: bytes, now: float) -> None:
+        """Read a kubelet body into the store. O(length of the body)."""
+        try:
+            # No await from here to the store: `known` must still be the store's.
+            rows = read_usage_rows(body, default_time=now, known=self._store.known(name))
+        except ValueError as err:
+            raise ScrapeFailure("parse", f"unreadable metrics: {err}") from err
+        if rows.scrape_error:
+            raise ScrapeFailure(
+                "kubelet_error", "the kubelet reports scrape_error (its stats provider failed)"
+            )
+        self._store.apply_rows(name, rows, now)
 
     # -- one node --
 
@@ -230,38 +212,7 @@ class KubeletScraper:
         """Scrape one node now (within `deadline` s, default `timeout`) and feed the store;
         False (counted, logged on change) when it failed. Never raises except for
         cancellation."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        seconds = self.timeout if deadline is None else deadline
-        self._counters.scrapes += 1
-        try:
-            try:
-                async with asyncio.timeout(seconds):
-                    body = await self._fetcher.fetch(name, seconds)
-            except TimeoutError:
-                raise ScrapeFailure("timeout", f"no answer within {seconds:g}s") from None
-            now = self._clock()
-            try:
-                # No await from here to the store: `known` must still be the store's.
-                rows = read_usage_rows(body, default_time=now, known=self._store.known(name))
-            except ValueError as err:
-                raise ScrapeFailure("parse", f"unreadable metrics: {err}") from err
-            if rows.scrape_error:
-                raise ScrapeFailure(
-                    "kubelet_error", "the kubelet reports scrape_error (its stats provider failed)"
-                )
-            self._store.apply_rows(name, rows, now)
-        except ScrapeFailure as failure:
-            self.nodes.failed(name, failure)
-            return False
-        except Exception as err:  # a bug must not stop the other nodes' scrapes
-            logger.exception("scraping node %s failed unexpectedly", name)
-            self.nodes.failed(name, ScrapeFailure("internal", repr(err)))
-            return False
-        finally:
-            self._counters.last_scrape_seconds = loop.time() - started
-        self.nodes.succeeded(name)
-        return True
+        return await self._core.scrape(name, deadline)
 
     # -- reporting --
 
@@ -270,13 +221,14 @@ class KubeletScraper:
         with nodes has completed, whatever its outcome; then ready, with a note while usage
         is only partly there (rates need a second answer of each kubelet) or when no node
         answered the first round. O(1)."""
-        rounds = self._rounds
+        core = self._core
+        rounds = core.rounds
         if rounds.first_round is None:
-            if not self._work.running:
+            if not core.work.running:
                 return Readiness(False, f"the {self.target} scraper is not running")
             if rounds.started_at is None:
                 return Readiness(False, "usage not available yet: waiting for the node list")
-            if not self._listed and not self._counters.scrapes:
+            if not core.listed and not core.scrapes:
                 return Readiness(False, "usage not available yet: no node is listed")
             return Readiness(
                 False, f"usage not available yet: the first {self.target} scrape round is running"
@@ -298,23 +250,28 @@ class KubeletScraper:
 
     def stats(self) -> ScraperStats:
         """A snapshot of the counters. O(nodes)."""
-        counters = self._counters
-        rounds = self._rounds.counters
+        core = self._core
+        rounds = core.rounds.counters
         failing = self.nodes.failing()
         return ScraperStats(
             rounds_started=rounds.rounds_started,
             rounds_completed=rounds.rounds_completed,
             rounds_overrun=rounds.rounds_overrun,
-            scrapes=counters.scrapes,
+            scrapes=core.scrapes,
             failures=sum(self.nodes.failures.values()),
             failures_by_reason=MappingProxyType(dict(self.nodes.failures)),
             deferred=rounds.deferred,
-            in_flight=self._rounds.in_flight,
+            in_flight=core.rounds.in_flight,
             concurrency=self.concurrency,
-            nodes=self._listed,
+            nodes=core.listed,
             nodes_failing=len(failing),
             nodes_backing_off=sum(1 for _, times in failing.values() if times > 1),
-            nodes_expired=counters.nodes_expired,
+            nodes_expired=self._nodes_expired,
             last_round_seconds=rounds.last_round_seconds,
-            last_scrape_seconds=counters.last_scrape_seconds,
+            last_scrape_seconds=core.last_scrape_seconds,
         )
+
+
+def _itself(name: str) -> str:
+    """A node's target is its name (every listed node is scraped)."""
+    return name

@@ -1,16 +1,16 @@
-"""The kubelet scraper's book of nodes: which are failing, when each is due again, and the log
-lines a change of state deserves.
+"""The scraping core's book of targets (nodes, or pods): which are failing, when each is due
+again, and the log lines a change of state deserves.
 
 This module owns :class:`NodeBook`: per node the consecutive failures, the last reason and the
 round of the last attempt; the backoff rule (a node that failed *k* times in a row is tried again
 after ``2**(k-1)`` rounds, at most every :data:`MAX_BACKOFF_ROUNDS`); failures counted by
 reason; and logging that stays readable with thousands of nodes (a line when a node starts
 failing and when it answers again, for the first few per round; one summary line per round
-for the rest). It must not do I/O or decide when rounds run (that is :mod:`.kubelet_scraper`).
+for the rest). It must not do I/O or decide when rounds run (that is :mod:`.rounds`).
 
-Its records go to the scraper's logger (``custom_metrics_server.scraping.kubelet_scraper``,
-or the one it is given): one logger for everything a scraper says, as operators filter by it.
-The pod scraper (``backends.pod_metrics``) keeps its targets in a book of its own words
+Its records go to the logger it is given by the core (:mod:`.core`), the scraper's own
+(``custom_metrics_server.scraping.kubelet_scraper`` by default): one logger for everything a
+scraper says, as operators filter by it. The pod scraper's book speaks of pods
 (``noun="pod"``).
 
 Cost: O(1) per node per event; :meth:`NodeBook.forget` and the counts are O(nodes).

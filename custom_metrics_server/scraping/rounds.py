@@ -1,6 +1,6 @@
 """Scrape rounds: when each target of a scraper is scraped, how many at once and with what
-deadline; shared by the kubelet scraper (:mod:`.kubelet_scraper`) and the pod scraper
-(:mod:`custom_metrics_server.backends.pod_metrics.scraper`).
+deadline; run by the scraping core (:mod:`.core`) under the kubelet scraper and the pod
+scraper.
 
 This module owns :class:`ScrapeRounds`, the schedule alone: it is told which targets are due
 (``prepare``), which listed targets were never scraped (``fresh``), how to scrape one
@@ -69,7 +69,7 @@ FIRST_STARTS_PER_SECOND: Final = 1000.0
 
 
 class RoundBook(Protocol):
-    """What the schedule needs to know and say about targets (`scrape_nodes.NodeBook`)."""
+    """What the schedule needs to know and say about targets (`node_book.NodeBook`)."""
 
     def is_failing(self, name: str) -> bool:
         """Whether the last scrape of `name` failed."""

@@ -5,14 +5,15 @@ This module owns how a target is reached and read: directly at the pod IP
 proxy (`source: proxy`: `GET /api/v1/namespaces/{ns}/pods/[https:]{pod}:{port}/proxy{path}`
 with the server's credentials, over one pool of `concurrency` connections to the API server),
 with the lean HTTP/1.1 client (`http_client.http11`: about 35 us of CPU per request, where httpx
-costs about 1 ms), a body cap (`maxBodyBytes`, read no further) and a per-target deadline. The
-schedule is the kubelet scraper's (`scraping.rounds`: rounds never overlap, the first
-one as soon as the pod list has synced and paced at 1,000 starts a second, pods that start
-serving between rounds scraped at once (`PodTargets.added`), other starts spread over the
-first half of the interval, at most `concurrency` scrapes in flight, failing targets at most a
-quarter of them), and so is the book of failing targets and their backoff
-(`scraping.node_book.NodeBook`: a target that failed k times in a row is tried again after
-2^(k-1) rounds, at most every 8).
+costs about 1 ms), a body cap (`maxBodyBytes`, read no further), and how its body is read into
+the store. The rest is the scraping core the kubelet scraper runs on too (`scraping.core`):
+the schedule (`scraping.rounds`: rounds never overlap, the first one as soon as the pod list
+has synced and paced at 1,000 starts a second, pods that start serving between rounds scraped
+at once (`PodTargets.added`), other starts spread over the first half of the interval, at
+most `concurrency` scrapes in flight, failing targets at most a quarter of them), the
+per-target deadline, the classification of failures, and the book of failing targets and their
+backoff (`scraping.node_book.NodeBook`: a target that failed k times in a row is tried again
+after 2^(k-1) rounds, at most every 8).
 
 Every expected failure has a short reason (`timeout`, `too_large`, `http_<code>`,
 `unreachable`, `parse`), counted and logged when a target starts failing and when it answers
@@ -25,7 +26,6 @@ selected lines).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 import time
@@ -48,11 +48,9 @@ from custom_metrics_server.http_client.http11 import (
     TransportTimeout,
 )
 from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.runtime.tls import client_context
+from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeWords
 from custom_metrics_server.scraping.failure import ScrapeFailure
-from custom_metrics_server.scraping.node_book import NodeBook
-from custom_metrics_server.scraping.rounds import ScrapeRounds
 
 __all__ = ["PodScraper", "PodScraperStats"]
 
@@ -106,46 +104,46 @@ class PodScraper:
         self.name = name
         self._connection = connection
         self._clock = clock
-        self.book = NodeBook(
-            target="metrics endpoint",
-            interval=config.interval,
-            age_out_intervals=max(1, round(config.stale_after / config.interval)),
-            noun="pod",
-            dropped=f"its series are absent {config.stale_after:g}s after its last answer",
-            logger=logger,
-        )
-        self._work = BackgroundTasks()
-        self.rounds = ScrapeRounds(
+        self.core: ScrapeCore[Target] = ScrapeCore(
+            ScrapeParts(
+                listing=self._names,
+                prune=self._prune,
+                find=targets.targets.get,
+                fetch=self._fetch,
+                take=self._take,
+            ),
+            words=ScrapeWords(
+                target="metrics endpoint",
+                what="pod metrics",
+                noun="pod",
+                listing="pod list",
+                advice="raise concurrency or interval in the pod-metrics settings",
+                dropped=f"its series are absent {config.stale_after:g}s after its last answer",
+            ),
             interval=config.interval,
             timeout=config.timeout,
             concurrency=config.concurrency,
-            book=self.book,
-            prepare=self._prepare,
-            scrape=self.scrape,
-            work=self._work,
-            what="pod metrics",
-            advice="raise concurrency or interval in the pod-metrics settings",
-            synced=synced,
-            fresh=self._fresh,
-            noun="pod",
-            listing="pod list",
+            age_out_intervals=max(1, round(config.stale_after / config.interval)),
+            clock=clock,
             logger=logger,
+            synced=synced,
         )
-        targets.added = self.rounds.notice
+        #: which targets fail, and why
+        self.book = self.core.book
+        self.rounds = self.core.rounds
+        targets.added = self.core.notice
         self._direct: dict[tuple[str, str, int], Http11Pool] = {}
         self._proxy: Http11Pool | None = None
         self._proxy_prefix = ""
         self._proxy_host = ""
         self._tls: ssl.SSLContext | None = None
-        self.scrapes = 0
-        self.last_scrape_seconds: float | None = None
 
     # -- lifecycle --
 
     async def __aenter__(self) -> Self:
         if self.config.source == "proxy":
             self._proxy = self._proxy_pool()
-        self._work.start(self.rounds.run(), name=f"{self.name}-scraper")
+        self.core.start(f"{self.name}-scraper")
         return self
 
     async def __aexit__(
@@ -154,7 +152,7 @@ class PodScraper:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._work.stop()
+        await self.core.stop()
         pools = list(self._direct.values())
         self._direct.clear()
         if self._proxy is not None:
@@ -183,11 +181,12 @@ class PodScraper:
 
     # -- rounds --
 
-    def _prepare(self, number: int) -> tuple[list[str], int]:
-        """The targets due this round, least recently attempted first; forgets what left."""
-        names = sorted(self.targets.targets)
-        listed = set(names)
-        self.book.forget(listed)
+    def _names(self) -> list[str]:
+        return sorted(self.targets.targets)
+
+    def _prune(self, listed: set[str]) -> None:
+        """Forget the series of targets that left, expire silent ones' and close the pools
+        of origins no target has any more. O(n)."""
         store = self.store
         for gone in [name for name in store.targets() if name not in listed]:
             store.forget(gone)
@@ -197,55 +196,26 @@ class PodScraper:
         }
         for origin in [origin for origin in self._direct if origin not in origins]:
             pool = self._direct.pop(origin)
-            self._work.start(pool.aclose(), name=f"close-{origin[1]}", transient=True)
-        return self.book.due(names, number), len(names)
-
-    def _fresh(self) -> tuple[list[str], int] | None:
-        """The targets never scraped yet, for a catch-up between rounds. O(n log n)."""
-        names = sorted(self.targets.targets)
-        if not names:
-            return None
-        return [name for name in names if not self.book.known(name)], len(names)
+            self.core.work.start(pool.aclose(), name=f"close-{origin[1]}", transient=True)
 
     async def scrape(self, name: str, deadline: float | None = None) -> bool:
         """Scrape one target now (within `deadline` s, default `timeout`) into the store;
         False (counted, logged on change) when it failed. Never raises but for cancellation."""
-        target = self.targets.targets.get(name)
-        if target is None:
-            return True  # it left after the round was prepared: nothing to say about it
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        seconds = self.config.timeout if deadline is None else deadline
-        self.scrapes += 1
-        try:
-            try:
-                async with asyncio.timeout(seconds):
-                    body = await self._fetch(target)
-            except TimeoutError:
-                raise ScrapeFailure("timeout", f"no answer within {seconds:g}s") from None
-            now = self._clock()
-            try:
-                reading = read_exposition(
-                    body.decode("utf-8", "replace"),
-                    target.selection,
-                    limit=self.config.max_series_per_target,
-                )
-            except ExpositionError as err:
-                raise ScrapeFailure("parse", f"unreadable metrics: {err}") from err
-            self.store.apply(name, reading.samples, now, overflow=reading.overflow)
-        except ScrapeFailure as failure:
-            self.book.failed(name, failure)
-            return False
-        except Exception as err:  # a bug must not stop the other targets' scrapes
-            logger.exception("scraping %s failed unexpectedly", name)
-            self.book.failed(name, ScrapeFailure("internal", repr(err)))
-            return False
-        finally:
-            self.last_scrape_seconds = loop.time() - started
-        self.book.succeeded(name)
-        return True
+        return await self.core.scrape(name, deadline)
 
-    async def _fetch(self, target: Target) -> bytes:
+    def _take(self, name: str, target: Target, body: bytes, now: float) -> None:
+        """Read a body into the store. O(length of the body) plus the selected lines."""
+        try:
+            reading = read_exposition(
+                body.decode("utf-8", "replace"),
+                target.selection,
+                limit=self.config.max_series_per_target,
+            )
+        except ExpositionError as err:
+            raise ScrapeFailure("parse", f"unreadable metrics: {err}") from err
+        self.store.apply(name, reading.samples, now, overflow=reading.overflow)
+
+    async def _fetch(self, target: Target, _: float) -> bytes:
         if self.config.source == "proxy":
             if self._proxy is None:
                 self._proxy = self._proxy_pool()
@@ -324,7 +294,7 @@ class PodScraper:
             rounds_completed=rounds.rounds_completed,
             rounds_overrun=rounds.rounds_overrun,
             deferred=rounds.deferred,
-            scrapes=self.scrapes,
+            scrapes=self.core.scrapes,
             failures_by_reason=dict(self.book.failures),
             in_flight=self.rounds.in_flight,
             targets=len(self.targets.targets),
@@ -332,5 +302,5 @@ class PodScraper:
             series=self.store.series_count(),
             series_dropped=self.store.dropped_series,
             last_round_seconds=rounds.last_round_seconds,
-            last_scrape_seconds=self.last_scrape_seconds,
+            last_scrape_seconds=self.core.last_scrape_seconds,
         )

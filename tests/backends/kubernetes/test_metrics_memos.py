@@ -8,7 +8,7 @@ What is compared covers the per-object answer tables and the markers of pods ask
 (`backends.kubernetes.metrics`, `backends.kubernetes.pod_usage_answers`), the answers of objects that hold pods
 (`backends.kubernetes.object_answers`), the resource model per pod shape (`cluster_state.resource_shapes`) and
 the usage store's per-pod memo (`usage.store`). The whole-list memo and the journals have
-their own (tests/backends/kubernetes/test_pod_usage_lists.py), as the selection memo (tests/test_inventory.py)."""
+their own (tests/backends/kubernetes/test_pod_usage_lists.py), as the selection memo (tests/cluster/test_inventory.py)."""
 
 from __future__ import annotations
 
@@ -31,11 +31,18 @@ from custom_metrics_server.backends.kubernetes.metrics import (
     ResourceMetricsBackend,
 )
 from custom_metrics_server.cluster_state.records import NAMESPACES, NODES, PODS, ClusterState
-from custom_metrics_server.usage.store import UsageStore
 from custom_metrics_server.domain import BackendRequest, GroupResource, MetricInfo, Sample
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.label_parser import parse_selector
-from tests.test_object_answers import DEPLOYMENTS, PODS_AT, REPLICASETS, owner, pod, scrape
+from custom_metrics_server.usage.store import UsageStore
+from tests.backends.kubernetes.test_object_answers import (
+    DEPLOYMENTS,
+    PODS_AT,
+    REPLICASETS,
+    owner,
+    pod,
+    scrape,
+)
 
 NODE_NAMES = ("n1", "n2", "n3", "n4")
 POD_METRICS = (REQUEST, LIMIT, HPA_REQUEST, USAGE, UTILIZATION, HPA_UTILIZATION)

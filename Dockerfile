@@ -58,7 +58,7 @@ RUN pip install --no-deps --no-build-isolation . \
 # What the server never loads (docs/performance.md, "The image"): pip and setuptools; the
 # kubernetes package's asyncio client and generated API and model classes (the server uses only
 # its kubeconfig and in-cluster loaders, and the client package imports the classes lazily)
-# with aiohttp and the libraries only it needs; test suites. tests/test_image.py checks in the
+# with aiohttp and the libraries only it needs; test suites. tests/deployment/test_image.py checks in the
 # built image that the server, serving, has loaded none of it.
 COPY scripts/image/prune_venv.py /tmp/prune_venv.py
 RUN python -P /tmp/prune_venv.py /opt/venv \

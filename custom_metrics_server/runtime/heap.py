@@ -34,14 +34,16 @@ measured with a raised threshold) and shows up as request-latency spikes. Two to
   collections a minute in every case. The price is the frozen cyclic garbage: a cycle that was
   still in use when it was frozen is only freed by the sweep (`sweep_frozen`: unfreeze,
   one full collection, freeze again) once an hour, a pause of ~0.3-0.6 s at 150,000 pods
-  (1.1 million tracked objects). The request path leaves no cycles (tests/test_chain_cycles.py);
-  what does (httpx's list pages, exceptions kept with their tracebacks) is rare.
+  (1.1 million tracked objects). The request path leaves no cycles
+  (tests/server/test_chain_cycles.py); what does (httpx's list pages, exceptions kept with their
+  tracebacks) is rare.
 * Python versions: the thresholds were measured on CPython 3.11's collector, three
   generations triggered by allocation counts, which 3.12 and 3.13 keep. CPython 3.14's
   incremental collector has two generations (young, and an old one collected in increments)
   and reads the thresholds differently, so `tune_gc()` leaves it at the interpreter's
   defaults there and says so in a warning at start-up; `gc.freeze()` and the sweep are then
-  not used either. tests/test_heap.py runs the tuning on every interpreter 3.11-3.13 it finds.
+  not used either. tests/runtime/test_heap.py runs the tuning on every interpreter 3.11-3.13 it
+  finds.
 * `trim_heap()`: every `TRIM_EVERY` seconds, glibc's `malloc_trim(0)` (in a thread: ctypes releases
   the GIL) returns the free pages inside the heap to the system. Large transient buffers
   (a `pods/*` answer over 3,000 pods is 840 KB, 16 in flight under `wrk -c16`; list pages;

@@ -15,7 +15,7 @@ What goes, and why it is never loaded (docs/performance.md, "The image"):
   aiosignal, attrs, frozenlist, multidict, propcache, yarl).
 * test suites shipped inside packages.
 
-tests/test_image.py proves it in the built image: every module of custom_metrics_server
+tests/deployment/test_image.py proves it in the built image: every module of custom_metrics_server
 imports, the kubeconfig loader runs, and the served server answers. Prints what it removed
 and the venv's size before and after.
 """

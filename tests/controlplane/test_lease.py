@@ -3,7 +3,7 @@ etcd): two server replicas as the Deployment runs them, each with a pod's host n
 one Lease; exactly one holds it, and when it stops (SIGTERM, releasing the Lease) the other
 takes over. The overlay's own server holds its Lease with only its ServiceAccount's RBAC.
 
-The fake-based twins in tests/test_lease.py keep what a real API server does not stage on
+The fake-based twins in tests/kube/test_lease.py keep what a real API server does not stage on
 demand: a Lease endpoint that fails with 503 while the leader renews, and the warnings that
 follow.
 """

@@ -10,7 +10,7 @@
 `slow_fixture` is loaded by the real `serve --backends-config` like any plugin (this repository
 on PYTHONPATH), so the server runs unchanged: fetches of a metric in `delays` wait that long
 first, cancellably, as a hanging backend would. The limit and shutdown tests
-(tests/test_slow_backend.py) use it. The package knows nothing of delays, so the serving hot
+(tests/integration/test_slow_backend.py) use it. The package knows nothing of delays, so the serving hot
 path carries no check for them.
 """
 

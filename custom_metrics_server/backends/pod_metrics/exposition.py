@@ -16,7 +16,7 @@ worked out once per set of TYPE lines (`Selection.kinds`). A pod scraped for 2 o
 series costs about 30 us per body, for every one of them (about 100 kept) about 250 us,
 instead of 2.3 ms with `prometheus_client.parser` (which scans every label block character by
 character in Python before a caller can drop it); `benchmarks/pod_metrics.py` measures both
-on the same bodies, and tests/backends/test_pod_metrics_exposition.py checks that both read
+on the same bodies, and tests/backends/pod_metrics/test_exposition.py checks that both read
 the same values.
 
 The kind of a sample comes from its family's `# TYPE` line:

@@ -8,7 +8,7 @@ What is compared covers the per-object answer tables and the markers of pods ask
 (`backends.kubernetes.metrics`, `backends.kubernetes.pod_usage_answers`), the answers of objects that hold pods
 (`backends.kubernetes.object_answers`), the resource model per pod shape (`cluster_state.resource_shapes`) and
 the usage store's per-pod memo (`usage.store`). The whole-list memo and the journals have
-their own (tests/backends/kubernetes/test_pod_usage_lists.py), as the selection memo (tests/test_inventory.py)."""
+their own (tests/backends/kubernetes/test_pod_usage_lists.py), as the selection memo (tests/cluster/test_inventory.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A read-only root filesystem (the image's, `readOnlyRootFilesystem: true`): every path the
 server would write ends in a working fallback or one line naming the path and the flag.
 
-tests/test_image.py runs the image itself on a read-only root; here the same code paths run in
+tests/deployment/test_image.py runs the image itself on a read-only root; here the same code paths run in
 process, with the directory made unwritable by a regular file where a directory must be created
 (as root, permissions cannot stage it), and the temporary directory's absence staged with
 monkeypatch (a fault the machine cannot stage for one process).

@@ -7,7 +7,7 @@ from pathlib import PurePosixPath
 
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig
 from custom_metrics_server.prometheus.rules_config import parse_config
-from tests.test_manifests import MANIFESTS, container, kustomize, one, serve_parser
+from tests.deployment.test_manifests import MANIFESTS, container, kustomize, one, serve_parser
 
 
 def test_prometheus_overlay_builds_and_is_consistent() -> None:

@@ -11,7 +11,7 @@ import orjson
 
 from custom_metrics_server.api import openapi
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 
 
 def test_checked_in_specs_are_current() -> None:

@@ -2,7 +2,7 @@
 
 The archive `build/image/custom-metrics-server.tar` (`make image`, `.ci/run` builds it before
 `make test`) is imported into a private containerd (Debian's, with its own root, state and
-socket under /tmp, as tests/node_agent/test_containerd.py starts it) and run by runc as the
+socket under /tmp, as tests/node_agent/test_runtime_containerd.py starts it) and run by runc as the
 image's user 65534:65534, on a read-only root filesystem, with every capability dropped, on the
 host's network (loopback only). Each run is one `ctr run`: `--version`; `serve --demo` to
 /readyz; the Deployment's own args (manifests/base/deployment.yaml) against the fake cluster
@@ -38,7 +38,7 @@ from tests.private_containerd import private_containerd
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 ARCHIVE = Path(os.environ.get("IMAGE_ARCHIVE", ROOT / "build/image/custom-metrics-server.tar"))
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 IMAGE = os.environ.get("IMAGE_REF", f"localhost/custom-metrics-server:{VERSION}")

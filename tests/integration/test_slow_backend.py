@@ -40,7 +40,7 @@ FAST = P + "/*/fast"
 GRACE_PERIOD = 30.0
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def start_server(workdir: Path, delay: float, *args: str, **options: Any) -> RunningServer:

@@ -40,7 +40,7 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 from custom_metrics_server.cli import build_parser
 from tests.pod_security import enforced_level, pod_spec, violations
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFESTS = ROOT / "manifests"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -679,7 +679,7 @@ def test_dockerfile_final_stage_runs_the_console_script_as_non_root() -> None:
     assert cmd == ["serve"]
     assert build_parser().parse_args(cmd).command == "serve"
     # The working directory is the server's own: with a writable root `serve --demo` keeps its
-    # relative --cert-dir there (tests/test_image.py runs it on a read-only one).
+    # relative --cert-dir there (tests/deployment/test_image.py runs it on a read-only one).
     (workdir,) = [value for keyword, value in final if keyword == "WORKDIR"]
     assert f"--from=builder --chown=65534:65534 {workdir} {workdir}" in [
         value for keyword, value in final if keyword == "COPY"
@@ -812,7 +812,7 @@ def test_dockerignore_sends_what_the_dockerfile_copies_and_nothing_else() -> Non
     for path in [
         ".venv/bin/python",
         ".git/HEAD",
-        "tests/test_manifests.py",
+        "tests/deployment/test_manifests.py",
         ".pytest_cache/v/cache/nodeids",
         ".mypy_cache/3.11/cli.data.json",
         "manifests/overlays/production/certs/ca.key",

@@ -15,7 +15,7 @@ from custom_metrics_server.plugins.adapter import PluginError
 from custom_metrics_server.plugins.config import parse_backends_file
 from custom_metrics_server.plugins.loader import load_backends
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "backends.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "backends.md"
 WHERE = "backends[0] 'app' (type pod-metrics)"
 
 

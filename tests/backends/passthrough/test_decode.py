@@ -23,7 +23,7 @@ from custom_metrics_server.backends.passthrough.decode import (
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import GroupResource, ItemShape, MetricInfo
 from custom_metrics_server.machinery.quantity import Quantity
-from tests.passthrough.conftest import custom_request, external_request
+from tests.backends.passthrough.conftest import custom_request, external_request
 
 # Section 2.2, verbatim.
 V1BETA1 = """{"kind":"MetricValueList","apiVersion":"custom.metrics.k8s.io/v1beta1","metadata":{},

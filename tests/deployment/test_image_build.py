@@ -1,4 +1,4 @@
-"""What `make image` hands the build from the host, without building (tests/test_image.py runs
+"""What `make image` hands the build from the host, without building (tests/deployment/test_image.py runs
 the built image): scripts/image/host_pip_config.py turns the host's pip settings into the two
 build secrets the Dockerfile mounts while pip runs."""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "scripts" / "image" / "host_pip_config.py"
 
 

@@ -28,11 +28,11 @@ from custom_metrics_server.testing.serving import (
     query_every_form,
     serve_backends,
 )
-from tests.passthrough.conftest import make_backend
+from tests.backends.passthrough.conftest import make_backend
 
 pytestmark = pytest.mark.integration
 
-CONTRACT = Path(__file__).resolve().parent.parent / "fixtures" / "contract.yaml"
+CONTRACT = Path(__file__).resolve().parents[2] / "fixtures" / "contract.yaml"
 OBJECTS: list[dict[str, Any]] = yaml.safe_load(CONTRACT.read_text())["objects"]
 P2 = "/apis/custom.metrics.k8s.io/v1beta2"
 P1 = "/apis/custom.metrics.k8s.io/v1beta1"

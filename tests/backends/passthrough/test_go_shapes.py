@@ -23,8 +23,8 @@ from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.errors import BackendTimeout, BackendUnavailable, BadRequest
 from custom_metrics_server.testing.kit import check_backend
+from tests.backends.passthrough.conftest import custom_request, external_request, make_backend
 from tests.fakes.go_adapter import KEDA_LABEL, FakeGoAdapter, Series, Value
-from tests.passthrough.conftest import custom_request, external_request, make_backend
 
 PODS = GroupResource("", "pods")
 

@@ -10,7 +10,7 @@ Kubernetes `reason`, exact message and `details`, so the edge renders it as a `S
     ├── Forbidden           403  Forbidden
     ├── UriTooLong          414  RequestEntityTooLarge (path + query over the bound)
     ├── TooManyRequests     429  TooManyRequests
-    ├── HeadersTooLarge     431  RequestHeaderFieldsTooLarge (security.gate: a head over 1 MiB + 4 KiB)
+    ├── HeadersTooLarge     431  RequestHeaderFieldsTooLarge (security.gate: head over 1 MiB)
     ├── InternalError       500  InternalError       (bugs; the cause is logged, never sent)
     │   └── AuthorizationUnavailable (security.authz: a SubjectAccessReview failed)
     ├── BackendUnavailable  503  ServiceUnavailable  (a backend is down or not synced)

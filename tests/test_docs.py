@@ -317,6 +317,26 @@ def test_every_module_over_400_lines_is_listed_and_says_why() -> None:
         assert "one piece" in " ".join(docstring.lower().split()), name
 
 
+_POINTER = re.compile(r'docs/([\w-]+\.md), "([^"]+)"')
+
+
+def test_every_pointer_into_a_doc_names_one_of_its_headings() -> None:
+    """A docstring's or comment's ``docs/x.md, "Title"`` (wrapped over lines or not) starts a
+    heading of that doc, or a bold run-in title (``3. **Who checks ...**``), so a renamed
+    section leaves no pointer to nowhere."""
+    wrong = []
+    for path in sorted(PKG.rglob("*.py")):
+        lines = (re.sub(r"^\s*#:?", "", line) for line in path.read_text().splitlines())
+        for doc, title in _POINTER.findall(" ".join(" ".join(lines).split())):
+            text = (DOCS / doc).read_text()
+            headings = [
+                line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")
+            ] + re.findall(r"(?m)^\s*(?:\d+\.|[-*])?\s*\*\*(.+?)\*\*", text)
+            if not any(heading.startswith(title) for heading in headings):
+                wrong.append(f"{path.relative_to(PKG)}: {doc}, {title!r}")
+    assert wrong == []
+
+
 def test_the_checker_catches_a_renamed_module_a_missing_name_and_a_missing_test(
     tmp_path: Path,
 ) -> None:

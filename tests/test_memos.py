@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from custom_metrics_server.api import negotiation, protowire, render_cache
 from custom_metrics_server.backends.passthrough import decode
+from custom_metrics_server.machinery import fields, label_parser, quantity
 from custom_metrics_server.metrics_api import request as metrics_request
 from custom_metrics_server.resources import pod_view
-from custom_metrics_server.machinery import fields, label_parser, quantity
 
 ACCEPTS = st.sampled_from(
     [

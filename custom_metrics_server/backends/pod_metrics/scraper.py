@@ -4,8 +4,9 @@ This module owns how a target is reached and read: directly at the pod IP
 (`source: direct`, one kept-alive connection per target), or through the API server's pod
 proxy (`source: proxy`: `GET /api/v1/namespaces/{ns}/pods/[https:]{pod}:{port}/proxy{path}`
 with the server's credentials, over one pool of `concurrency` connections to the API server),
-with the lean HTTP/1.1 client (`http_client.http11`: about 35 us of CPU per request, where httpx
-costs about 1 ms), a body cap (`maxBodyBytes`, read no further) and a per-target deadline. The
+with the lean HTTP/1.1 client (`http_client.http11`, cheaper than httpx: docs/performance.md,
+"The lean HTTP/1.1 client against httpx"), a body cap (`maxBodyBytes`, read no further) and a
+per-target deadline. The
 schedule is the kubelet scraper's (`scraping.rounds`: rounds never overlap, the first
 one as soon as the pod list has synced and paced at 1,000 starts a second, pods that start
 serving between rounds scraped at once (`PodTargets.added`), other starts spread over the

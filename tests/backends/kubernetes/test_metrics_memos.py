@@ -31,11 +31,11 @@ from custom_metrics_server.backends.kubernetes.metrics import (
     ResourceMetricsBackend,
 )
 from custom_metrics_server.cluster_state.records import NAMESPACES, NODES, PODS, ClusterState
-from custom_metrics_server.usage.store import UsageStore
 from custom_metrics_server.domain import BackendRequest, GroupResource, MetricInfo, Sample
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.label_parser import parse_selector
-from tests.test_object_answers import DEPLOYMENTS, PODS_AT, REPLICASETS, owner, pod, scrape
+from custom_metrics_server.usage.store import UsageStore
+from tests.backends.kubernetes.test_object_answers import DEPLOYMENTS, PODS_AT, REPLICASETS, owner, pod, scrape
 
 NODE_NAMES = ("n1", "n2", "n3", "n4")
 POD_METRICS = (REQUEST, LIMIT, HPA_REQUEST, USAGE, UTILIZATION, HPA_UTILIZATION)

@@ -35,7 +35,14 @@ from custom_metrics_server.domain import BackendRequest, GroupResource, MetricIn
 from custom_metrics_server.errors import StatusError
 from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.usage.store import UsageStore
-from tests.backends.kubernetes.test_object_answers import DEPLOYMENTS, PODS_AT, REPLICASETS, owner, pod, scrape
+from tests.backends.kubernetes.test_object_answers import (
+    DEPLOYMENTS,
+    PODS_AT,
+    REPLICASETS,
+    owner,
+    pod,
+    scrape,
+)
 
 NODE_NAMES = ("n1", "n2", "n3", "n4")
 POD_METRICS = (REQUEST, LIMIT, HPA_REQUEST, USAGE, UTILIZATION, HPA_UTILIZATION)

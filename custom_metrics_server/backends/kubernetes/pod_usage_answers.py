@@ -22,9 +22,9 @@ the last answer's in C, and only the positions that differ go through the per-po
 
 With `journals` (the pods' records and the usage store's scraped nodes, `machinery.journal`),
 a list answer remembers the journals' positions and is brought up to date from what was
-written since: O(changes) instead of the C passes, which at 150,000 pods are mostly cache
-misses (a third of a `pods/*` request's CPU). A list that has fallen behind by more changes
-than it has pods is checked whole.
+written since: O(changes) instead of the C passes, which on a large cluster are mostly cache
+misses (docs/performance.md, "Memos of the Kubernetes backend"). A list that has fallen
+behind by more changes than it has pods is checked whole.
 
 One window is not seen by either check: a pod recreated under the same name on another node
 while its old node's kubelet still lists it is answered with the usage the store attributes

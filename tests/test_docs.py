@@ -1,26 +1,33 @@
-"""The docs name code that exists: every module, room, class and function that
-docs/architecture.md names in backticks, and every file path and test that README.md and the
-other docs name, resolves in this checkout, so a renamed or moved module fails here instead of
-leaving the map wrong. docs/envelope.md and CHANGELOG.md are dated records (their paths are
-those of their day) and are not checked.
+"""The docs tell the truth about the code's names.
+
+* Every module, room, class, function and test that docs/architecture.md names resolves in
+  this checkout, and every file path and test that README.md and the other docs name exists,
+  so a renamed or moved module fails here instead of leaving the map wrong (docs/envelope.md
+  and CHANGELOG.md are dated records, their paths those of their day: not checked).
+* Every ``docs/x.md, "Title"`` pointer in the package names a heading (or a bold run-in title)
+  of that doc; the errors.py tree draws every ``StatusError`` subclass of the package; the
+  long-module list of docs/architecture.md is every module over 400 lines, each saying why.
 
 How a backticked span is read (``_check``):
 
-* text with spaces, parentheses, quotes, ``=`` or ``{``, a leading ``/`` or ``-`` (URL paths,
-  flags, code snippets), or a bare lowercase word is prose, not checked;
-* ``tests/x.py::test_y`` (or ``::test_y`` after a test file on the same line): the file exists
+* text with spaces, parentheses, quotes, ``=`` or ``{``, a leading ``/``, ``-`` or ``.`` (URL
+  paths, flags, code), anything naming ``k8s.io``, or a bare lowercase word is prose;
+* ``tests/x.py::test_y`` (or ``::test_y`` after one, in the same section): the file exists
   and defines ``test_y``;
-* a path ending in ``.py``, ``.c`` or ``/`` (a room), globs allowed: it exists under the
-  repository, the package, or the room of the Rooms table row it is in (a bare ``x.py``
-  outside a row: anywhere in the package);
+* a path ending in ``.py``, ``.c`` or ``/``, globs allowed: with a ``/`` it exists under the
+  repository or the package; a bare name in a row of the Rooms table exists in that row's
+  room; any other bare name exists somewhere in the package, tests/ or benchmarks/;
 * a dotted name (``query.routing.Router``, ``api/negotiation.negotiate_discovery``): its first
-  part is a top-level module, a module's file name found in exactly the package (``chain``
-  for ``server/chain.py``) or a class of the package; the rest imports, or is an attribute,
-  or (instance attributes, ``*`` patterns) is a name assigned in the owner's module;
+  part is a top-level module, the file name of a module (``chain`` for ``server/chain.py``)
+  or a class of the package; the rest imports, or is an attribute, or (instance attributes,
+  ``*`` patterns) is a name assigned in the owner's module;
 * a CamelCase or ``_private`` word: a name the package defines.
 
-What is not ours is listed in ``NOT_CODE`` (upstream Go and Kubernetes names the text
-compares with); anything else that does not resolve fails, with the line it is on.
+In code blocks, each name of the tiers' block is a top-level module, and in the diagrams each
+dotted name whose first part is a top-level module resolves; other words are prose. What is
+not ours is listed (``NOT_CODE``, ``FOREIGN_PREFIXES``: upstream names, wire fields, the
+starting design's and the tutorial's files); anything else that does not resolve fails, with
+its line.
 """
 
 from __future__ import annotations

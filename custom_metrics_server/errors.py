@@ -10,9 +10,13 @@ Kubernetes `reason`, exact message and `details`, so the edge renders it as a `S
     ├── Forbidden           403  Forbidden
     ├── UriTooLong          414  RequestEntityTooLarge (path + query over the bound)
     ├── TooManyRequests     429  TooManyRequests
+    ├── HeadersTooLarge     431  RequestHeaderFieldsTooLarge (security.gate: head over 1 MiB)
     ├── InternalError       500  InternalError       (bugs; the cause is logged, never sent)
+    │   └── AuthorizationUnavailable (security.authz: a SubjectAccessReview failed)
     ├── BackendUnavailable  503  ServiceUnavailable  (a backend is down or not synced)
     └── BackendTimeout      504  Timeout
+
+The two subclasses defined elsewhere live beside the only code that raises them.
 
 PURE: no I/O. Messages follow the upstream catalogue word for word
 (`k8s.io/apimachinery/pkg/api/errors`, `custom-metrics-apiserver/pkg/provider/errors.go`).

@@ -1,7 +1,8 @@
 """pydantic models of every wire object, for the OpenAPI documents and for tests.
 
 These models are the typed description of what `wire.py` writes; they are NOT used to build
-responses (per-item validation costs 5-10x on the hot path). The OpenAPI v2/v3 documents are
+responses (per-item validation would cost several times the hot path: docs/performance.md,
+"Bare ASGI against FastAPI routes"). The OpenAPI v2/v3 documents are
 generated from them (`openapi.py`), and the tests validate real responses against them, so the
 documents and the bytes cannot drift apart silently. Each model carries its Kubernetes
 definition name (`io.k8s...`) in `DEFINITIONS`.

@@ -5,8 +5,8 @@ watch event is decoded by msgspec into small structs holding just what `records.
 reads (metadata identity, labels and controller; a pod's node, scheduler, priority, lifecycle
 fields and the resource model's inputs; a node's allocatable and addresses). Everything else
 (managedFields, env, volumes, images, probes, annotations) is skipped inside the decoder
-without building Python objects: ~10 µs a 2.8 KB pod with orjson's full decode, ~3 µs here
-(`benchmarks/ingest_decode.py`). The structs are not tracked by the cyclic GC.
+without building Python objects, a third of the cost of a full decode (docs/performance.md,
+"Schema decoding of watched objects"). The structs are not tracked by the cyclic GC.
 
 Fidelity: the resource model's inputs (container, overhead and pod-level `resources`, the
 container statuses' resize fields, the pod-level resize status and the conditions) and the

@@ -3,11 +3,10 @@ metrics server, the API server's node and pod proxies, a pod's metrics endpoint)
 of connections, each an `asyncio.Protocol` whose responses `httptools` parses.
 
 Why not httpx here: per call httpx builds `Request`/`Response`/`URL`/`Headers` objects, walks
-its connection pool under anyio locks and events, and logs the call at INFO. That was about
-1.3 ms of CPU per call on the build machine, two thirds of what a whole single-object request
-cost (docs/performance.md, "Prometheus backend: the single-object path"). This pool writes one
-pre-built request head and waits for one future: about 35 µs of CPU per call over a
-kept-alive connection, where a bare asyncio round trip costs about 20 µs.
+its connection pool under anyio locks and events, and logs the call at INFO: more CPU than
+the rest of a single-object request. This pool writes one pre-built request head and waits
+for one future, close to a bare asyncio round trip (docs/performance.md, "The lean HTTP/1.1
+client against httpx").
 
 This module owns :class:`Http11Pool` (one connection's protocol, framing and errors are
 :mod:`.connection`'s): connections to one origin (`http://` or `https://`

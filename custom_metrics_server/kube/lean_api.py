@@ -3,9 +3,9 @@ two kinds of call where httpx's per-call cost showed: the reviews of the delegat
 (`review_client`) and the list pages of the reflectors (`LeanListClient`).
 
 Why: per call httpx builds its `Request`/`Response`/`URL`/`Headers` models, runs its auth
-generator, scans httpcore's pool and reads the body through anyio streams. For a review that
-was 1.5-2 ms of CPU against ~0.1 ms here (`benchmarks/review_client.py`); for a list page of
-500 pods (1.4 MB) about 4.3 ms, ~1.3 s of the 150,000-pod ingest (docs/envelope.md).
+generator, scans httpcore's pool and reads the body through anyio streams: for a review more
+than the answer it guards costs, for list pages a share of a large cluster's ingest
+(docs/performance.md, "The lean HTTP/1.1 client against httpx").
 
 `LeanApi` holds the pool for one `Connection` and answers `call(method, path, query=...,
 content=...)` with the body of a 2xx answer. The contract is `KubeClient`'s: a non-2xx answer

@@ -4,11 +4,10 @@ request that misses their caches.
 
 Why not `KubeClient.post_json` (httpx): per call httpx builds its `Request`/`Response`/`URL`/
 `Headers` models, runs its auth generator and scans httpcore's connection pool for expired
-connections (a `poll()` per pooled connection); that was about 1.5-2 ms of CPU per review on
-the build machine (docs/envelope.md, "Where the time goes", item 4), more than computing
-the answer it guards. This client writes one request head built from pre-encoded parts and
-waits for one future (`http_client.http11.Http11Pool`): ~0.1 ms per review (measured in
-`benchmarks/review_client.py`).
+connections (a `poll()` per pooled connection): more CPU than computing the answer it
+guards. This client writes one request head built from pre-encoded parts and waits for one
+future (`http_client.http11.Http11Pool`), a fraction of that (docs/performance.md, "The lean
+HTTP/1.1 client against httpx").
 
 Same contract as `KubeClient.post_json`, so the webhooks' retry policy and error mapping are
 unchanged (`security.webhook`): a non-2xx answer raises `KubeApiError` with the `Status`

@@ -35,9 +35,8 @@ taken for the same would need a hash collision (2**-64 per scrape); the rows wou
 the previous scrape's pods for one scrape.
 
 Cost: :func:`read_usage_rows` is O(len(body)) in C: ~10 C-level calls per group read and no
-Python step per series; for a 41 KB body of 62 containers on the build machine, steady state
-(pods unchanged) ~25 µs with the C extension, ~80 µs without, the full reader ~450 µs; plus
-O(series) to decode label text when a node's pods changed.
+Python step per series (a fraction of the full reader's cost: docs/performance.md, "Reading
+kubelet text"); plus O(series) to decode label text when a node's pods changed.
 """
 
 from __future__ import annotations

@@ -15,11 +15,12 @@ runs):
   one pass over the bytes, SSE2 for the label text, Clinger's exact fast path or
   ``PyOS_string_to_double`` (``float()``'s own conversion) for the values; it accepts only
   plain decimal values and 1-18 digit timestamps and answers None for anything else, which
-  the pure-Python reader then decides. ~2.7 µs for a run of 60 lines on the build machine.
+  the pure-Python reader then decides. Several times faster than the twin below
+  (docs/performance.md, "Reading kubelet text").
   Given another run's label text (``same_as``) it proves this run names the same series in
   C instead of building a second label text.
 * :func:`read_run_python`: one ``bytes.split``, a rebuild of the region from its tokens to
-  prove its exact shape, ``map(float)``: ~22 µs for the same run.
+  prove its exact shape, ``map(float)``.
 
 Both are O(len(run)).
 """

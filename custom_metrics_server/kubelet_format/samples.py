@@ -10,8 +10,8 @@ scrape, the pods and containers the rows are). Building them is the only work he
 parsing, no I/O.
 
 They are ``NamedTuple``\\s, not dataclasses, so the reader builds a run of samples from C:
-a frozen slotted dataclass costs ~0.7 us per instance in ``__init__``, which alone would
-spend half of the 50 ms budget for 40,000 series; for the same reason
+a frozen slotted dataclass's ``__init__`` alone would spend half a round's parse budget
+(docs/performance.md, "Reading kubelet text"); for the same reason
 :class:`ContainerSample` is flat.
 """
 

@@ -1,8 +1,9 @@
 """The recent changes of a store, in order, for readers that remember where they read up to.
 
 A memoised answer over thousands of objects (`pods/*` over a namespace) is checked against
-the store in O(its objects) by comparing everything it was computed from; at 150,000 pods
-that pass is mostly cache misses (about a third of a `pods/*` request's CPU). With a journal
+the store in O(its objects) by comparing everything it was computed from; on a large cluster
+that pass is mostly cache misses (docs/performance.md, "Memos of the Kubernetes backend").
+With a journal
 the answer remembers two positions (the pods' and the usage store's) and looks only at what
 was written since: O(changes). A reader that fell too far behind (more changes than its
 answer has objects, or older than the journal keeps) is told so and checks everything.

@@ -9,7 +9,7 @@ are :mod:`.render`. Both versions answer the same objects; only `apiVersion` dif
 
 Sources: the cluster's pods and nodes (`ClusterState`, the same records the watches or the demo
 feed) and the usage store the kubelet scraper (or the simulated kubelets) already fill
-(`usage.UsageStore`); nothing is scraped twice. Rules, from metrics-server (`pkg/api/pod.go`,
+(`usage.store.UsageStore`); nothing is scraped twice. Rules, from metrics-server (`pkg/api/pod.go`,
 `node.go`, `filter.go`, `table.go`, `pkg/storage/*`):
 
 * a pod appears when it is running (in the pod lister) and every container of its latest
@@ -62,7 +62,7 @@ __all__ = ["ResourceMetricsApi", "ResourceUsageSource", "discovery_documents"]
 
 
 class ResourceUsageSource(Protocol):
-    """Per-container pod usage and node usage (`usage.UsageStore` provides both)."""
+    """Per-container pod usage and node usage (`usage.store.UsageStore` provides both)."""
 
     def pod_resource_usage(self, namespace: str, pod: str) -> ResourceUsage | None: ...
 

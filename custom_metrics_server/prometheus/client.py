@@ -2,9 +2,11 @@
 
 Works with any engine that speaks it (Prometheus, Thanos, Mimir, VictoriaMetrics). Requests
 are GET unless the encoded form is long (or `verb="POST"`): a long query string is what gives
-prometheus-adapter users 414s (peers.md §3 pain 12). Transient failures (connection errors,
-502/503/504, 429) are retried at most `retries` times with full-jitter backoff, always inside
-the caller's deadline. Every failure is a `PrometheusError` whose `kind` says what happened:
+prometheus-adapter users 414s
+(https://github.com/kubernetes-sigs/prometheus-adapter/issues/668). Transient failures
+(connection errors, 502/503/504, 429) are retried at most `retries` times with full-jitter
+backoff, always inside the caller's deadline. Every failure is a `PrometheusError` whose `kind`
+says what happened:
 `unavailable`, `timeout` or `rejected` (the engine refused the query: a configuration
 problem, never retried).
 

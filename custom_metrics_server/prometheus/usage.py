@@ -5,8 +5,8 @@ A background loop runs the four rule queries cluster-wide every `interval` (cont
 by namespace, pod and container label; nodes by node label) and swaps in two dictionaries, so
 `pod_resource_usage()` and `node_resource_usage()` (the `ResourceUsageSource` the Resource
 Metrics API reads) are lookups, never queries. prometheus-adapter instead queries per request,
-with a pod-name regex, which is where its `kubectl top` timeouts came from (peers.md §3,
-pain 16).
+with a pod-name regex, which is where its `kubectl top` timeouts came from (prometheus-adapter
+issues #639, #610, #368).
 
 As metrics-server does, a container appears only with both CPU and memory values; a pod's
 timestamp is its earliest container's; `window` is `resourceRules.window`. CPU rates arrive as

@@ -16,7 +16,7 @@ answers what it lists.
 
 Owns reading the listings, the memo and the hints of the error path; it must not fetch or apply
 policies (`query.engine`). Cost: a decision is memoised per (resource, metric) per API in a
-bounded dict, so a request costs one dictionary lookup (well under 1 us; benchmarks/routing.py).
+bounded dict, so a request costs one dictionary lookup (docs/performance.md, "Routing decisions").
 A first decision costs one exact-name lookup, one match of the indexed globs and regexes that can
 apply to the resource (one index per API and resource, built once), and a lookup in the listing
 claims. Listings are read by `refresh()` and compared by value: O(backends) identity checks

@@ -2,8 +2,8 @@
 
 The server keeps ~10 long-lived objects per pod (records, indexes, memoised answers). Left in
 the collected generations, they make every full collection walk the whole state, on the event
-loop: at 50,000 pods that doubled the cost of applying watch events (42 -> 27 us per event
-measured with a raised threshold) and shows up as request-latency spikes. Two tools:
+loop: a large cluster's watch events then cost up to twice as much, and requests wait
+(docs/performance.md, "Garbage collection", has the figures of this module). The tools:
 
 * `tune_gc()` at start-up raises the youngest generation's threshold, so bulk loads trigger
   far fewer collections (most request garbage is freed by reference counting anyway);
@@ -15,29 +15,24 @@ measured with a raised threshold) and shows up as request-latency spikes. Two to
   lowers the youngest threshold to `STEADY_GEN0_THRESHOLD`. A threshold counts net
   allocations, so whatever garbage only the cyclic GC frees (httpx's request and response
   objects, per scrape) piles up to it and is freed in one collection on the event loop: at
-  50,000 under the 10k envelope's HPA load that was 25,000-46,000 objects and 55-150 ms of CPU
-  per collection, a loop stall each. At 2,000 a collection frees a twenty-fifth as much
-  (11.6 ms a collection on average in the same run, 44 a minute, no more GC time in all than
-  at 50,000); serving allocates little that survives, so the extra young collections are
-  cheap, and a relist after start-up is rare enough to run at the steady threshold.
+  the start-up threshold, a loop stall of tens to a hundred milliseconds each. At 2,000 a
+  collection frees a twenty-fifth as much, for no more GC time in all; serving allocates
+  little that survives, so the extra young collections are cheap, and a relist after
+  start-up is rare enough to run at the steady threshold.
   From then on whatever survives a middle-generation collection is frozen too
   (`promote_survivors`): in steady state the survivors are state (usage rows of a scrape,
   records of a watch event), and left to pile up in the oldest generation they made each
-  middle collection walk tens of thousands of them and the full collections walk them all
-  (at 150,000 pods under the envelope's load: 14 middle collections of ~70 ms and a full one
-  of 302 ms in a minute). With the freeze, a middle collection walks only what the young
-  ones since the last left, and the oldest generation stays empty. The middle threshold is
-  0 (every other young collection is a middle one): the slowest 1 % of requests are those
-  that wait for a middle collection, so they must be short. In the 150k envelope's HPA minute
-  (serving-only runs): threshold 5, 22 middle collections of ~26 ms, HPA p99 27 ms; 2, 38 of
-  ~13 ms, 22.6 ms; 1, 51 of ~10 ms, 20.7 ms; 0, 76 of ~7 ms, 19.5 ms; about 0.5 s of
-  collections a minute in every case. The price is the frozen cyclic garbage: a cycle that was
-  still in use when it was frozen is only freed by the sweep (`sweep_frozen`: unfreeze,
-  one full collection, freeze again) once an hour, a pause of ~0.3-0.6 s at 150,000 pods
-  (1.1 million tracked objects). The request path leaves no cycles
+  middle collection walk tens of thousands of them and the full collections walk them all.
+  With the freeze, a middle collection walks only what the young ones since the last left,
+  and the oldest generation stays empty. The middle threshold is 0 (every other young
+  collection is a middle one): the slowest 1 % of requests are those that wait for a middle
+  collection, so they must be short; more, shorter middle collections cost the same GC time in
+  all and lower the p99. The price is the frozen cyclic garbage: a cycle that was still in use
+  when it was frozen is only freed by the sweep (`sweep_frozen`: unfreeze, one full collection,
+  freeze again) once an hour, a pause of O(tracked objects). The request path leaves no cycles
   (tests/server/test_chain_cycles.py); what does (httpx's list pages, exceptions kept with their
   tracebacks) is rare.
-* Python versions: the thresholds were measured on CPython 3.11's collector, three
+* Python versions: the thresholds suit CPython 3.11's collector, three
   generations triggered by allocation counts, which 3.12 and 3.13 keep. CPython 3.14's
   incremental collector has two generations (young, and an old one collected in increments)
   and reads the thresholds differently, so `tune_gc()` leaves it at the interpreter's
@@ -46,11 +41,10 @@ measured with a raised threshold) and shows up as request-latency spikes. Two to
   finds.
 * `trim_heap()`: every `TRIM_EVERY` seconds, glibc's `malloc_trim(0)` (in a thread: ctypes releases
   the GIL) returns the free pages inside the heap to the system. Large transient buffers
-  (a `pods/*` answer over 3,000 pods is 840 KB, 16 in flight under `wrk -c16`; list pages;
-  TLS records) are served from the heap once glibc's mmap threshold has risen, and glibc only
-  gives back the top of the heap: freed pages below live objects stay resident. Cost: the
-  walk of the free lists, a few ms of CPU a call (tens of ms when there is much to give
-  back); nothing on other C libraries.
+  (long `pods/*` answers, list pages, TLS records) are served from the heap once glibc's mmap
+  threshold has risen, and glibc only gives back the top of the heap: freed pages below live
+  objects stay resident. Cost: the walk of the free lists, O(free chunks) a call; nothing on
+  other C libraries.
 """
 
 from __future__ import annotations

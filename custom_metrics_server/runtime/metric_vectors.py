@@ -1,8 +1,9 @@
 """Counters and histograms for the request path: plain integers on the hot path, Prometheus
 families built only when `/metrics` is scraped.
 
-prometheus_client's metrics take a lock and walk a few Python layers per increment: about 8 %
-of a single-object request (three observations) in process. These record into dicts and
+prometheus_client's metrics take a lock and walk a few Python layers per increment, a
+noticeable share of a single-object request's three observations (docs/performance.md, "The
+house move and the handler chain (issue 12)"). These record into dicts and
 lists of numbers instead, and are registered as ordinary collectors, so the exposition is the
 same (names, help, types, labels, cumulative `le` buckets, `_sum`, `_count`; no `_created`
 series). They are NOT thread-safe: every observation must happen on the event loop's thread,

@@ -13,8 +13,8 @@ It must not schedule, retry, log or parse: that is :mod:`.kubelet_scraper` and
 **The lean client.** Requests go through
 :class:`~custom_metrics_server.http_client.http11.Http11Pool` (keep-alive HTTP/1.1 over asyncio
 protocols, answers parsed by httptools): one pre-built request head, one transport write and one
-future per scrape: 60 µs of CPU for a 41 KB body where httpx took 1.3-1.9 ms
-(``benchmarks/scrape_client.py``, 32 in flight). Through the node proxy that is one pool of at
+future per scrape, a small fraction of httpx's CPU (docs/performance.md, "The lean HTTP/1.1
+client against httpx"). Through the node proxy that is one pool of at
 most ``concurrency`` connections to the API server, with its CA, client certificate and bearer
 token (re-read from a token file as :class:`~..kube.config.Connection` does). Direct, one small
 pool per kubelet address, at most ``concurrency`` of them kept (least recently used first out,

@@ -14,8 +14,8 @@ A union, first Allow or Deny wins (pkg/server/options/authorization.go):
 
 Sizing. An HPA asks about the same attributes every sync period (15 s), so each HPA metric is
 one entry: upstream's 8,192 entries thrash from ~8,000 HPA metrics on, whatever the TTL; 65,536
-hold 50,000 HPAs with room (~45 MiB at 50,000 HPA-like entries, measured by
-`benchmarks/review_client.py --cache`). The TTLs stay upstream's (10 s), shorter than the HPA's
+hold 50,000 HPAs with room, in memory a server can spare (docs/performance.md, "Authorization
+cache size"). The TTLs stay upstream's (10 s), shorter than the HPA's
 period, so by default every HPA query is reviewed; docs/security.md recommends
 `--authorization-webhook-cache-authorized-ttl=5m` (kube-apiserver's own webhook default) from a
 few hundred HPAs on.

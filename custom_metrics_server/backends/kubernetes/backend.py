@@ -24,8 +24,8 @@ fails readiness; until the kubelets have answered (the first round starts as soo
 watched list has synced, i.e. when the backend turns ready, and nodes that join later are
 scraped at once), the scraper's note says so under `/readyz?verbose`
 (`[+]backend-kubernetes ok (usage not available yet: ...)`). Not at the node list's sync:
-at 150,000 pods the first round would then run while the pods are still being listed, and
-took ~40 % of the ingest's CPU (docs/envelope.md).
+on a large cluster the first round would then compete with the pods' initial list for the
+CPU (docs/performance.md, "Memos of the Kubernetes backend").
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ memoised answer holds while those pods are the same record objects in the same o
 their usage tokens are equal: as in `pod_usage_answers`, a pod's token is the usage source's
 `last_seen` of its node (usage changes only when that node's kubelet answers, or the node is
 forgotten), or its usage itself for a pod bound to no node or a source without `last_seen`.
-The state's and the usage store's global generations, which these answers were validated by
-before, move with every watch event and every node scraped: at 150,000 pods (1,000 events a
-second, a node scraped every 3 ms) such a memo never held, and every Object query recomputed.
+The state's and the usage store's global generations are not used: they move with every
+watch event and every node scraped, so on a large cluster a memo validated by them would
+never hold (docs/performance.md, "Memos of the Kubernetes backend").
 
 Cost of `object_samples`: when neither generation moved since an answer was last checked, one
 tuple comparison; else the held pods are found again through the index and compared,

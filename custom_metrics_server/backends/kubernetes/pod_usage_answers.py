@@ -7,12 +7,11 @@ equal. The token is the usage source's `last_seen` of the pod's node: usage chan
 when that node's kubelet answers (or the node is forgotten), so it is asked once per node
 per request; two scrapes of one node at the same instant are not told apart (a scraper
 cannot make them). For a pod not bound to a node, or from a source without `last_seen`, the
-token is the pod's usage itself. The usage store's generation, which the other answers are
-validated by, moves with every node scraped: validated by it, every `pods/*` answer over a
-3,000-pod namespace recomputed all 3,000 samples (49 ms) whenever any node had been scraped
-since the last answer.
+token is the pod's usage itself. The usage store's generation is not used: it moves with
+every node scraped, so a `pods/*` answer validated by it would be recomputed whole whenever
+any node had been scraped since (docs/performance.md, "Memos of the Kubernetes backend").
 
-Cost: O(pods) dictionary lookups, about 0.2 us a pod when nothing changed; a pod whose node
+Cost: O(pods) dictionary lookups when nothing changed; a pod whose node
 was scraped since is recomputed by the caller's `compute`. A list of at least `LIST_MIN`
 pods (`pods/*` over a namespace) is also memoised whole (`Lists`, given by the caller): its
 pods' records, nodes and tokens are gathered by C maps (`map(dict.get, ...)`), compared with
@@ -23,9 +22,9 @@ the last answer's in C, and only the positions that differ go through the per-po
 
 With `journals` (the pods' records and the usage store's scraped nodes, `machinery.journal`),
 a list answer remembers the journals' positions and is brought up to date from what was
-written since: O(changes) instead of the C passes, which at 150,000 pods are mostly cache
-misses (a third of a `pods/*` request's CPU). A list that has fallen behind by more changes
-than it has pods is checked whole.
+written since: O(changes) instead of the C passes, which on a large cluster are mostly cache
+misses (docs/performance.md, "Memos of the Kubernetes backend"). A list that has fallen
+behind by more changes than it has pods is checked whole.
 
 One window is not seen by either check: a pod recreated under the same name on another node
 while its old node's kubelet still lists it is answered with the usage the store attributes
@@ -37,8 +36,8 @@ A sample is memoised only when it is asked for a second time from the same usage
 that a marker allocates nothing a request would scatter over the allocator's pools. An HPA
 asks every 15 s and the scraper reads every node every 15 s, so nearly every HPA ask finds
 its pod's node scraped since the last: memoising each of those samples (with its JSON
-fragment, ~0.8 KB) held one never-read answer per pod asked about, 75,000 at 150,000 pods
-(the envelope's RSS after the HPA minute: 485 MiB before, 441 with markers). Answers asked
+fragment) would hold one never-read answer per pod asked about (docs/performance.md, "Memos
+of the Kubernetes backend"). Answers asked
 twice between two scrapes (`pods/*` polled, two HPAs on one workload, a scrape interval
 longer than the HPA's period) are memoised from the second ask; a memoised answer that went
 stale drops back to a marker. The whole-list memo (`Lists`) keeps its samples either way.

@@ -12,12 +12,10 @@ then the rest of the line: labels, value, timestamp), so the lines of other metr
 skipped by the regex engine in C and never reach Python, and one match reads a selected line;
 its label block is split into pairs by another expression the first time it is seen (see
 `Selection.blocks`). `# TYPE` lines are collected the same way, and the kind of each name is
-worked out once per set of TYPE lines (`Selection.kinds`). A pod scraped for 2 of its 200
-series costs about 30 us per body, for every one of them (about 100 kept) about 250 us,
-instead of 2.3 ms with `prometheus_client.parser` (which scans every label block character by
-character in Python before a caller can drop it); `benchmarks/pod_metrics.py` measures both
-on the same bodies, and tests/backends/pod_metrics/test_exposition.py checks that both read
-the same values.
+worked out once per set of TYPE lines (`Selection.kinds`). That is a fraction of the cost
+of `prometheus_client.parser`, which scans every label block character by character in
+Python before a caller can drop it (docs/performance.md, "Pod `/metrics` bodies");
+tests/backends/pod_metrics/test_exposition.py checks that both read the same values.
 
 The kind of a sample comes from its family's `# TYPE` line:
 

@@ -4,16 +4,16 @@ This module owns how a target is reached and read: directly at the pod IP
 (`source: direct`, one kept-alive connection per target), or through the API server's pod
 proxy (`source: proxy`: `GET /api/v1/namespaces/{ns}/pods/[https:]{pod}:{port}/proxy{path}`
 with the server's credentials, over one pool of `concurrency` connections to the API server),
-with the lean HTTP/1.1 client (`http_client.http11`: about 35 us of CPU per request, where httpx
-costs about 1 ms), a body cap (`maxBodyBytes`, read no further), and how its body is read into
-the store. The rest is the scraping core the kubelet scraper runs on too (`scraping.core`):
-the schedule (`scraping.rounds`: rounds never overlap, the first one as soon as the pod list
-has synced and paced at 1,000 starts a second, pods that start serving between rounds scraped
-at once (`PodTargets.added`), other starts spread over the first half of the interval, at
-most `concurrency` scrapes in flight, failing targets at most a quarter of them), the
-per-target deadline, the classification of failures, and the book of failing targets and their
-backoff (`scraping.node_book.NodeBook`: a target that failed k times in a row is tried again
-after 2^(k-1) rounds, at most every 8).
+with the lean HTTP/1.1 client (`http_client.http11`, cheaper than httpx: docs/performance.md,
+"The lean HTTP/1.1 client against httpx"), a body cap (`maxBodyBytes`, read no further), and
+how its body is read into the store. The rest is the scraping core the kubelet scraper runs on
+too (`scraping.core`): the schedule (`scraping.rounds`: rounds never overlap, the first one as
+soon as the pod list has synced and paced at 1,000 starts a second, pods that start serving
+between rounds scraped at once (`PodTargets.added`), other starts spread over the first half
+of the interval, at most `concurrency` scrapes in flight, failing targets at most a quarter of
+them), the per-target deadline, the classification of failures, and the book of failing targets
+and their backoff (`scraping.node_book.NodeBook`: a target that failed k times in a row is tried
+again after 2^(k-1) rounds, at most every 8).
 
 Every expected failure has a short reason (`timeout`, `too_large`, `http_<code>`,
 `unreachable`, `parse`), counted and logged when a target starts failing and when it answers

@@ -175,7 +175,10 @@ def _path(span: str, room: str | None) -> str | None:
         if any(any(base.glob(relative)) for base in (ROOT, PKG)):
             return None
     elif room is not None:
-        if any((PKG / room).rglob(relative)) or (PKG / relative).is_dir():
+        if (
+            any(any((base / room).rglob(relative)) for base in (PKG, ROOT))
+            or (PKG / relative).is_dir()
+        ):
             return None
     elif any(any(base.glob(relative)) for base in (ROOT, PKG)) or any(
         any(base.rglob(relative)) for base in (PKG, ROOT / "tests", ROOT / "benchmarks")

@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.resources.exposition import (
     PodResourceRow,
     PodResources,
@@ -178,8 +178,8 @@ def main() -> None:
 
     body = kubelet_body(2_500, 4)
     big = kubelet_body(10_000, 4)
-    previous = parse_resource_metrics(body, default_time=0.0)
-    current = parse_resource_metrics(kubelet_body(2_500, 4, step=1), default_time=15.0)
+    previous = read_usage_rows(body, default_time=0.0)
+    current = read_usage_rows(kubelet_body(2_500, 4, step=1), default_time=15.0)
     records = pod_records(50_000, 5_000)
     requests = list(walk(records, "requests"))
     limits = list(walk(records, "limits"))
@@ -187,32 +187,32 @@ def main() -> None:
     assert render_pod_resources(pod_resources(records), unit=UNITS.__getitem__) == rendered
 
     check = UsageStore()
-    check.apply("node", previous, 0.0)
-    check.apply("node", current, 15.0)
+    check.apply_rows("node", previous, 0.0)
+    check.apply_rows("node", current, 15.0)
     assert check.stats().pods_with_usage == 2_500
-    assert sum(len(p.containers) for p in previous.pods.values()) == 10_000
+    assert len(previous.cpu) == 10_000
 
     def apply() -> None:
         store = UsageStore()
-        store.apply("node", previous, 0.0)
-        store.apply("node", current, 15.0)
+        store.apply_rows("node", previous, 0.0)
+        store.apply_rows("node", current, 15.0)
 
     cases: list[tuple[str, str, Callable[[], object], float | None, int]] = [
         (
             "parse /metrics/resource",
             f"40,000 container series ({len(body) / 1e6:.1f} MB)",
-            lambda: parse_resource_metrics(body, default_time=0.0),
+            lambda: read_usage_rows(body, default_time=0.0),
             0.050,
             args.repeat,
         ),
         (
             "parse /metrics/resource",
             f"160,000 container series ({len(big) / 1e6:.1f} MB)",
-            lambda: parse_resource_metrics(big, default_time=0.0),
+            lambda: read_usage_rows(big, default_time=0.0),
             None,
             few,
         ),
-        ("UsageStore.apply", "10,000 containers, twice (rates)", apply, None, args.repeat),
+        ("UsageStore.apply_rows", "10,000 containers, twice (rates)", apply, None, args.repeat),
         (
             "render /metrics/resources",
             f"50,000 pods, 200,000 series ({len(rendered) / 1e6:.1f} MB), prebuilt rows",

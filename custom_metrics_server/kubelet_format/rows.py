@@ -79,7 +79,7 @@ _NAN: Final = math.nan
 _NEWLINE: Final = ord("\n")
 
 
-def split_labels(raw: bytes, count: int) -> tuple[list[str], list[str], list[str]] | None:
+def _split_labels(raw: bytes, count: int) -> tuple[list[str], list[str], list[str]] | None:
     """The namespaces, pods and containers of ``count`` newline-separated CPU label tokens
     (``container_cpu_usage_seconds_total{container="c",namespace="ns",pod="p"}``), or None
     when any token is not in exactly that layout (or not UTF-8). O(len(raw)) in C."""
@@ -227,7 +227,7 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
             memory_labels, labels, _MEMORY + _HEAD, _CPU + _HEAD
         ):
             raise NotCanonical
-        split = split_labels(labels, rows)
+        split = _split_labels(labels, rows)
         if split is None:
             raise NotCanonical
         namespaces, names, containers_found = split

@@ -13,8 +13,8 @@ in <= 50 ms; 50,000 pods rendered in <= 0.3 s of CPU).
 * render: 50,000 pods on 5,000 nodes, each with a cpu and a memory request and limit
   (200,000 series), walked in pod order: with ``render_pod_resource_metrics`` from prebuilt
   rows and from per-pod records through generators that build the rows (what the server
-  does at scrape time), and with ``render_pod_resources`` from the same records (one
-  ``PodResources`` per pod, no rows). All three give the same bytes.
+  does at scrape time), and with ``stream_pod_resources`` (the server's writer) from the same
+  records (one record per pod, no rows), its chunks joined. All three give the same bytes.
 
 Times are process CPU (``time.process_time``), best of N with the median beside it, so
 other load on the machine inflates them less than wall time would.
@@ -33,17 +33,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.resources.exposition import (
     PodResourceRow,
-    PodResources,
     render_pod_resource_metrics,
-    render_pod_resources,
 )
+from custom_metrics_server.resources.exposition_stream import stream_pod_resources
 from custom_metrics_server.usage.store import UsageStore
 
 TIMESTAMP_MS = 1_700_000_000_000
@@ -144,10 +143,22 @@ def walk(records: list[dict[str, Any]], which: str) -> Iterator[PodResourceRow]:
             )
 
 
-def pod_resources(records: list[dict[str, Any]]) -> Iterator[PodResources]:
-    """One PodResources per record, built on the fly."""
+class PodRecord(NamedTuple):
+    """A pod's record as the stream reads it."""
+
+    namespace: str
+    name: str
+    node: str
+    scheduler: str
+    priority: str
+    metric_requests: dict[str, float]
+    metric_limits: dict[str, float]
+
+
+def pod_resources(records: list[dict[str, Any]]) -> Iterator[PodRecord]:
+    """One PodRecord per record, built on the fly."""
     for r in records:
-        yield PodResources(
+        yield PodRecord(
             r["namespace"],
             r["name"],
             r["node"],
@@ -156,6 +167,10 @@ def pod_resources(records: list[dict[str, Any]]) -> Iterator[PodResources]:
             r["requests"],
             r["limits"],
         )
+
+
+def streamed(records: list[dict[str, Any]]) -> bytes:
+    return b"".join(stream_pod_resources(pod_resources(records), unit=UNITS.__getitem__))
 
 
 def measure(action: Callable[[], object], repeat: int) -> list[float]:
@@ -178,41 +193,41 @@ def main() -> None:
 
     body = kubelet_body(2_500, 4)
     big = kubelet_body(10_000, 4)
-    previous = parse_resource_metrics(body, default_time=0.0)
-    current = parse_resource_metrics(kubelet_body(2_500, 4, step=1), default_time=15.0)
+    previous = read_usage_rows(body, default_time=0.0)
+    current = read_usage_rows(kubelet_body(2_500, 4, step=1), default_time=15.0)
     records = pod_records(50_000, 5_000)
     requests = list(walk(records, "requests"))
     limits = list(walk(records, "limits"))
     rendered = render_pod_resource_metrics(requests, limits)
-    assert render_pod_resources(pod_resources(records), unit=UNITS.__getitem__) == rendered
+    assert streamed(records) == rendered
 
     check = UsageStore()
-    check.apply("node", previous, 0.0)
-    check.apply("node", current, 15.0)
+    check.apply_rows("node", previous, 0.0)
+    check.apply_rows("node", current, 15.0)
     assert check.stats().pods_with_usage == 2_500
-    assert sum(len(p.containers) for p in previous.pods.values()) == 10_000
+    assert len(previous.cpu) == 10_000
 
     def apply() -> None:
         store = UsageStore()
-        store.apply("node", previous, 0.0)
-        store.apply("node", current, 15.0)
+        store.apply_rows("node", previous, 0.0)
+        store.apply_rows("node", current, 15.0)
 
     cases: list[tuple[str, str, Callable[[], object], float | None, int]] = [
         (
             "parse /metrics/resource",
             f"40,000 container series ({len(body) / 1e6:.1f} MB)",
-            lambda: parse_resource_metrics(body, default_time=0.0),
+            lambda: read_usage_rows(body, default_time=0.0),
             0.050,
             args.repeat,
         ),
         (
             "parse /metrics/resource",
             f"160,000 container series ({len(big) / 1e6:.1f} MB)",
-            lambda: parse_resource_metrics(big, default_time=0.0),
+            lambda: read_usage_rows(big, default_time=0.0),
             None,
             few,
         ),
-        ("UsageStore.apply", "10,000 containers, twice (rates)", apply, None, args.repeat),
+        ("UsageStore.apply_rows", "10,000 containers, twice (rates)", apply, None, args.repeat),
         (
             "render /metrics/resources",
             f"50,000 pods, 200,000 series ({len(rendered) / 1e6:.1f} MB), prebuilt rows",
@@ -228,9 +243,9 @@ def main() -> None:
             few,
         ),
         (
-            "render_pod_resources",
-            "the same from 50,000 records, one PodResources each",
-            lambda: render_pod_resources(pod_resources(records), unit=UNITS.__getitem__),
+            "stream_pod_resources",
+            "the same from 50,000 records, chunks joined",
+            lambda: streamed(records),
             0.300,
             few,
         ),

@@ -39,7 +39,7 @@ from resources_exposition import _answers, _scope, build_state, machine  # noqa:
 
 from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend  # noqa: E402
 from custom_metrics_server.cluster_state.records import PODS  # noqa: E402
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics  # noqa: E402
+from custom_metrics_server.kubelet_format.rows import read_usage_rows  # noqa: E402
 from custom_metrics_server.usage.store import UsageStore  # noqa: E402
 from tests.fakes.envelope_world import KubeletFarm, make_pod  # noqa: E402
 
@@ -67,7 +67,7 @@ class World:
     def _scrape(self, node: str) -> None:
         body = self.farm.body(node, self.now)
         assert body is not None
-        self.store.apply(node, parse_resource_metrics(body, default_time=self.now), self.now)
+        self.store.apply_rows(node, read_usage_rows(body, default_time=self.now), self.now)
         self.scrapes += 1
 
     def _event(self) -> None:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics  # noqa: E402
+from custom_metrics_server.kubelet_format.rows import read_usage_rows  # noqa: E402
 from custom_metrics_server.kubelet_format.summary import (  # noqa: E402
     ContainerStats,
     CpuStats,
@@ -151,7 +151,7 @@ async def main() -> None:
         f"python {platform.python_version()}, {os.cpu_count()} CPUs; {args.containers} containers, "
         f"{len(stats.pods)} pods; body {len(body) / 1024:.0f} KiB, {lines} lines"
     )
-    parse_resource_metrics(body, default_time=time.time())  # the server's parser reads it
+    read_usage_rows(body, default_time=time.time())  # the server's reader reads it
     with tempfile.TemporaryDirectory(prefix="na-", dir="/tmp") as tmp:
         work = Path(tmp)
         async with FakeCriRuntime(work / "cri.sock", world_from_summary(stats)) as runtime:

@@ -140,13 +140,13 @@ class Changes:
 
     def scrape(self, node: str) -> None:
         """`node`'s kubelet answers again, later (its counters moved)."""
-        from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+        from custom_metrics_server.kubelet_format.rows import read_usage_rows
 
         self.turn += 1
         at = self.now + 15 * self.turn
         body = self.farm.body(node, at)
         assert body is not None
-        self.store.apply(node, parse_resource_metrics(body, default_time=at), at)
+        self.store.apply_rows(node, read_usage_rows(body, default_time=at), at)
 
     def unrelated(self) -> None:
         """A node holding none of the members scraped, and a pod of another namespace

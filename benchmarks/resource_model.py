@@ -25,7 +25,7 @@ from pathlib import Path
 from custom_metrics_server.backends import demo_kubelets, demo_world
 from custom_metrics_server.backends.kubernetes.state_exposition import render_state_exposition
 from custom_metrics_server.cluster_state.records import PODS, WATCHED, ClusterState
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.usage.store import UsageStore
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -96,7 +96,7 @@ def main() -> int:
                 rows, node_cpu_seconds=100.0 + step, node_memory=2**33, now=at
             )
             t0 = cpu()
-            store.apply(node, parse_resource_metrics(body, default_time=at), at)
+            store.apply_rows(node, read_usage_rows(body, default_time=at), at)
             parse_time += cpu() - t0
     del per_node, body, rows
     gc.collect()

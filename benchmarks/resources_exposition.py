@@ -258,7 +258,7 @@ def _old_joined(head: bytes, items: list[bytes], tail: bytes) -> bytes:
 
 def _usage(plan: WorldPlan) -> tuple[Any, Any, float]:
     """The fake kubelets and a `UsageStore` fed two rounds of their text (rates for all)."""
-    from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+    from custom_metrics_server.kubelet_format.rows import read_usage_rows
     from custom_metrics_server.usage.store import UsageStore
     from tests.fakes.envelope_world import KubeletFarm
 
@@ -269,7 +269,7 @@ def _usage(plan: WorldPlan) -> tuple[Any, Any, float]:
         for node in farm.nodes:
             body = farm.body(node, at)
             assert body is not None
-            store.apply(node, parse_resource_metrics(body, default_time=at), at)
+            store.apply_rows(node, read_usage_rows(body, default_time=at), at)
     return farm, store, now
 
 
@@ -283,7 +283,7 @@ async def measure_pods(
     new answers of the same moment are compared byte for byte."""
     from custom_metrics_server.api import wire
     from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend
-    from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+    from custom_metrics_server.kubelet_format.rows import read_usage_rows
     from custom_metrics_server.server.app import create_app
 
     farm, store, now = _usage(plan)
@@ -311,7 +311,7 @@ async def measure_pods(
         at = now + 15 * (1 + turn[0] // len(nodes))
         body = farm.body(node, at)
         assert body is not None
-        store.apply(node, parse_resource_metrics(body, default_time=at), at)
+        store.apply_rows(node, read_usage_rows(body, default_time=at), at)
 
     async def answer(name: str, scope: dict[str, Any]) -> tuple[float, bytes]:
         fetch, joined = patches[name]

@@ -42,7 +42,7 @@ from custom_metrics_server.backends.memory import (
 )
 from custom_metrics_server.cluster_state.records import PODS, ClusterState
 from custom_metrics_server.domain import GroupResource, MetricInfo, ObjectKey, Readiness
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.machinery.quantity import Quantity
 from custom_metrics_server.runtime.heap import settle_heap
 from custom_metrics_server.runtime.tasks import BackgroundTasks, drain, run_cooperatively
@@ -262,8 +262,9 @@ class SimulatedCluster(MemoryBackend):
 
     def _scrape_steps(self, now: float) -> Generator[None, None, None]:
         """Advance every container's CPU counter to `now`, render each node's exposition as
-        the kubelet would, and feed it through `parse_resource_metrics` into the usage store.
-        O(containers), pausing after every few nodes."""
+        the kubelet would, and feed it to the usage store as the scraper does: through
+        `read_usage_rows`, given what the store knows of the node (so an unchanged node's
+        rows reuse its layout). O(containers), pausing after every few nodes."""
         tick = now / self.settings.interval
         elapsed = now - self._last_scrape if self._last_scrape else self.settings.interval
         self._last_scrape = now
@@ -284,7 +285,8 @@ class SimulatedCluster(MemoryBackend):
             body = demo_kubelets.kubelet_exposition(
                 rows, node_cpu_seconds=node_cpu * 1.1, node_memory=node_memory * 1.2, now=now
             )
-            self.usage.apply(node, parse_resource_metrics(body, default_time=now), now)
+            known = self.usage.known(node)
+            self.usage.apply_rows(node, read_usage_rows(body, default_time=now, known=known), now)
             if index % 20 == 19:
                 yield
 

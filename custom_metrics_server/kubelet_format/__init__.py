@@ -1,8 +1,8 @@
 """The kubelet's `/metrics/resource` text format, read and written, and nothing else.
 
-The reader (`reader`: the full parser; `rows`: the scraper's columnar reader over `runs`, whose
-one-pass C twin `_scan` is an optional extension; `columns` and `lines` beneath them), the
-writer (`writer`, byte for byte what a kubelet writes), the reader's result types (`samples`)
-and the Summary values the writer takes (`summary`). PURE: no I/O. What the node agent needs
-of the server, and all it needs.
+The reader (`rows`: a body to the usage store's rows, over `runs`, whose one-pass C twin
+`_scan` is an optional extension; `any_layout` for bodies not in the kubelet's layout, over
+the line grammar `lines`), the writer (`writer`, byte for byte what a kubelet writes), the
+reader's result types (`samples`) and the Summary values the writer takes (`summary`). PURE:
+no I/O. What the node agent needs of the server (the writer and `summary`), and all it needs.
 """

@@ -4,8 +4,8 @@ PURE: standard library only, no I/O. This module owns :func:`parse_line`: one li
 (``name{label="value",...} value [timestamp]``) to a :class:`SeriesLine`, with Prometheus's label
 unescaping (unknown escapes kept as written, as ``lvalReplacer`` does), Go's number rules
 (no digit-group underscores, no Unicode blanks) and the errors upstream gives
-(:func:`line_error` names the line). :mod:`.reader` uses it for every line its fast
-path does not take (comments aside); it must not decide which series count.
+(:func:`line_error` names the line). :mod:`.any_layout` uses it for every line of a series it
+reads; it must not decide which series count.
 
 Cost: O(len(line)) per call, in Python: kubelet output reaches it only when not in the
 canonical layout.

@@ -1,18 +1,19 @@
-"""The scraper's kubelet reader: a ``/metrics/resource`` body to the :class:`~.samples.UsageRows`
-the usage store keeps, decoding only what it needs and nothing twice.
+"""The kubelet reader: a ``/metrics/resource`` body to the :class:`~.samples.UsageRows` the
+usage store keeps, under metrics-server's rules, decoding only what it needs and nothing twice.
 
 PURE: standard library only, no I/O, no clocks, no logging. This module owns
-:func:`read_usage_rows`. It reads the container CPU, working-set and start-time series, the
-node's two series and the scrape-error flags, which is all :mod:`usage.store` uses (the pod-level
-and swap series are not read). Results are those of
-:func:`.reader.parse_resource_metrics` under metrics-server's rules (the same rows,
-values and errors: tests/kubelet_format/test_rows.py on kubelet bodies, upstream's samples and
-mutated bodies), with two differences on bodies no kubelet writes (the kubelet's client_golang
-writes every family once, as one group, in name order, as the text format requires):
-malformed lines of the series it does not read are not noticed (the full reader refuses the
-body for them), and a line of a series it reads written outside its family's group (after
-another family's lines) is not looked for, except for the start-time family when its group
-is missing.
+:func:`read_usage_rows`, the one reader of kubelet bodies (the scraper's, the demo's and the
+tests'). It reads the container CPU, working-set and start-time series, the node's two series
+and the scrape-error flags, which is all :mod:`usage.store` uses (the pod-level and swap
+series are not read). A body in the kubelet's canonical layout is read here; any other goes
+to :func:`.any_layout.read_any_layout`, line by line under the full grammar, whose docstring
+states the decode rules and errors. The two give the same rows
+(tests/kubelet_format/test_rows.py: kubelet bodies, upstream's samples, mutated bodies), with
+two differences on bodies no kubelet writes (the kubelet's client_golang writes every family
+once, as one group, in name order, as the text format requires): malformed lines of the
+series it does not read are not noticed here (the line reader refuses the body for them), and
+a line of a series it reads written outside its family's group (after another family's lines)
+is not looked for, except for the start-time family when its group is missing.
 
 **How it stays cheap.** A kubelet writes each family as one group of lines, ``name{container=
 "c",namespace="n",pod="p"} value timestamp`` after its ``# HELP``/``# TYPE`` comments, CPU
@@ -26,17 +27,20 @@ into strings, and the working-set and start-time groups' series checked against 
 group's (same series, same order, as metrics-server pairs them), only when the fingerprint of
 the CPU and working-set label texts differs from the one the caller knows for the node: on a
 node whose pods did not change, no label string is made at all. The start-time group is
-skipped whole when its bytes hash as last time. Any group not in that shape, a duplicate
-series, an incomplete container or a value that needs the grammar's judgement sends the whole
-body to :func:`~.reader.parse_resource_metrics` (the same result, slower).
+skipped whole when its bytes hash as last time. A body with an incomplete container (a CPU
+counter or working set of zero: metrics-server drops its pod) is read the same way, its
+labels decoded and the pod's rows dropped, without a layout. Any group not in that shape, a
+duplicate series or a value that needs the grammar's judgement sends the whole body to
+:func:`~.any_layout.read_any_layout` (the same result, slower).
 
 A fingerprint is Python's 64-bit hash of the bytes: two different label texts of one node
 taken for the same would need a hash collision (2**-64 per scrape); the rows would then keep
 the previous scrape's pods for one scrape.
 
 Cost: :func:`read_usage_rows` is O(len(body)) in C: ~10 C-level calls per group read and no
-Python step per series (a fraction of the full reader's cost: docs/performance.md, "Reading
-kubelet text"); plus O(series) to decode label text when a node's pods changed.
+Python step per series (docs/performance.md, "Reading kubelet text"); plus O(series) to decode
+label text when a node's pods changed (or a container is incomplete). A body in another layout
+costs O(len(body)) in Python per line (:mod:`.any_layout`).
 """
 
 from __future__ import annotations
@@ -44,8 +48,7 @@ from __future__ import annotations
 import math
 from typing import Final, NamedTuple
 
-from custom_metrics_server.kubelet_format.columns import split_labels
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.any_layout import read_any_layout
 from custom_metrics_server.kubelet_format.runs import NotCanonical, read_run, same_series
 from custom_metrics_server.kubelet_format.samples import (
     CpuSample,
@@ -53,10 +56,9 @@ from custom_metrics_server.kubelet_format.samples import (
     NodeSample,
     PodKey,
     UsageRows,
-    rows_of,
 )
 
-__all__ = ["Known", "read_usage_rows", "rows_of"]
+__all__ = ["Known", "read_usage_rows"]
 
 Known = tuple[tuple[int, int] | None, int | None]
 """What the caller knows of a node's last scrape: its ``layout`` and ``start_layout``."""
@@ -71,8 +73,31 @@ _SCRAPE_ERRORS: Final = (b"scrape_error", b"resource_scrape_error")
 #: The canonical text before a container series' first quote (labels sorted by name).
 _HEAD: Final = b'{container="'
 _SPLIT_HEAD: Final = "container_cpu_usage_seconds_total{container="
+_SEPARATORS: Final = (",namespace=", ",pod=")
 _NAN: Final = math.nan
 _NEWLINE: Final = ord("\n")
+
+
+def _split_labels(raw: bytes, count: int) -> tuple[list[str], list[str], list[str]] | None:
+    """The namespaces, pods and containers of ``count`` newline-separated CPU label tokens
+    (``container_cpu_usage_seconds_total{container="c",namespace="ns",pod="p"}``), or None
+    when any token is not in exactly that layout (or not UTF-8). O(len(raw)) in C."""
+    if b"\\" in raw:
+        return None
+    try:
+        labels = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    parts = labels.split('"')
+    if len(parts) != 6 * count + 1 or parts[0] != _SPLIT_HEAD:
+        return None
+    ends = parts[6::6]
+    if ends[-1] != "}" or ends.count("}\n" + _SPLIT_HEAD) != count - 1:
+        return None
+    for offset, separator in enumerate(_SEPARATORS):
+        if parts[2 + 2 * offset :: 6].count(separator) != count:
+            return None
+    return parts[3::6], parts[5::6], parts[1::6]
 
 
 def _comments_end(body: bytes, position: int) -> int:
@@ -163,17 +188,17 @@ class _Containers(NamedTuple):
     times: list[float]
     memory: list[float]
     tail: int  # the end of the working-set group
+    complete: bool  # every container has a CPU counter and a working set (metrics-server's rule)
 
 
 def _containers(body: bytes, default_time: float) -> _Containers:
     """The CPU and working-set groups (the first two); :class:`NotCanonical` unless both
-    are canonical, complete and stamped alike."""
+    are canonical and stamped alike."""
     found = _group(body, 0, _CPU + _HEAD)
     if found is None:
         raise NotCanonical
     labels, cpu, stamped, least = read_run(body, found[0], found[1], _CPU + _HEAD)
-    if not _complete(least, 1e9):
-        raise NotCanonical  # an incomplete container drops its pod
+    complete = _complete(least, 1e9)
     times = [default_time] * len(cpu) if stamped is None else stamped
 
     found = _group(body, found[1] + 1, _MEMORY + _HEAD)
@@ -183,14 +208,15 @@ def _containers(body: bytes, default_time: float) -> _Containers:
     memory_labels, memory, _, least = read_run(
         body, found[0], found[1], _MEMORY + _HEAD, (labels, _CPU + _HEAD)
     )
-    if not _complete(least, 1.0):
-        raise NotCanonical
-    return _Containers(labels, memory_labels, cpu, times, memory, found[1])
+    complete = complete and _complete(least, 1.0)
+    return _Containers(labels, memory_labels, cpu, times, memory, found[1], complete)
 
 
 def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
     """The rows of a body in the kubelet's canonical layout; :class:`NotCanonical` else."""
-    labels, memory_labels, cpu, times, memory, tail = _containers(body, default_time)
+    labels, memory_labels, cpu, times, memory, tail, complete = _containers(body, default_time)
+    if not complete:
+        known = None  # the rows are filtered below: name them, read every start
     rows = len(cpu)
     layout = (hash(labels), hash(memory_labels))
     pods: list[PodKey] | None = None
@@ -200,11 +226,10 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
             memory_labels, labels, _MEMORY + _HEAD, _CPU + _HEAD
         ):
             raise NotCanonical
-        split = split_labels(labels, _SPLIT_HEAD, 3, rows)
+        split = _split_labels(labels, rows)
         if split is None:
             raise NotCanonical
         namespaces, names, containers_found = split
-        assert containers_found is not None
         pods = list(zip(namespaces, names, strict=True))
         if len(set(zip(pods, containers_found, strict=True))) != rows:
             raise NotCanonical  # a series written twice: upstream keeps the later one
@@ -239,7 +264,7 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
         flag = _single(body, name, tail, last=True)
         if flag is not None and flag[0] != 0:
             scrape_error = True
-    return UsageRows(
+    rows_read = UsageRows(
         layout=layout,
         pods=pods,
         containers=containers,
@@ -251,6 +276,34 @@ def _fast(body: bytes, default_time: float, known: Known | None) -> UsageRows:
         node=_node_lines(body, tail + 1, default_time),
         scrape_error=scrape_error,
     )
+    return rows_read if complete else _without_incomplete(rows_read)
+
+
+def _without_incomplete(rows: UsageRows) -> UsageRows:
+    """``rows`` (named, with starts) without the pods that have an incomplete container (as
+    metrics-server drops them) and without a layout, so that the next scrape names its rows
+    again. O(rows)."""
+    assert rows.pods is not None
+    assert rows.containers is not None
+    assert rows.starts is not None
+    dropped = {
+        pod
+        for pod, cpu, memory in zip(rows.pods, rows.cpu, rows.memory, strict=True)
+        if not (cpu * 1e9 >= 1.0 and memory >= 1.0)
+    }
+    kept = [index for index, pod in enumerate(rows.pods) if pod not in dropped]
+    return UsageRows(
+        layout=None,
+        pods=[rows.pods[index] for index in kept],
+        containers=[rows.containers[index] for index in kept],
+        cpu=[rows.cpu[index] for index in kept],
+        times=[rows.times[index] for index in kept],
+        memory=[rows.memory[index] for index in kept],
+        starts=[rows.starts[index] for index in kept],
+        start_layout=None,
+        node=rows.node,
+        scrape_error=rows.scrape_error,
+    )
 
 
 def read_usage_rows(body: bytes, *, default_time: float, known: Known | None = None) -> UsageRows:
@@ -259,14 +312,14 @@ def read_usage_rows(body: bytes, *, default_time: float, known: Known | None = N
     ``default_time`` (Unix seconds) stamps samples written without a timestamp; ``known`` is
     the ``(layout, start_layout)`` of the node's last rows the caller kept: rows whose label
     text has that layout come without ``pods`` and ``containers`` (and without ``starts`` when
-    the start series are unchanged too). Raises :class:`ValueError` as
-    :func:`~.reader.parse_resource_metrics` does.
+    the start series are unchanged too). Raises :class:`ValueError` naming the line for a
+    malformed line of a series it reads (:func:`~.any_layout.read_any_layout`).
 
     Cost: O(len(body)) in C with no per-series Python for a kubelet's body (one C call per
     family read with the extension, ~10 without); O(series) more when the node's pods
-    changed; a body in any other layout costs the full reader's parse.
+    changed; a body in any other layout costs a parse line by line.
     """
     try:
         return _fast(body, default_time, known)
     except NotCanonical:
-        return rows_of(parse_resource_metrics(body, default_time=default_time))
+        return read_any_layout(body, default_time=default_time)

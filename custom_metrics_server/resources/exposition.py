@@ -1,24 +1,25 @@
-"""kube-scheduler's KEP-1748 ``/metrics/resources`` exposition, written byte for byte.
+"""kube-scheduler's KEP-1748 ``/metrics/resources`` exposition from rows, byte for byte: the
+format's rules, and the form :mod:`.exposition_stream` (the one writer of the body) falls back
+to for labels it cannot sort as text.
 
-PURE: standard library only, no I/O, no logging, no clocks. This module owns two renderers of
-one body: :func:`render_pod_resource_metrics` (from rows) and :func:`render_pod_resources`
-(from one record per pod, faster). Both write ``kube_pod_resource_request`` and
-``kube_pod_resource_limit`` byte for byte as kube-scheduler's collector
-(``pkg/scheduler/metrics/resources/resources.go``) and the Go Prometheus client write them:
-HELP with component-base's ``[STABLE]`` prefix, families sorted by name, labels sorted by
-name, series sorted by label values, Go's escaping and float formatting
-(:mod:`machinery.promtext`), zero values left out. One difference: a series given twice is written
-twice, where the Go registry fails the whole scrape. It must not read kubelet text (that is
-:mod:`kubelet_format.reader`) or decide what a pod requests (that is :mod:`.model`).
+PURE: standard library only, no I/O, no logging, no clocks. This module owns
+:func:`render_pod_resource_metrics` (one row per series) and the format's constants. It writes
+``kube_pod_resource_request`` and ``kube_pod_resource_limit`` byte for byte as kube-scheduler's
+collector (``pkg/scheduler/metrics/resources/resources.go``) and the Go Prometheus client
+write them: HELP with component-base's ``[STABLE]`` prefix, families sorted by name, labels
+sorted by name, series sorted by label values, Go's escaping and float formatting
+(:mod:`machinery.promtext`), zero values left out. One difference: a series given twice is
+written twice, where the Go registry fails the whole scrape. It must not read kubelet text
+(that is :mod:`kubelet_format`) or decide what a pod requests (that is :mod:`.model`).
 
 Cost: O(n log n) for n series, the sort running in C over the rendered lines; about 1 us of
-Python per row, 1.5 us per pod record with two resources.
+Python per row.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from custom_metrics_server.machinery.promtext import escape_label_value, format_go_float
@@ -27,9 +28,7 @@ __all__ = [
     "LIMIT_HELP",
     "REQUEST_HELP",
     "PodResourceRow",
-    "PodResources",
     "render_pod_resource_metrics",
-    "render_pod_resources",
 ]
 
 
@@ -177,7 +176,8 @@ def render_pod_resource_metrics(requests: Iterable[_Row], limits: Iterable[_Row]
     Go client escapes them (``\\``, ``"``, newline), values formatted by
     :func:`format_go_float`; zero values are left out. Rows are consumed once and not kept;
     plain tuples in :class:`PodResourceRow`'s field order work too (and are cheaper to make).
-    A caller walking per-pod records should use :func:`render_pod_resources` instead.
+    A caller with per-pod records streams them (:func:`.exposition_stream.stream_pod_resources`,
+    which comes here for the labels it cannot sort as text).
 
     Cost: O(n log n) for n rows (the sort runs in C over the rendered lines); about 1 us of
     Python per row.
@@ -185,108 +185,3 @@ def render_pod_resource_metrics(requests: Iterable[_Row], limits: Iterable[_Row]
     limit_lines = _Family().lines(limits)
     request_lines = _Family().lines(requests)
     return _body([(_LIMIT, LIMIT_HELP, limit_lines), (_REQUEST, REQUEST_HELP, request_lines)])
-
-
-class PodResources(NamedTuple):
-    """One pod's ``/metrics/resources`` series: its labels and its request and limit of
-    each resource (values as floats; zeros are left out)."""
-
-    namespace: str
-    pod: str
-    node: str
-    scheduler: str
-    priority: str
-    requests: Mapping[str, float]
-    limits: Mapping[str, float]
-
-
-def render_pod_resources(pods: Iterable[PodResources], *, unit: Callable[[str], str]) -> bytes:
-    """The same body as :func:`render_pod_resource_metrics`, from one record per pod: the
-    faster form for a caller that walks pod records (no row objects; each pod's label
-    prefix is built once for both families and its lines are sorted as one block).
-
-    ``unit`` gives a resource's ``unit`` label (``resource_model.resource_unit``). Cost:
-    O(p log p) for p pods, about 1.5 us of Python per pod with two resources. Records are
-    consumed once; only references to them are kept during the call.
-    """
-    escaped: dict[str, str] = {}
-    tails: dict[str, dict[str, str]] = {}  # scheduler -> resource -> label tail
-    numbers: dict[float, str] = {}
-    seen: list[PodResources] = []
-    heads: list[str] = []
-    pod_names: list[str] = []
-    unsafe = False
-
-    def label(value: str) -> str:
-        nonlocal unsafe
-        if _UNSAFE.search(value):
-            unsafe = True
-        escaped[value] = value
-        return value
-
-    def scheduler_tails(scheduler: str) -> dict[str, str]:
-        return tails.setdefault(scheduler, {})
-
-    def block(
-        head: str,
-        values: Mapping[str, float],
-        scheduler: str,
-        by_resource: dict[str, str],
-        sep: str,
-    ) -> str:
-        """A pod's lines of one family, in resource order (the one label that differs)."""
-        lines = []
-        for resource in sorted(values) if len(values) > 1 else values:
-            value = values[resource]
-            if value == 0:
-                continue
-            tail = by_resource.get(resource)
-            if tail is None:
-                tail = by_resource[resource] = (
-                    f'{label(resource)}",scheduler="{label(scheduler)}",'
-                    f'unit="{label(unit(resource))}"}} '
-                )
-            number = numbers.get(value)
-            if number is None:
-                number = numbers[value] = format_go_float(value)
-            lines.append(f"{head}{tail}{number}")
-        return sep.join(lines)
-
-    request_chunks: list[str] = []
-    limit_chunks: list[str] = []
-    request_sep, limit_sep = "\n" + _REQUEST, "\n" + _LIMIT
-    escaped_get, tails_get = escaped.get, tails.get
-    add_request, add_limit = request_chunks.append, limit_chunks.append
-    for record in pods:
-        namespace, pod, node, scheduler, priority, requests, limits = record
-        seen.append(record)
-        pod_names.append(pod)
-        head = (
-            f'{{namespace="{escaped_get(namespace) or label(namespace)}",'
-            f'node="{escaped_get(node) or label(node)}",pod="{pod}",'
-            f'priority="{escaped_get(priority) or label(priority)}",resource="'
-        )
-        heads.append(head)
-        by_resource = tails_get(scheduler) or scheduler_tails(scheduler)
-        if requests and (text := block(head, requests, scheduler, by_resource, request_sep)):
-            add_request(text)
-        if limits and (text := block(head, limits, scheduler, by_resource, limit_sep)):
-            add_limit(text)
-    if unsafe or _UNSAFE.search("#".join(pod_names)) or len(set(heads)) != len(heads):
-        # Escapes, characters sorting before '"', or a pod given twice: sort line by line.
-        return render_pod_resource_metrics(
-            _rows(seen, unit, limits=False), _rows(seen, unit, limits=True)
-        )
-    request_chunks.sort()
-    limit_chunks.sort()
-    return _body([(_LIMIT, LIMIT_HELP, limit_chunks), (_REQUEST, REQUEST_HELP, request_chunks)])
-
-
-def _rows(
-    pods: list[PodResources], unit: Callable[[str], str], *, limits: bool
-) -> Iterator[PodResourceRow]:
-    for namespace, pod, node, scheduler, priority, requests, limit_values in pods:
-        for resource, value in (limit_values if limits else requests).items():
-            yield PodResourceRow(
-                namespace, pod, node, scheduler, priority, resource, unit(resource), value
-            )

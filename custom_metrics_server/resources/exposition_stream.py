@@ -1,23 +1,24 @@
-"""kube-scheduler's KEP-1748 ``/metrics/resources`` body, streamed in bounded chunks.
+"""kube-scheduler's KEP-1748 ``/metrics/resources`` body, streamed in bounded chunks: the one
+writer of the body (whole, it is the chunks joined).
 
-PURE: standard library only, no I/O, no logging, no clocks. :func:`stream_pod_resources`
-yields the exact bytes of :func:`.exposition.render_pod_resources` (same families, HELP/TYPE
-lines, label order, escaping, float formatting and series order) without building the body:
-series are sorted by label values in label-name order (``namespace, node, pod, ...``), so
-when no label value holds a character sorting before ``"`` (valid Kubernetes names never do)
-the body is the pods grouped by namespace, namespaces in order, each group's pod blocks
-sorted as strings, once for ``kube_pod_resource_limit`` and once for
+PURE: standard library only, no I/O, no logging, no clocks. :func:`stream_pod_resources` yields
+the exact bytes of :func:`.exposition.render_pod_resource_metrics` over the pods' rows (same
+families, HELP/TYPE lines, label order, escaping, float formatting and series order) without
+building the body: series are sorted by label values in label-name order (``namespace, node,
+pod, ...``), so when no label value holds a character sorting before ``"`` (valid Kubernetes
+names never do) the body is the pods grouped by namespace, namespaces in order, each group's
+pod blocks sorted as strings, once for ``kube_pod_resource_limit`` and once for
 ``kube_pod_resource_request``. A namespace of more than ``_GROUP_PODS`` pods is split by node
 (the next label), so a group is at most one node's pods of a namespace (or its unscheduled
 pods). Anything else (an escaped or early-sorting value, a pod given twice) falls back to the
-whole-body renderer, whose output is then cut into chunks.
+rows renderer, whose output is then cut into chunks.
 
 Memory: the records are snapshotted (one reference per pod, in per-namespace lists) when
 the first chunk is asked for, so the body is the state of that moment even when the records
 change between chunks; beyond that, one group's rendered blocks and one chunk
 (``chunk_bytes`` plus one group's text) are alive at a time, and small caches (one entry per
 distinct resource mapping, value and label value). It must not read kubelet text (that is
-:mod:`kubelet_format.reader`) or decide what a pod requests (that is :mod:`.model`).
+:mod:`kubelet_format`) or decide what a pod requests (that is :mod:`.model`).
 
 Cost: O(p log g) for p pods in groups of at most g; per pod one label-prefix string and one
 C join per family (a pod's lines of a family are its prefix joined with the rendered tails
@@ -36,8 +37,8 @@ from custom_metrics_server.resources.exposition import (
     _UNSAFE,
     LIMIT_HELP,
     REQUEST_HELP,
-    PodResources,
-    render_pod_resources,
+    PodResourceRow,
+    render_pod_resource_metrics,
 )
 
 __all__ = ["CHUNK_BYTES", "PodResourceRecord", "stream_pod_resources"]
@@ -190,7 +191,7 @@ def stream_pod_resources(
     unit: Callable[[str], str],
     chunk_bytes: int = CHUNK_BYTES,
 ) -> Iterator[bytes]:
-    """The body of :func:`.exposition.render_pod_resources` for these pods, as chunks of about
+    """The ``/metrics/resources`` body of these pods, as chunks of about
     ``chunk_bytes`` (none for an empty body). ``pods`` is consumed when the first chunk is
     asked for. ``unit`` gives a resource's ``unit`` label (``lifecycle.resource_unit``).
 
@@ -228,23 +229,29 @@ def stream_pod_resources(
 def _whole(
     groups: Mapping[str, list[PodResourceRecord]], unit: Callable[[str], str], chunk_bytes: int
 ) -> Iterator[bytes]:
-    """The whole-body renderer's output in chunks (labels it must escape or sort by value)."""
-    body = render_pod_resources(
-        (
-            PodResources(
+    """The rows renderer's body in chunks (labels it must escape or sort by value)."""
+    pods = [pod for group in groups.values() for pod in group]
+    body = render_pod_resource_metrics(
+        _rows(pods, unit, limits=False), _rows(pods, unit, limits=True)
+    )
+    view = memoryview(body)
+    for start in range(0, len(body), chunk_bytes):
+        yield bytes(view[start : start + chunk_bytes])
+
+
+def _rows(
+    pods: list[PodResourceRecord], unit: Callable[[str], str], *, limits: bool
+) -> Iterator[PodResourceRow]:
+    for pod in pods:
+        values = pod.metric_limits if limits else pod.metric_requests
+        for resource, value in values.items():
+            yield PodResourceRow(
                 pod.namespace,
                 pod.name,
                 pod.node,
                 pod.scheduler,
                 pod.priority,
-                {k: float(v) for k, v in pod.metric_requests.items()},
-                {k: float(v) for k, v in pod.metric_limits.items()},
+                resource,
+                unit(resource),
+                float(value),
             )
-            for group in groups.values()
-            for pod in group
-        ),
-        unit=unit,
-    )
-    view = memoryview(body)
-    for start in range(0, len(body), chunk_bytes):
-        yield bytes(view[start : start + chunk_bytes])

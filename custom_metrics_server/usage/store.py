@@ -37,10 +37,9 @@ collection walked them on the event loop.
 
 The scraper feeds it :class:`~kubelet_format.samples.UsageRows` (``apply_rows``): columns in
 the body's order and, when the node's pods are those of its last scrape (the store tells the
-reader what it knows with ``known``), no keys or names at all; ``apply`` takes a
-:class:`~kubelet_format.samples.ResourceScrape` (tests, the demo) through the same code.
+reader what it knows with ``known``), no keys or names at all.
 
-Cost: ``UsageStore.apply`` is O(containers in the scrape + pods the node had); every lookup
+Cost: ``UsageStore.apply_rows`` is O(containers in the scrape + pods the node had); every lookup
 is O(1).
 
 One piece (about 430 lines, over the house's 400): the write side (``apply_rows`` and the
@@ -61,9 +60,7 @@ from custom_metrics_server.kubelet_format.samples import (
     CpuSample,
     NodeSample,
     PodKey,
-    ResourceScrape,
     UsageRows,
-    rows_of,
 )
 from custom_metrics_server.machinery.journal import Journal
 from custom_metrics_server.usage.rates import (
@@ -121,7 +118,7 @@ class StoreStats:
 class UsageStore:
     """Per-node usage state fed by kubelet scrapes; lookups by pod and node.
 
-    ``apply`` is O(containers in the scrape + pods the node had); every lookup is O(1).
+    ``apply_rows`` is O(containers in the scrape + pods the node had); every lookup is O(1).
     ``generation`` increases whenever a published value (or the set of pods or nodes with
     usage) changes, so owners can cache what they derive from it.
     """
@@ -156,12 +153,6 @@ class UsageStore:
 
     # -- writes --
 
-    def apply(self, node: str, scrape: ResourceScrape, now: float) -> None:
-        """Take ``scrape`` as ``node``'s current state (pods it no longer lists are gone)
-        and record ``now`` as the node's last answer. Callers skip scrapes whose
-        ``scrape_error`` is set: they carry no usage. O(containers + previous pods)."""
-        self.apply_rows(node, rows_of(scrape), now)
-
     def known(self, node: str) -> tuple[tuple[int, int] | None, int | None] | None:
         """The ``layout`` and ``start_layout`` of the rows last applied for ``node`` (what
         :func:`~kubelet_format.rows.read_usage_rows` takes as ``known``), None for a node without
@@ -170,7 +161,9 @@ class UsageStore:
         return None if state is None else (state.layout, state.start_layout)
 
     def apply_rows(self, node: str, rows: UsageRows, now: float) -> None:
-        """:meth:`apply` for rows: ``rows`` without ``pods`` are the pods and containers of
+        """Take ``rows`` as ``node``'s current state (pods it no longer lists are gone) and
+        record ``now`` as the node's last answer. Callers skip rows whose ``scrape_error`` is
+        set: they carry no usage. ``rows`` without ``pods`` are the pods and containers of
         the rows last applied for ``node`` (the reader was given :meth:`known`), and rows
         without ``starts`` have the start times stored. O(containers + previous pods); no
         key or name is built when the layout is unchanged."""

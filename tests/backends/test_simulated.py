@@ -13,7 +13,7 @@ from custom_metrics_server.domain import (
     MetricInfo,
     MetricRequest,
 )
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.query.engine import QueryEngine
 
@@ -156,11 +156,11 @@ def test_the_demo_kubelets_write_with_the_kubelet_writer_escapes_included() -> N
         rows, node_cpu_seconds=100.0, node_memory=2**30, now=1e9
     )
     assert b'container="c\\n1",namespace="odd\\"ns",pod="p\\\\1"' in body
-    scrape = parse_resource_metrics(body, default_time=0.0)
-    pod = scrape.pods[('odd"ns', "p\\1")]
-    assert set(pod.containers) == {"c\n1", "c2"}
-    assert pod.containers["c\n1"].cpu == (12.5, 1e9)
-    assert pod.cpu == (12.75, 1e9)
+    scrape = read_usage_rows(body, default_time=0.0)
+    assert scrape.layout is None  # escaped labels: read line by line, unescaped
+    assert scrape.pods == [('odd"ns', "p\\1")] * 2
+    assert scrape.containers == ["c\n1", "c2"]
+    assert (scrape.cpu, scrape.times) == ([12.5, 0.25], [1e9, 1e9])
     assert scrape.node is not None
     assert not scrape.scrape_error
 
@@ -178,3 +178,16 @@ def test_processes_started_at_different_moments_of_a_tick_compute_the_same_usage
     nodes = first.usage.nodes()
     assert nodes
     assert [first.usage.node_usage(n) for n in nodes] == [second.usage.node_usage(n) for n in nodes]
+
+
+def test_the_demo_reads_its_kubelets_as_the_scraper_does_layouts_kept_between_scrapes() -> None:
+    sim = demo()
+    nodes = sim.usage.nodes()
+    assert nodes
+    first = {node: sim.usage.known(node) for node in nodes}
+    # The production reader's canonical path took every body (a layout, not the line reader).
+    assert all(known is not None and known[0] is not None for known in first.values())
+    before = sorted(sim.usage.pod_usages())
+    sim.scrape(NOW + 15)
+    assert {node: sim.usage.known(node) for node in nodes} == first  # same pods: rows reused
+    assert sorted(sim.usage.pod_usages()) != before  # and the counters moved

@@ -1,6 +1,6 @@
-"""Tests for kubelet_format.rows (the scraper's columnar reader) and the usage store's
-``apply_rows``: the same rows, values and errors as the full reader
-(kubelet_format.reader) under metrics-server's rules, and the same usage in the store
+"""Tests for kubelet_format.rows (the kubelet reader) and the usage store's ``apply_rows``:
+the canonical path gives the same rows, values and errors as the line reader
+(kubelet_format.any_layout) under metrics-server's rules, and the same usage in the store
 whether a node's rows name their pods or reuse the layout of its last scrape.
 """
 
@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.any_layout import read_any_layout
 from custom_metrics_server.kubelet_format.rows import read_usage_rows
-from custom_metrics_server.kubelet_format.samples import UsageRows, rows_of
+from custom_metrics_server.kubelet_format.samples import UsageRows
 from custom_metrics_server.usage.store import UsageStore
 from tests.fakes.envelope_world import KubeletFarm, plan_world, scale_shape
-from tests.kubelet_format.test_reader import POD_MODEL, kubelet_body
+from tests.kubelet_format.test_any_layout import POD_MODEL, kubelet_body
 
 SAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "kubelet-samples"
 T0 = float(round(time.time()))  # the fake kubelets start containers before now
@@ -60,14 +60,14 @@ def content(rows: UsageRows) -> dict[str, Any]:
 
 
 def full(body: bytes, now: float = T0) -> dict[str, Any]:
-    return content(rows_of(parse_resource_metrics(body, default_time=now)))
+    return content(read_any_layout(body, default_time=now))
 
 
-def test_kubelet_bodies_take_the_fast_path_and_read_as_the_full_reader_does() -> None:
+def test_kubelet_bodies_take_the_canonical_path_and_read_as_the_line_reader_does() -> None:
     for name in nodes():
         for body in (farm().body(name, T0), farm().exact_body(name, T0)):
             rows = read_usage_rows(body, default_time=T0)
-            assert rows.layout is not None  # not the full reader's fallback
+            assert rows.layout is not None  # not the line reader
             assert content(rows) == full(body)
 
 
@@ -95,7 +95,7 @@ def test_a_known_layout_gives_no_pods_and_unchanged_start_series_no_starts() -> 
 
 @pytest.mark.skipif(not SAMPLES.is_dir(), reason="kubelet samples not present")
 @pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.txt")) if SAMPLES.is_dir() else [])
-def test_upstream_kubelet_samples_read_as_the_full_reader_reads_them(path: Path) -> None:
+def test_upstream_kubelet_samples_read_as_the_line_reader_reads_them(path: Path) -> None:
     body = path.read_bytes()
     try:
         expected = full(body)
@@ -108,9 +108,9 @@ def test_upstream_kubelet_samples_read_as_the_full_reader_reads_them(path: Path)
 
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
-def test_mutated_bodies_read_as_the_full_reader_reads_them(data: st.DataObject) -> None:
-    """Whenever the full reader takes a body, the rows are its rows; when it refuses one the
-    rows reader may only differ on lines of series it does not read."""
+def test_mutated_bodies_read_as_the_line_reader_reads_them(data: st.DataObject) -> None:
+    """Whenever the line reader takes a body, the rows are its rows; when it refuses one the
+    canonical path may only differ on lines of series it does not read."""
     source = data.draw(st.sampled_from(["farm", "model"]))
     base = farm().body(nodes()[0], T0) if source == "farm" else kubelet_body(POD_MODEL)
     body = bytearray(base)
@@ -159,7 +159,7 @@ def everything(store: UsageStore, names: list[str]) -> dict[str, Any]:
     }
 
 
-def test_the_store_gives_the_same_usage_from_rows_as_from_full_scrapes() -> None:
+def test_the_store_gives_the_same_usage_from_known_layouts_as_from_rows_read_afresh() -> None:
     names = nodes()
     by_scrape, by_rows = UsageStore(), UsageStore()
     rounds: list[tuple[float, dict[str, bytes]]] = []
@@ -176,7 +176,7 @@ def test_the_store_gives_the_same_usage_from_rows_as_from_full_scrapes() -> None
     fast_paths = 0
     for now, bodies in rounds:
         for name, body in bodies.items():
-            by_scrape.apply(name, parse_resource_metrics(body, default_time=now), now)
+            by_scrape.apply_rows(name, read_any_layout(body, default_time=now), now)
             rows = read_usage_rows(body, default_time=now, known=by_rows.known(name))
             fast_paths += rows.pods is None
             by_rows.apply_rows(name, rows, now)

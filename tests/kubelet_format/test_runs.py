@@ -22,7 +22,7 @@ from custom_metrics_server.kubelet_format.runs import (
     read_run_python,
     same_series,
 )
-from tests.kubelet_format.test_reader import POD_MODEL, kubelet_body
+from tests.kubelet_format.test_any_layout import POD_MODEL, kubelet_body
 from tests.kubelet_format.test_rows import SAMPLES, T0, content, farm, nodes
 
 HEADS = [

@@ -25,14 +25,7 @@ from custom_metrics_server.errors import (
     NotFound,
     StatusError,
 )
-from custom_metrics_server.kubelet_format.samples import (
-    ContainerSample,
-    CpuSample,
-    MemorySample,
-    NodeSample,
-    PodSample,
-    ResourceScrape,
-)
+from custom_metrics_server.kubelet_format.samples import UsageRows
 from custom_metrics_server.machinery.quantity import Format, format_quantity
 from custom_metrics_server.metrics_api.render import nanocores_quantity
 from custom_metrics_server.metrics_api.request import (
@@ -47,6 +40,7 @@ from custom_metrics_server.usage.store import UsageStore
 from custom_metrics_server.usage.values import ContainerResourceUsage, ResourceUsage
 from tests import kubeproto
 from tests.asgi import call, scope_for
+from tests.fakes.usage_rows import Container, usage_rows
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 OLD = T0 - 3600.0
@@ -86,19 +80,15 @@ def cluster() -> ClusterState:
     return state
 
 
-def containers(*rows: tuple[str, float, float, float]) -> dict[str, ContainerSample]:
+def containers(*rows: tuple[str, float, float, float]) -> dict[str, Container]:
     """(name, cpu seconds, time, memory) rows of one pod's sample."""
-    return {name: ContainerSample(cpu, at, memory, at, OLD) for name, cpu, at, memory in rows}
+    return {name: Container(cpu, at, memory, at, OLD) for name, cpu, at, memory in rows}
 
 
 def scrape(
-    pods: dict[tuple[str, str], dict[str, ContainerSample]], node: tuple[float, float, float]
-) -> ResourceScrape:
-    return ResourceScrape(
-        node=NodeSample(CpuSample(node[0], node[1]), MemorySample(node[2], node[1])),
-        pods={key: PodSample(None, None, rows) for key, rows in pods.items()},
-        scrape_error=False,
-    )
+    pods: dict[tuple[str, str], dict[str, Container]], node: tuple[float, float, float]
+) -> UsageRows:
+    return usage_rows(pods, node)
 
 
 def store() -> UsageStore:
@@ -106,7 +96,7 @@ def store() -> UsageStore:
     one sample. Windows: 15 s for n1's pods, 20.038 s for web-b's sidecar-less sample."""
     usage = UsageStore()
     t1, t2 = T0, T0 + 15.0
-    usage.apply(
+    usage.apply_rows(
         "n1",
         scrape(
             {
@@ -118,7 +108,7 @@ def store() -> UsageStore:
         ),
         t1,
     )
-    usage.apply(
+    usage.apply_rows(
         "n1",
         scrape(
             {
@@ -134,9 +124,9 @@ def store() -> UsageStore:
         ),
         t2,
     )
-    usage.apply("n2", scrape({}, (1.0, t1, 2**30)), t1)
-    usage.apply("n2", scrape({}, (61.0, t1 + 60.0, 2**30)), t1 + 60.0)
-    usage.apply("n3", scrape({}, (1.0, t1, 2**30)), t1)
+    usage.apply_rows("n2", scrape({}, (1.0, t1, 2**30)), t1)
+    usage.apply_rows("n2", scrape({}, (61.0, t1 + 60.0, 2**30)), t1 + 60.0)
+    usage.apply_rows("n3", scrape({}, (1.0, t1, 2**30)), t1)
     return usage
 
 
@@ -226,12 +216,12 @@ def test_two_samples_of_every_container_are_needed() -> None:
 
 def test_a_container_whose_counter_went_back_is_left_out() -> None:
     usage = UsageStore()
-    usage.apply(
+    usage.apply_rows(
         "n",
         scrape({("ns", "p"): containers(("a", 5.0, T0, 1.0), ("b", 9.0, T0, 1.0))}, (1.0, T0, 1.0)),
         T0,
     )
-    usage.apply(
+    usage.apply_rows(
         "n",
         scrape(
             {("ns", "p"): containers(("a", 6.0, T0 + 10, 2.0), ("b", 1.0, T0 + 10, 2.0))},
@@ -419,7 +409,7 @@ def test_memoised_pod_items_equal_a_fresh_api_s_through_scrapes(seed: int) -> No
             at += 15.0
             for name in rng.sample(names, rng.randint(1, len(names))):
                 cpu[name] += rng.random()
-            usage.apply(
+            usage.apply_rows(
                 "n1",
                 scrape(
                     {("ns", n): containers(("app", cpu[n], at, 2**20 * cpu[n])) for n in names},
@@ -665,7 +655,7 @@ def test_memoised_usage_and_items_follow_new_scrapes_and_labels() -> None:
     assert usage.pod_resource_usage("other", "db") is usage.pod_resource_usage("other", "db")
     assert first["containers"][0]["usage"]["cpu"] == "2"  # 30 core-seconds over 15 s
     t3 = T0 + 30.0
-    usage.apply(
+    usage.apply_rows(
         "n1",
         scrape(
             {

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from tests.fakes.cri_runtime import FakeCriRuntime, world_from_summary
 from tests.node_agent.samples import CASES, families, go_order, sample_path
 
@@ -126,7 +126,7 @@ async def test_serves_the_kubelet_body_healthz_and_own_metrics(
             assert _swapless_host()
             for name in swap - set(families(sample)):
                 assert all(line.split()[1] == "0" for line in families(body)[name].splitlines()[2:])
-        scrape = parse_resource_metrics(response.content, default_time=time.time())
+        scrape = read_usage_rows(response.content, default_time=time.time())
         assert scrape.node is not None
         assert abs(scrape.node.cpu.timestamp - time.time()) < 60
         assert (await client.get("/healthz")).text == "ok"

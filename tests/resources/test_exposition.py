@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import pytest
@@ -20,10 +21,9 @@ from custom_metrics_server.resources.exposition import (
     LIMIT_HELP,
     REQUEST_HELP,
     PodResourceRow,
-    PodResources,
     render_pod_resource_metrics,
-    render_pod_resources,
 )
+from custom_metrics_server.resources.exposition_stream import stream_pod_resources
 
 # --- rendering ----------------------------------------------------------------------------
 
@@ -229,6 +229,23 @@ def test_rendered_text_parses_back_with_prometheus_client_to_the_same_series(
 Labels = tuple[str, str, str, str, str]
 
 
+@dataclass(frozen=True)
+class Record:
+    """A pod's record as the stream reads it."""
+
+    namespace: str
+    name: str
+    node: str
+    scheduler: str
+    priority: str
+    metric_requests: dict[str, float]
+    metric_limits: dict[str, float]
+
+
+def streamed(records: list[Record], chunk_bytes: int = 64) -> bytes:
+    return b"".join(stream_pod_resources(records, unit=unit_of, chunk_bytes=chunk_bytes))
+
+
 def records_of(table: dict[tuple[str, ...], float]) -> dict[Labels, dict[str, float]]:
     """Per-pod request maps from a (namespace, pod, node, scheduler, priority, resource)
     table."""
@@ -244,39 +261,36 @@ def unit_of(resource: str) -> str:
 
 @settings(max_examples=150, deadline=None)
 @given(requests=rows_strategy, limits=rows_strategy, repeat=st.booleans())
-def test_rendering_per_pod_records_gives_the_same_bytes_as_rows(
+def test_streaming_per_pod_records_gives_the_same_bytes_as_rows(
     requests: dict[tuple[str, ...], float], limits: dict[tuple[str, ...], float], repeat: bool
 ) -> None:
     request_pods, limit_pods = records_of(requests), records_of(limits)
     records = [
-        PodResources(*key, request_pods.get(key, {}), limit_pods.get(key, {}))
+        Record(*key, request_pods.get(key, {}), limit_pods.get(key, {}))
         for key in request_pods.keys() | limit_pods.keys()
     ]
     if repeat and records:
         # The same pod given twice with disjoint resources: still one sorted family.
-        first = records[0]
-        records.append(first._replace(requests={"zz-extra": 1.0}, limits={}))
+        records.append(replace(records[0], metric_requests={"zz-extra": 1.0}, metric_limits={}))
     rows_requests = [
-        PodResourceRow(r.namespace, r.pod, r.node, r.scheduler, r.priority, res, unit_of(res), v)
+        PodResourceRow(r.namespace, r.name, r.node, r.scheduler, r.priority, res, unit_of(res), v)
         for r in records
-        for res, v in r.requests.items()
+        for res, v in r.metric_requests.items()
     ]
     rows_limits = [
-        PodResourceRow(r.namespace, r.pod, r.node, r.scheduler, r.priority, res, unit_of(res), v)
+        PodResourceRow(r.namespace, r.name, r.node, r.scheduler, r.priority, res, unit_of(res), v)
         for r in records
-        for res, v in r.limits.items()
+        for res, v in r.metric_limits.items()
     ]
-    assert render_pod_resources(records, unit=unit_of) == render_pod_resource_metrics(
-        rows_requests, rows_limits
-    )
+    assert streamed(records) == render_pod_resource_metrics(rows_requests, rows_limits)
 
 
-def test_rendering_per_pod_records_sorts_pods_and_their_resources() -> None:
+def test_streaming_per_pod_records_sorts_pods_and_their_resources() -> None:
     records = [
-        PodResources("ns", "b", "n1", "default-scheduler", "0", {"memory": 2.0, "cpu": 1.0}, {}),
-        PodResources("ns", "a", "n1", "default-scheduler", "0", {"cpu": 0.5}, {"cpu": 0.0}),
+        Record("ns", "b", "n1", "default-scheduler", "0", {"memory": 2.0, "cpu": 1.0}, {}),
+        Record("ns", "a", "n1", "default-scheduler", "0", {"cpu": 0.5}, {"cpu": 0.0}),
     ]
-    text = render_pod_resources(records, unit=unit_of).decode()
+    text = streamed(records).decode()
     assert "kube_pod_resource_limit" not in text
     series = [line.split("{", 1)[1] for line in text.splitlines() if not line.startswith("#")]
     found = [re.findall(r'pod="(\w)".*resource="(\w+)"', s) for s in series]

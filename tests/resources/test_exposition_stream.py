@@ -1,12 +1,13 @@
-"""Tests for resources.exposition_stream: the streamed ``/metrics/resources`` body is the whole-
-body renderer's, byte for byte, in bounded chunks, over a snapshot taken at the first chunk;
-and the server sends it in several ASGI body messages."""
+"""Tests for resources.exposition_stream: the streamed ``/metrics/resources`` body is the rows
+renderer's (resources.exposition, which tests/resources/test_exposition.py pins to
+kube-scheduler's bytes), byte for byte, in bounded chunks, over a snapshot taken at the first
+chunk; and the server sends it in several ASGI body messages."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -22,12 +23,40 @@ from custom_metrics_server.backends.kubernetes.state_exposition import (
 )
 from custom_metrics_server.cluster_state.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.resources import exposition_stream
-from custom_metrics_server.resources.exposition import PodResources, render_pod_resources
-from custom_metrics_server.resources.exposition_stream import stream_pod_resources
+from custom_metrics_server.resources.exposition import PodResourceRow, render_pod_resource_metrics
+from custom_metrics_server.resources.exposition_stream import (
+    PodResourceRecord,
+    stream_pod_resources,
+)
 from custom_metrics_server.resources.lifecycle import resource_unit
 from custom_metrics_server.server.app import AppSettings, create_app
 from custom_metrics_server.server.observability import EXPOSITION_CONTENT_TYPE
 from tests.fakes.envelope_world import make_node, make_pod, namespace_name, plan_world, scale_shape
+
+
+def _rows(pods: Iterable[PodResourceRecord], *, limits: bool) -> Iterator[PodResourceRow]:
+    for pod in pods:
+        for resource, value in (pod.metric_limits if limits else pod.metric_requests).items():
+            yield PodResourceRow(
+                pod.namespace,
+                pod.name,
+                pod.node,
+                pod.scheduler,
+                pod.priority,
+                resource,
+                resource_unit(resource),
+                float(value),
+            )
+
+
+def rendered(pods: Iterable[PodResourceRecord]) -> bytes:
+    """The body by the rows renderer, independently of the stream's grouped form."""
+    listed = list(pods)
+    return render_pod_resource_metrics(_rows(listed, limits=False), _rows(listed, limits=True))
+
+
+def counted(state: ClusterState) -> list[PodResourceRecord]:
+    return [p for p in state.pods.values() if p.lifecycle != "Completed"]
 
 
 def world(pods: int) -> ClusterState:
@@ -54,12 +83,12 @@ def cluster() -> ClusterState:
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 4096, 10**9])
-def test_the_streamed_body_is_the_whole_body_renderer_s(
+def test_the_streamed_body_is_the_rows_renderer_s(
     cluster: ClusterState, chunk_bytes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Small groups too: the big namespace (1,000 pods) is then split by node.
     monkeypatch.setattr(exposition_stream, "_GROUP_PODS", 50)
-    old = render_state_exposition(cluster)
+    old = rendered(counted(cluster))
     chunks = list(
         stream_pod_resources(
             (p for p in cluster.pods.values() if p.lifecycle != "Completed"),
@@ -77,9 +106,9 @@ def test_the_streamed_body_is_the_whole_body_renderer_s(
         assert max(len(chunk) for chunk in chunks) < chunk_bytes + 50 * 4 * 200
 
 
-def test_the_server_s_stream_is_the_old_body_in_chunks_of_256_kib(cluster: ClusterState) -> None:
+def test_the_server_s_stream_is_the_body_in_chunks_of_256_kib(cluster: ClusterState) -> None:
     chunks = list(stream_state_exposition(cluster))
-    assert b"".join(chunks) == render_state_exposition(cluster)
+    assert b"".join(chunks) == render_state_exposition(cluster) == rendered(counted(cluster))
     assert len(chunks) > 4
     # 256 KiB, plus at most one group: 256 pods of a namespace, or its pods on one node.
     assert all(len(chunk) < 512 * 1024 for chunk in chunks)
@@ -87,7 +116,7 @@ def test_the_server_s_stream_is_the_old_body_in_chunks_of_256_kib(cluster: Clust
 
 def test_the_body_is_the_state_when_the_first_chunk_was_asked_for() -> None:
     state = world(600)
-    before = render_state_exposition(state)
+    before = rendered(counted(state))
     chunks = stream_pod_resources(
         (p for p in state.pods.values() if p.lifecycle != "Completed"),
         unit=resource_unit,
@@ -102,7 +131,7 @@ def test_the_body_is_the_state_when_the_first_chunk_was_asked_for() -> None:
     extra["metadata"]["name"] = "zz-late"
     state.apply(PODS, extra)
     assert first + b"".join(chunks) == before
-    assert render_state_exposition(state) != before
+    assert rendered(counted(state)) != before
 
 
 def test_an_empty_cluster_streams_no_chunk() -> None:
@@ -144,21 +173,7 @@ _POD = st.builds(
 def test_any_pods_stream_the_renderer_s_bytes(pods: list[Pod], group_pods: int) -> None:
     # Escapes, values sorting before '"', pods given twice, zeros, empty families: the
     # stream falls back where it must and is otherwise the grouped form, both exact.
-    old = render_pod_resources(
-        (
-            PodResources(
-                p.namespace,
-                p.name,
-                p.node,
-                p.scheduler,
-                p.priority,
-                {k: float(v) for k, v in p.metric_requests.items()},
-                {k: float(v) for k, v in p.metric_limits.items()},
-            )
-            for p in pods
-        ),
-        unit=resource_unit,
-    )
+    old = rendered(pods)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(exposition_stream, "_GROUP_PODS", group_pods)
         chunks = list(stream_pod_resources(iter(pods), unit=resource_unit, chunk_bytes=64))

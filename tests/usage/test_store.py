@@ -9,42 +9,27 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
-from custom_metrics_server.kubelet_format.samples import (
-    ContainerSample,
-    CpuSample,
-    MemorySample,
-    NodeSample,
-    PodSample,
-    ResourceScrape,
-)
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
+from custom_metrics_server.kubelet_format.samples import CpuSample, UsageRows
 from custom_metrics_server.usage.store import FRESH_CONTAINER_MIN_AGE, UsageStore, cpu_rate
 from custom_metrics_server.usage.values import MemoryUsage, NodeUsage, PodUsage, Rate
+from tests.fakes.usage_rows import Container, usage_rows
 
 T0 = 1_700_000_000.0
 OLD_START = T0 - 3600.0  # started long ago: no synthetic previous point
 
 
-def c(
-    cpu: float, at: float, memory: float = 100.0, start: float | None = OLD_START
-) -> ContainerSample:
+def c(cpu: float, at: float, memory: float = 100.0, start: float | None = OLD_START) -> Container:
     """A container sample whose cpu and memory share the timestamp ``at``."""
-    return ContainerSample(cpu, at, memory, at, start)
+    return Container(cpu, at, memory, at, start)
 
 
 def scrape(
-    pods: dict[tuple[str, str], dict[str, ContainerSample]] | None = None,
+    pods: dict[tuple[str, str], dict[str, Container]] | None = None,
     node: tuple[float, float, float] | None = None,
-) -> ResourceScrape:
-    """A scrape; ``node`` is (cpu seconds, time, memory)."""
-    node_sample = None
-    if node is not None:
-        node_sample = NodeSample(CpuSample(node[0], node[1]), MemorySample(node[2], node[1]))
-    return ResourceScrape(
-        node=node_sample,
-        pods={key: PodSample(None, None, containers) for key, containers in (pods or {}).items()},
-        scrape_error=False,
-    )
+) -> UsageRows:
+    """A scrape's rows; ``node`` is (cpu seconds, time, memory)."""
+    return usage_rows(pods or {}, node)
 
 
 P = ("ns", "p")
@@ -99,9 +84,9 @@ def test_rates_are_delta_over_window_for_any_counter(
 
 def test_a_pod_has_no_usage_until_its_containers_have_two_samples() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(10.0, T0, 50.0), "b": c(1.0, T0, 7.0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(10.0, T0, 50.0), "b": c(1.0, T0, 7.0)}}), T0)
     assert store.pod_usage(*P) is None
-    store.apply(
+    store.apply_rows(
         "n1", scrape({P: {"a": c(25.0, T0 + 15, 60.0), "b": c(4.0, T0 + 15, 8.0)}}), T0 + 15
     )
     assert store.pod_usage(*P) == PodUsage(1.0 + 0.2, 68.0, T0 + 15, 15.0)
@@ -111,35 +96,35 @@ def test_a_pod_s_memory_is_there_after_one_sample() -> None:
     """Memory is a gauge: the pod's working set (all its containers) from the first scrape,
     timed by the earliest container, while its CPU rate still needs a second."""
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(10.0, T0 + 1, 50.0), "b": c(1.0, T0, 7.0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(10.0, T0 + 1, 50.0), "b": c(1.0, T0, 7.0)}}), T0)
     assert store.pod_usage(*P) is None
     assert store.pod_resource_usage(*P) is None  # the PodMetrics wait for CPU too
     assert store.pod_memory(*P) == MemoryUsage(57.0, T0)
     generation = store.generation
-    store.apply(
+    store.apply_rows(
         "n1", scrape({P: {"a": c(25.0, T0 + 15, 60.0), "b": c(4.0, T0 + 15, 8.0)}}), T0 + 15
     )
     assert store.generation > generation
     assert store.pod_memory(*P) == MemoryUsage(68.0, T0 + 15)  # the usage's own
     # A container whose memory is not reported: no memory for the pod.
-    store.apply("n2", scrape({("ns", "q"): {"a": c(1.0, T0, math.nan)}}), T0)
+    store.apply_rows("n2", scrape({("ns", "q"): {"a": c(1.0, T0, math.nan)}}), T0)
     assert store.pod_memory("ns", "q") is None
     assert store.pod_memory("ns", "nope") is None
 
 
 def test_a_container_new_in_the_pod_holds_the_pod_back_until_it_has_two_samples() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(10.0, T0)}}), T0)
-    store.apply("n1", scrape({P: {"a": c(20.0, T0 + 10), "b": c(5.0, T0 + 10)}}), T0 + 10)
+    store.apply_rows("n1", scrape({P: {"a": c(10.0, T0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(20.0, T0 + 10), "b": c(5.0, T0 + 10)}}), T0 + 10)
     assert store.pod_usage(*P) is None
-    store.apply("n1", scrape({P: {"a": c(30.0, T0 + 20), "b": c(6.0, T0 + 20)}}), T0 + 20)
+    store.apply_rows("n1", scrape({P: {"a": c(30.0, T0 + 20), "b": c(6.0, T0 + 20)}}), T0 + 20)
     assert store.pod_usage(*P) == PodUsage(1.0 + 0.1, 200.0, T0 + 20, 10.0)
 
 
 def test_the_pod_timestamp_and_window_are_its_earliest_container_s() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(0.0 + 1, T0), "b": c(1.0, T0 + 2)}}), T0)
-    store.apply("n1", scrape({P: {"a": c(11.0, T0 + 10), "b": c(5.0, T0 + 14)}}), T0 + 15)
+    store.apply_rows("n1", scrape({P: {"a": c(0.0 + 1, T0), "b": c(1.0, T0 + 2)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(11.0, T0 + 10), "b": c(5.0, T0 + 14)}}), T0 + 15)
     usage = store.pod_usage(*P)
     assert usage is not None
     assert (usage.timestamp, usage.window) == (T0 + 10, 10.0)
@@ -148,8 +133,8 @@ def test_the_pod_timestamp_and_window_are_its_earliest_container_s() -> None:
 
 def test_a_container_without_start_time_keeps_its_history() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(1.0, T0, start=None)}}), T0)
-    store.apply("n1", scrape({P: {"a": c(2.0, T0 + 10, start=None)}}), T0 + 10)
+    store.apply_rows("n1", scrape({P: {"a": c(1.0, T0, start=None)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(2.0, T0 + 10, start=None)}}), T0 + 10)
     assert store.pod_usage(*P) == PodUsage(0.1, 100.0, T0 + 10, 10.0)
 
 
@@ -158,22 +143,22 @@ def test_a_container_without_start_time_keeps_its_history() -> None:
 
 def test_a_repeated_point_keeps_the_previous_one_and_changes_nothing() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(1.0, T0)}}), T0)
-    store.apply("n1", scrape({P: {"a": c(3.0, T0 + 10)}}), T0 + 10)
+    store.apply_rows("n1", scrape({P: {"a": c(1.0, T0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(3.0, T0 + 10)}}), T0 + 10)
     before, generation = store.pod_usage(*P), store.generation
-    store.apply("n1", scrape({P: {"a": c(3.0, T0 + 10)}}), T0 + 15)  # kubelet cache
+    store.apply_rows("n1", scrape({P: {"a": c(3.0, T0 + 10)}}), T0 + 15)  # kubelet cache
     assert store.pod_usage(*P) == before == PodUsage(0.2, 100.0, T0 + 10, 10.0)
     assert store.generation == generation
-    store.apply("n1", scrape({P: {"a": c(6.0, T0 + 20)}}), T0 + 20)
+    store.apply_rows("n1", scrape({P: {"a": c(6.0, T0 + 20)}}), T0 + 20)
     assert store.pod_usage(*P) == PodUsage(0.3, 100.0, T0 + 20, 10.0)
     assert store.generation == generation + 1
 
 
 def test_a_point_older_than_the_previous_one_leaves_the_pod_without_usage() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(1.0, T0)}}), T0)
-    store.apply("n1", scrape({P: {"a": c(3.0, T0 + 10)}}), T0 + 10)
-    store.apply("n1", scrape({P: {"a": c(0.5, T0 - 5)}}), T0 + 15)
+    store.apply_rows("n1", scrape({P: {"a": c(1.0, T0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(3.0, T0 + 10)}}), T0 + 10)
+    store.apply_rows("n1", scrape({P: {"a": c(0.5, T0 - 5)}}), T0 + 15)
     assert store.pod_usage(*P) is None
 
 
@@ -182,25 +167,25 @@ def test_a_point_older_than_the_previous_one_leaves_the_pod_without_usage() -> N
 
 def test_a_restarted_container_drops_its_history_until_it_has_two_new_samples() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(100.0, T0)}}), T0)
-    store.apply("n1", scrape({P: {"a": c(110.0, T0 + 60)}}), T0 + 60)
+    store.apply_rows("n1", scrape({P: {"a": c(100.0, T0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(110.0, T0 + 60)}}), T0 + 60)
     assert store.pod_usage(*P) is not None
     restarted = T0 + 65  # after the stored point: a new container instance
-    store.apply("n1", scrape({P: {"a": c(20.0, T0 + 120, start=restarted)}}), T0 + 120)
+    store.apply_rows("n1", scrape({P: {"a": c(20.0, T0 + 120, start=restarted)}}), T0 + 120)
     assert store.pod_usage(*P) is None
-    store.apply("n1", scrape({P: {"a": c(26.0, T0 + 180, start=restarted)}}), T0 + 180)
+    store.apply_rows("n1", scrape({P: {"a": c(26.0, T0 + 180, start=restarted)}}), T0 + 180)
     assert store.pod_usage(*P) == PodUsage(0.1, 100.0, T0 + 180, 60.0)
 
 
 def test_a_counter_that_goes_back_without_a_restart_skips_the_container_as_upstream() -> None:
     store = UsageStore()
     pod = {"a": c(100.0, T0, 10.0), "b": c(5.0, T0, 20.0)}
-    store.apply("n1", scrape({P: pod}), T0)
-    store.apply(
+    store.apply_rows("n1", scrape({P: pod}), T0)
+    store.apply_rows(
         "n1", scrape({P: {"a": c(50.0, T0 + 10, 11.0), "b": c(6.0, T0 + 10, 21.0)}}), T0 + 10
     )
     assert store.pod_usage(*P) == PodUsage(0.1, 21.0, T0 + 10, 10.0)  # only b counted
-    store.apply(
+    store.apply_rows(
         "n1", scrape({P: {"a": c(51.0, T0 + 20, 12.0), "b": c(7.0, T0 + 20, 22.0)}}), T0 + 20
     )
     assert store.pod_usage(*P) == PodUsage(0.2, 34.0, T0 + 20, 10.0)  # a is back
@@ -208,21 +193,21 @@ def test_a_counter_that_goes_back_without_a_restart_skips_the_container_as_upstr
 
 def test_a_pod_whose_every_container_is_skipped_has_no_usage() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(100.0, T0)}}), T0)
-    store.apply("n1", scrape({P: {"a": c(50.0, T0 + 10)}}), T0 + 10)
+    store.apply_rows("n1", scrape({P: {"a": c(100.0, T0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(50.0, T0 + 10)}}), T0 + 10)
     assert store.pod_usage(*P) is None
 
 
 def test_a_start_time_that_goes_back_skips_the_container() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(1.0, T0, start=T0 - 100)}}), T0)
-    store.apply("n1", scrape({P: {"a": c(2.0, T0 + 10, start=T0 - 200)}}), T0 + 10)
+    store.apply_rows("n1", scrape({P: {"a": c(1.0, T0, start=T0 - 100)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(2.0, T0 + 10, start=T0 - 200)}}), T0 + 10)
     assert store.pod_usage(*P) is None
 
 
 def test_a_fresh_container_gets_usage_from_its_start_after_one_sample() -> None:
     store = UsageStore(metric_resolution=15.0)
-    store.apply("n1", scrape({P: {"a": c(6.0, T0, start=T0 - 12.0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(6.0, T0, start=T0 - 12.0)}}), T0)
     assert store.pod_usage(*P) == PodUsage(0.5, 100.0, T0, 12.0)
 
 
@@ -235,7 +220,7 @@ def test_a_fresh_container_gets_usage_from_its_start_after_one_sample() -> None:
 )
 def test_only_containers_started_within_one_resolution_get_a_synthetic_point(age: float) -> None:
     store = UsageStore(metric_resolution=15.0)
-    store.apply("n1", scrape({P: {"a": c(6.0, T0, start=T0 - age)}}), T0)
+    store.apply_rows("n1", scrape({P: {"a": c(6.0, T0, start=T0 - age)}}), T0)
     assert store.pod_usage(*P) is None
 
 
@@ -244,17 +229,17 @@ def test_only_containers_started_within_one_resolution_get_a_synthetic_point(age
 
 def test_node_usage_needs_two_samples_and_follows_the_same_rules() -> None:
     store = UsageStore()
-    store.apply("n1", scrape(node=(100.0, T0, 1e9)), T0)
+    store.apply_rows("n1", scrape(node=(100.0, T0, 1e9)), T0)
     assert store.node_usage("n1") is None
-    store.apply("n1", scrape(node=(130.0, T0 + 15, 2e9)), T0 + 15)
+    store.apply_rows("n1", scrape(node=(130.0, T0 + 15, 2e9)), T0 + 15)
     assert store.node_usage("n1") == NodeUsage(2.0, 2e9, T0 + 15, 15.0)
-    store.apply("n1", scrape(node=(130.0, T0 + 15, 2e9)), T0 + 20)  # cached point
+    store.apply_rows("n1", scrape(node=(130.0, T0 + 15, 2e9)), T0 + 20)  # cached point
     assert store.node_usage("n1") == NodeUsage(2.0, 2e9, T0 + 15, 15.0)
-    store.apply("n1", scrape(node=(10.0, T0 + 30, 2e9)), T0 + 30)  # node counter reset
+    store.apply_rows("n1", scrape(node=(10.0, T0 + 30, 2e9)), T0 + 30)  # node counter reset
     assert store.node_usage("n1") is None
-    store.apply("n1", scrape(node=(25.0, T0 + 45, 3e9)), T0 + 45)
+    store.apply_rows("n1", scrape(node=(25.0, T0 + 45, 3e9)), T0 + 45)
     assert store.node_usage("n1") == NodeUsage(1.0, 3e9, T0 + 45, 15.0)
-    store.apply("n1", scrape(), T0 + 60)  # the node's own sample went missing
+    store.apply_rows("n1", scrape(), T0 + 60)  # the node's own sample went missing
     assert store.node_usage("n1") is None
 
 
@@ -269,14 +254,14 @@ def test_unknown_nodes_and_pods_have_no_usage() -> None:
 
 
 def two_scrapes(store: UsageStore, node: str, pods: list[tuple[str, str]], at: float) -> None:
-    store.apply(node, scrape({p: {"a": c(1.0, at)} for p in pods}), at)
-    store.apply(node, scrape({p: {"a": c(2.0, at + 10)} for p in pods}), at + 10)
+    store.apply_rows(node, scrape({p: {"a": c(1.0, at)} for p in pods}), at)
+    store.apply_rows(node, scrape({p: {"a": c(2.0, at + 10)} for p in pods}), at + 10)
 
 
 def test_a_pod_missing_from_its_node_s_next_scrape_is_gone() -> None:
     store = UsageStore()
     two_scrapes(store, "n1", [P, ("ns", "q")], T0)
-    store.apply("n1", scrape({("ns", "q"): {"a": c(3.0, T0 + 20)}}), T0 + 20)
+    store.apply_rows("n1", scrape({("ns", "q"): {"a": c(3.0, T0 + 20)}}), T0 + 20)
     assert store.pod_usage(*P) is None
     assert store.pod_node(*P) is None
     assert store.pod_usage("ns", "q") is not None
@@ -285,26 +270,26 @@ def test_a_pod_missing_from_its_node_s_next_scrape_is_gone() -> None:
 def test_pods_without_complete_containers_are_not_stored() -> None:
     store = UsageStore()
     two_scrapes(store, "n1", [P], T0)
-    store.apply("n1", scrape({P: {}}), T0 + 20)
+    store.apply_rows("n1", scrape({P: {}}), T0 + 20)
     assert store.pod_usage(*P) is None
 
 
 def test_a_pod_that_moves_node_follows_the_node_that_reported_it_last() -> None:
     store = UsageStore()
     two_scrapes(store, "n1", [P], T0)
-    store.apply("n2", scrape({P: {"a": c(0.5, T0 + 30, start=T0 + 25)}}), T0 + 30)
+    store.apply_rows("n2", scrape({P: {"a": c(0.5, T0 + 30, start=T0 + 25)}}), T0 + 30)
     assert store.pod_node(*P) == "n2"
     assert store.pod_usage(*P) is None  # the new instance has one sample
-    store.apply("n1", scrape(), T0 + 35)  # n1 stops listing it: n2's record stays
+    store.apply_rows("n1", scrape(), T0 + 35)  # n1 stops listing it: n2's record stays
     assert store.pod_node(*P) == "n2"
-    store.apply("n2", scrape({P: {"a": c(1.5, T0 + 40, start=T0 + 25)}}), T0 + 40)
+    store.apply_rows("n2", scrape({P: {"a": c(1.5, T0 + 40, start=T0 + 25)}}), T0 + 40)
     assert store.pod_usage(*P) == PodUsage(0.1, 100.0, T0 + 40, 10.0)
 
 
 def test_forget_node_drops_its_pods_and_node_usage() -> None:
     store = UsageStore()
     two_scrapes(store, "n1", [P], T0)
-    store.apply("n1", scrape({P: {"a": c(3.0, T0 + 20)}}, node=(1.0, T0, 1.0)), T0 + 20)
+    store.apply_rows("n1", scrape({P: {"a": c(3.0, T0 + 20)}}, node=(1.0, T0, 1.0)), T0 + 20)
     generation = store.generation
     assert store.forget_node("n1") is True
     assert store.pod_usage(*P) is None
@@ -329,18 +314,18 @@ def test_nodes_that_stopped_answering_age_out() -> None:
 def test_generation_moves_only_when_published_values_change() -> None:
     store = UsageStore()
     start = store.generation
-    store.apply("n1", scrape({P: {"a": c(1.0, T0)}}), T0)  # one sample: nothing published
+    store.apply_rows("n1", scrape({P: {"a": c(1.0, T0)}}), T0)  # one sample: nothing published
     assert store.generation == start
-    store.apply("n1", scrape({P: {"a": c(2.0, T0 + 10)}}), T0 + 10)
+    store.apply_rows("n1", scrape({P: {"a": c(2.0, T0 + 10)}}), T0 + 10)
     assert store.generation == start + 1
-    store.apply("n1", scrape(), T0 + 20)  # the pod is gone
+    store.apply_rows("n1", scrape(), T0 + 20)  # the pod is gone
     assert store.generation == start + 2
 
 
 def test_pod_usages_and_stats_walk_the_pods_with_usage() -> None:
     store = UsageStore()
     two_scrapes(store, "n1", [("ns", "a"), ("ns", "b")], T0)
-    store.apply("n2", scrape({("ns", "c"): {"a": c(1.0, T0)}}), T0)
+    store.apply_rows("n2", scrape({("ns", "c"): {"a": c(1.0, T0)}}), T0)
     walked = dict(store.pod_usages())
     assert set(walked) == {("ns", "a"), ("ns", "b")}
     assert walked["ns", "a"] == PodUsage(0.1, 100.0, T0 + 10, 10.0)
@@ -350,8 +335,8 @@ def test_pod_usages_and_stats_walk_the_pods_with_usage() -> None:
 
 def test_container_renames_within_a_pod_are_matched_by_name() -> None:
     store = UsageStore()
-    store.apply("n1", scrape({P: {"a": c(1.0, T0), "b": c(10.0, T0)}}), T0)
-    store.apply("n1", scrape({P: {"b": c(12.0, T0 + 10), "a": c(2.0, T0 + 10)}}), T0 + 10)
+    store.apply_rows("n1", scrape({P: {"a": c(1.0, T0), "b": c(10.0, T0)}}), T0)
+    store.apply_rows("n1", scrape({P: {"b": c(12.0, T0 + 10), "a": c(2.0, T0 + 10)}}), T0 + 10)
     assert store.pod_usage(*P) == PodUsage(0.1 + 0.2, 200.0, T0 + 10, 10.0)
 
 
@@ -367,10 +352,8 @@ def test_usage_from_parsed_kubelet_bodies_end_to_end() -> None:
         ).encode()
 
     store = UsageStore()
-    store.apply("n1", parse_resource_metrics(body(12.5, 1_700_000_000_000), default_time=0), T0)
-    store.apply(
-        "n1", parse_resource_metrics(body(14.0, 1_700_000_015_000), default_time=0), T0 + 15
-    )
+    store.apply_rows("n1", read_usage_rows(body(12.5, 1_700_000_000_000), default_time=0), T0)
+    store.apply_rows("n1", read_usage_rows(body(14.0, 1_700_000_015_000), default_time=0), T0 + 15)
     pod, node = store.pod_usage("ns", "p"), store.node_usage("n1")
     assert pod is not None
     assert node is not None

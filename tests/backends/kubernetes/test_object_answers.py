@@ -22,7 +22,7 @@ from custom_metrics_server.backends.kubernetes.metrics import (
 )
 from custom_metrics_server.cluster_state.records import NAMESPACES, NODES, PODS, ClusterState
 from custom_metrics_server.domain import BackendRequest, GroupResource, MetricInfo, Sample
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.usage.store import UsageStore
 
@@ -97,7 +97,7 @@ def scrape(store: UsageStore, node: str, now: float, cpu_seconds: float) -> None
         if where == node
     ]
     body = kubelet_exposition(containers, node_cpu_seconds=cpu_seconds, node_memory=2**30, now=now)
-    store.apply(node, parse_resource_metrics(body, default_time=now), now)
+    store.apply_rows(node, read_usage_rows(body, default_time=now), now)
 
 
 def warm_store() -> UsageStore:

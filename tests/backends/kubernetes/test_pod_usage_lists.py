@@ -31,7 +31,7 @@ from custom_metrics_server.domain import (
     Sample,
     TimedSamples,
 )
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.machinery.journal import Journal
 from custom_metrics_server.machinery.label_parser import parse_selector
 from custom_metrics_server.usage.store import UsageStore
@@ -77,7 +77,7 @@ def scrape(store: UsageStore, where: dict[str, str], node: str, now: float, used
         if at == node
     ]
     body = kubelet_exposition(containers, node_cpu_seconds=used, node_memory=2**30, now=now)
-    store.apply(node, parse_resource_metrics(body, default_time=now), now)
+    store.apply_rows(node, read_usage_rows(body, default_time=now), now)
 
 
 def request(state: ClusterState, metric: str) -> BackendRequest:

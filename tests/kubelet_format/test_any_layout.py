@@ -1,9 +1,11 @@
-"""Tests for kubelet_format.reader (with its scanner, kubelet_format.columns, and the per-line
-grammar, kubelet_format.lines).
+"""Tests for metrics-server's decode rules in the kubelet reader: kubelet_format.rows (the
+production reader, ``read_usage_rows``) and the path it takes for bodies not in the kubelet's
+layout, kubelet_format.any_layout (with the per-line grammar, kubelet_format.lines).
 
-Parsing is checked against what the real metrics-server decoded from upstream's own kubelet
-samples (``../shared/reference/kubelet-samples/decoded.json``), against itself (the C-level
-fast path and the per-line parser must agree on every input) and for its error contract.
+Every body goes through ``read_usage_rows``. It is checked against what the real
+metrics-server decoded from upstream's own kubelet samples (``tests/fixtures/kubelet-samples/
+decoded.json``), against itself (the canonical path and the line reader must agree on every
+input) and for its error contract.
 """
 
 from __future__ import annotations
@@ -21,17 +23,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from custom_metrics_server.kubelet_format.reader import parse_resource_metrics
+from custom_metrics_server.kubelet_format.any_layout import read_any_layout
+from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.kubelet_format.samples import (
-    ContainerSample,
     CpuSample,
     MemorySample,
     PodKey,
-    ResourceScrape,
+    UsageRows,
 )
 
-# A copy of ../shared/reference/kubelet-samples (upstream test data) is kept in the repo so
-# the comparison always runs, also where shared/ is not beside the checkout.
+# Upstream's kubelet samples (metrics-server's test data), kept in the repo.
 SAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "kubelet-samples"
 DECODED: dict[str, Any] = (
     json.loads((SAMPLES / "decoded.json").read_text()) if SAMPLES.is_dir() else {"samples": []}
@@ -50,9 +51,38 @@ def default_time_of(sample: dict[str, Any]) -> float:
     return datetime.fromisoformat(sample["decode_call"]["default_time"]).timestamp()
 
 
-def container_pods(scrape: ResourceScrape) -> dict[PodKey, dict[str, ContainerSample]]:
-    """The pods metrics-server's decodeBatch would return, with their containers."""
-    return {key: pod.containers for key, pod in scrape.pods.items() if pod.containers}
+Row = tuple[float, float, float, float | None]
+"""A container's row: CPU seconds, the CPU sample's time, working set, start time (None: not
+reported)."""
+
+
+def container_pods(rows: UsageRows) -> dict[PodKey, dict[str, Row]]:
+    """The pods metrics-server's decodeBatch would return, with their containers' rows."""
+    assert rows.pods is not None
+    assert rows.containers is not None
+    assert rows.starts is not None
+    pods: dict[PodKey, dict[str, Row]] = {}
+    for pod, name, cpu, when, memory, start in zip(
+        rows.pods, rows.containers, rows.cpu, rows.times, rows.memory, rows.starts, strict=True
+    ):
+        assert name not in pods.get(pod, {})
+        pods.setdefault(pod, {})[name] = (cpu, when, memory, None if math.isnan(start) else start)
+    return pods
+
+
+def read(body: bytes, default_time: float) -> UsageRows:
+    """``read_usage_rows`` of ``body``, checked to agree with the line reader (the same
+    pods, values and errors)."""
+    try:
+        expected = read_any_layout(body, default_time=default_time)
+    except ValueError as err:
+        with pytest.raises(ValueError, match=re.escape(str(err))):
+            read_usage_rows(body, default_time=default_time)
+        raise
+    rows = read_usage_rows(body, default_time=default_time)
+    assert container_pods(rows) == container_pods(expected)
+    assert (rows.node, rows.scrape_error) == (expected.node, expected.scrape_error)
+    return rows
 
 
 # --- against metrics-server's own decoding ------------------------------------------------
@@ -66,9 +96,9 @@ def test_every_kubelet_sample_decodes_as_metrics_server_decodes_it(sample: dict[
     if expected["error"] is not None:
         # Upstream refuses the whole body; so do we, naming the same problem.
         with pytest.raises(ValueError, match="expected timestamp or new record"):
-            parse_resource_metrics(body, default_time=default_time_of(sample))
+            read(body, default_time_of(sample))
         return
-    scrape = parse_resource_metrics(body, default_time=default_time_of(sample))
+    scrape = read(body, default_time_of(sample))
     nodes = expected["batch"]["nodes"]
     if nodes:
         want = nodes["node1"]
@@ -89,15 +119,13 @@ def test_every_kubelet_sample_decodes_as_metrics_server_decodes_it(sample: dict[
     for key, containers in want_pods.items():
         assert set(got_pods[key]) == set(containers)
         for name, want in containers.items():
-            got = got_pods[key][name]
-            assert int(got.cpu_seconds_total * 1e9) == want["cumulative_cpu_used_nanocore_seconds"]
-            assert int(got.memory_bytes) == want["memory_usage_bytes"]
-            # metrics-server keeps one timestamp per point: the last line's (memory's here).
-            assert want["timestamp_unix_nano"] in {
-                nanos(got.cpu_timestamp),
-                nanos(got.memory_timestamp),
-            }
-            start = None if got.start_time is None else int(got.start_time * 1e9)
+            cpu, when, memory, start_time = got_pods[key][name]
+            assert int(cpu * 1e9) == want["cumulative_cpu_used_nanocore_seconds"]
+            assert int(memory) == want["memory_usage_bytes"]
+            # metrics-server keeps one timestamp per point, the last line's (memory's); the
+            # rows keep the CPU counter's, which the rate needs. A kubelet stamps both alike.
+            assert want["timestamp_unix_nano"] == nanos(when)
+            start = None if start_time is None else int(start_time * 1e9)
             assert start == want["start_time_unix_nano"]
 
 
@@ -132,27 +160,34 @@ def container(
     return line(metric, value, stamp, container=name, namespace=namespace, pod=pod)
 
 
-def parse(*lines: str, default_time: float = 42.0) -> ResourceScrape:
-    return parse_resource_metrics(("\n".join(lines) + "\n").encode(), default_time=default_time)
+def parse(*lines: str, default_time: float = 42.0) -> UsageRows:
+    return read(("\n".join(lines) + "\n").encode(), default_time)
 
 
-def test_a_complete_container_gives_both_samples_with_their_own_timestamps() -> None:
+def sample(rows: UsageRows, pod: str = "p", name: str = "c") -> Row:
+    return container_pods(rows)["ns", pod][name]
+
+
+def test_a_complete_container_gives_its_cpu_counter_with_its_time_and_its_working_set() -> None:
     scrape = parse(
         container(CPU, "4.5", "1700000000123"),
         container(MEMORY, "1.25e+07", "1700000001000"),
         container(START, "1.6999e+09", None),
     )
-    sample = scrape.pods["ns", "p"].containers["c"]
-    assert sample == ContainerSample(4.5, 1700000000.123, 12_500_000.0, 1700000001.0, 1.6999e9)
-    assert sample.cpu == CpuSample(4.5, 1700000000.123)
-    assert sample.memory == MemorySample(12_500_000.0, 1700000001.0)
-    assert ContainerSample.of(sample.cpu, sample.memory, sample.start_time) == sample
+    assert sample(scrape) == (4.5, 1700000000.123, 12_500_000.0, 1.6999e9)
 
 
 def test_samples_without_a_timestamp_get_the_default_time() -> None:
-    scrape = parse(container(CPU, "1", None), container(MEMORY, "2", None), default_time=77.5)
-    sample = scrape.pods["ns", "p"].containers["c"]
-    assert (sample.cpu_timestamp, sample.memory_timestamp) == (77.5, 77.5)
+    scrape = parse(
+        container(CPU, "1", None),
+        container(MEMORY, "2", None),
+        "node_cpu_usage_seconds_total 10",
+        "node_memory_working_set_bytes 9",
+        default_time=77.5,
+    )
+    assert sample(scrape)[1] == 77.5
+    assert scrape.node is not None
+    assert (scrape.node.cpu.timestamp, scrape.node.memory.timestamp) == (77.5, 77.5)
 
 
 def test_a_family_mixing_lines_with_and_without_timestamps_keeps_each_line_s_own() -> None:
@@ -163,9 +198,8 @@ def test_a_family_mixing_lines_with_and_without_timestamps_keeps_each_line_s_own
         container(MEMORY, "2", "9000", pod="b"),
         default_time=1.0,
     )
-    assert scrape.pods["ns", "a"].containers["c"].cpu_timestamp == 5.0
-    assert scrape.pods["ns", "b"].containers["c"].cpu_timestamp == 1.0
-    assert scrape.pods["ns", "b"].containers["c"].memory_timestamp == 9.0
+    assert sample(scrape, "a")[1] == 5.0
+    assert sample(scrape, "b")[1] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -191,7 +225,6 @@ def test_an_incomplete_container_drops_its_pod_as_metrics_server_does(
     other = [container(CPU, "1", name="ok"), container(MEMORY, "1", name="ok")]
     scrape = parse(*other, *lines)
     assert container_pods(scrape) == {}, why
-    assert ("ns", "p") not in scrape.pods
 
 
 def test_an_incomplete_container_in_one_pod_leaves_other_pods_alone() -> None:
@@ -218,7 +251,7 @@ def test_the_node_needs_both_a_cpu_counter_and_a_working_set() -> None:
     assert node.memory == MemorySample(9.0, 2.0)
 
 
-def test_pod_level_series_are_returned_beside_the_containers() -> None:
+def test_pod_level_series_are_validated_and_not_kept_as_metrics_server_ignores_them() -> None:
     scrape = parse(
         container(CPU, "1"),
         container(MEMORY, "2"),
@@ -226,11 +259,13 @@ def test_pod_level_series_are_returned_beside_the_containers() -> None:
         line("pod_memory_working_set_bytes", "5", "6000", namespace="ns", pod="p"),
         line("pod_cpu_usage_seconds_total", "7", "8000", namespace="ns", pod="alone"),
     )
-    assert scrape.pods["ns", "p"].cpu == CpuSample(3.0, 4.0)
-    assert scrape.pods["ns", "p"].memory == MemorySample(5.0, 6.0)
-    alone = scrape.pods["ns", "alone"]
-    assert (alone.cpu, alone.memory, alone.containers) == (CpuSample(7.0, 8.0), None, {})
-    assert set(container_pods(scrape)) == {("ns", "p")}
+    assert container_pods(scrape) == {("ns", "p"): {"c": (1.0, 1700000000.123, 2.0, None)}}
+    with pytest.raises(ValueError, match="line 3: missing label 'pod'"):
+        parse(
+            container(CPU, "1"),
+            container(MEMORY, "2"),
+            line("pod_cpu_usage_seconds_total", "3", namespace="ns"),
+        )
 
 
 @pytest.mark.parametrize(
@@ -255,21 +290,21 @@ def test_non_finite_start_times_count_as_not_reported() -> None:
         container(START, "NaN", None, pod="a"),
         container(START, "+Inf", None, pod="b"),
     )
-    assert scrape.pods["ns", "a"].containers["c"].start_time is None
-    assert scrape.pods["ns", "b"].containers["c"].start_time is None
+    assert sample(scrape, "a")[3] is None
+    assert sample(scrape, "b")[3] is None
 
 
 def test_infinite_values_are_kept_as_upstream_keeps_them() -> None:
     scrape = parse(container(CPU, "+Inf"), container(MEMORY, "Inf"))
-    sample = scrape.pods["ns", "p"].containers["c"]
-    assert math.isinf(sample.cpu_seconds_total)
-    assert math.isinf(sample.memory_bytes)
+    cpu, _, memory, _ = sample(scrape)
+    assert math.isinf(cpu)
+    assert math.isinf(memory)
 
 
 def test_label_values_are_unescaped_and_unknown_escapes_kept() -> None:
     name = r"we\"ird\\na\nme\t"
     scrape = parse(container(CPU, "1", name=name), container(MEMORY, "1", name=name))
-    assert list(scrape.pods["ns", "p"].containers) == ['we"ird\\na\nme\\t']
+    assert list(container_pods(scrape)["ns", "p"]) == ['we"ird\\na\nme\\t']
 
 
 def test_labels_in_any_order_and_extra_labels_give_the_same_result() -> None:
@@ -278,7 +313,7 @@ def test_labels_in_any_order_and_extra_labels_give_the_same_result() -> None:
         line(CPU, "1.5", "1700000000123", pod="p", extra="x", namespace="ns", container="c"),
         f'{MEMORY}{{ namespace = "ns" , pod="p",container="c", }}\t2\t1700000000123',
     )
-    assert shuffled == canonical
+    assert container_pods(shuffled) == container_pods(canonical)
 
 
 def test_lines_upstream_does_not_match_to_a_metric_are_skipped() -> None:
@@ -288,7 +323,7 @@ def test_lines_upstream_does_not_match_to_a_metric_are_skipped() -> None:
         "  node_cpu_usage_seconds_total 10 1",
         "node_memory_working_set_bytes 10 1",
     )
-    assert scrape.pods == {}
+    assert container_pods(scrape) == {}
     assert scrape.node is None
 
 
@@ -310,8 +345,8 @@ def test_later_duplicates_win_as_in_upstream_maps() -> None:
     scrape = parse(
         container(CPU, "1"), container(MEMORY, "1"), container(CPU, "9"), container(MEMORY, "8")
     )
-    sample = scrape.pods["ns", "p"].containers["c"]
-    assert (sample.cpu_seconds_total, sample.memory_bytes) == (9.0, 8.0)
+    cpu, _, memory, _ = sample(scrape)
+    assert (cpu, memory) == (9.0, 8.0)
 
 
 @pytest.mark.parametrize(
@@ -360,17 +395,17 @@ def test_a_bad_line_inside_a_canonical_run_is_reported_with_its_line_number() ->
 def test_invalid_utf8_in_a_line_we_read_is_a_value_error_and_elsewhere_ignored() -> None:
     good = (container(CPU, "1") + "\n" + container(MEMORY, "1") + "\n").encode()
     ignored = b'# HELP x \xff\xfe\nother_metric{a="\xff"} 1\n' + good
-    assert set(container_pods(parse_resource_metrics(ignored, default_time=0))) == {("ns", "p")}
+    assert set(container_pods(read(ignored, 0))) == {("ns", "p")}
     bad = good + container(CPU, "1", pod="x").encode().replace(b"x", b"\xff") + b"\n"
     with pytest.raises(ValueError, match="UTF-8"):
-        parse_resource_metrics(bad, default_time=0)
+        read(bad, 0)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes_never_raise_anything_but_value_error(body: bytes) -> None:
     with contextlib.suppress(ValueError):
-        assert isinstance(parse_resource_metrics(body, default_time=0), ResourceScrape)
+        assert isinstance(read_usage_rows(body, default_time=0), UsageRows)
 
 
 @settings(max_examples=200, deadline=None)
@@ -381,10 +416,10 @@ def test_mutated_kubelet_bodies_never_raise_anything_but_value_error(data: st.Da
         at = data.draw(st.integers(0, len(body) - 1))
         body[at : at + data.draw(st.integers(0, 3))] = data.draw(st.binary(max_size=3))
     with contextlib.suppress(ValueError):
-        assert isinstance(parse_resource_metrics(bytes(body), default_time=0), ResourceScrape)
+        assert isinstance(read_usage_rows(bytes(body), default_time=0), UsageRows)
 
 
-# --- the fast path and the per-line parser agree ------------------------------------------
+# --- the canonical path and the line reader agree ------------------------------------------
 
 Model = dict[tuple[str, str], dict[str, tuple[float, int, float, int, float | None]]]
 
@@ -410,7 +445,7 @@ def kubelet_body(model: Model, *, order: str = "canonical", seed: int = 0) -> by
         for name, sample in containers.items()
     )
     rng = random.Random(seed)
-    out = ["# HELP scrape_error [ALPHA] 1 if there was an error\n# TYPE scrape_error gauge\n"]
+    out: list[str] = []
 
     def series(metric: str, name: str, ns: str, pod: str, value: float, stamp: int | None) -> str:
         labels = [("container", name), ("namespace", ns), ("pod", pod)]
@@ -433,17 +468,19 @@ def kubelet_body(model: Model, *, order: str = "canonical", seed: int = 0) -> by
         out.extend(lines)
     out.append(f"# HELP {START} [STABLE] help\n")
     out.extend(series(START, n, ns, p, s[4], None) for n, ns, p, s in rows if s[4] is not None)
+    out.append("# HELP scrape_error [ALPHA] 1 if there was an error\n# TYPE scrape_error gauge\n")
     out.append("scrape_error 0\n")
     return "".join(out).encode()
 
 
-def expected_scrape(model: Model) -> dict[tuple[str, str], dict[str, ContainerSample]]:
+def expected_scrape(model: Model) -> dict[tuple[str, str], dict[str, Row]]:
     return {
         key: {
-            name: ContainerSample(cpu, cpu_ms / 1000, memory, memory_ms / 1000, start)
-            for name, (cpu, cpu_ms, memory, memory_ms, start) in containers.items()
+            name: (cpu, cpu_ms / 1000, memory, start)
+            for name, (cpu, cpu_ms, memory, _, start) in containers.items()
         }
         for key, containers in model.items()
+        if containers
     }
 
 
@@ -471,7 +508,7 @@ models = st.dictionaries(
 def test_any_layout_of_a_body_decodes_to_the_series_it_holds(
     model: Model, order: str, seed: int
 ) -> None:
-    scrape = parse_resource_metrics(kubelet_body(model, order=order, seed=seed), default_time=0)
+    scrape = read(kubelet_body(model, order=order, seed=seed), 0)
     assert container_pods(scrape) == expected_scrape(model)
 
 
@@ -483,6 +520,39 @@ def test_the_canonical_and_the_per_line_paths_agree_on_a_large_body() -> None:
         }
         for p in range(400)
     }
-    canonical = parse_resource_metrics(kubelet_body(model), default_time=0)
-    per_line = parse_resource_metrics(kubelet_body(model, order="tabs"), default_time=0)
+    canonical = read(kubelet_body(model), 0)
+    assert canonical.layout is not None  # the canonical path
+    per_line = read(kubelet_body(model, order="tabs"), 0)
+    assert per_line.layout is None  # the line reader
     assert container_pods(canonical) == container_pods(per_line) == expected_scrape(model)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory"),
+    [
+        pytest.param(0.0, 1e6, id="zero-cpu"),
+        pytest.param(2.0, 0.0, id="zero-memory"),
+        pytest.param(math.nan, 1e6, id="nan-cpu"),
+        pytest.param(2.0, -1.0, id="negative-memory"),
+    ],
+)
+def test_an_incomplete_container_in_a_kubelet_body_drops_its_pod_on_the_canonical_path(
+    cpu: float, memory: float
+) -> None:
+    model: Model = {
+        (f"ns-{p % 3}", f"pod-{p}"): {
+            f"c{c}": (1.0 + p, 1700000000000, 1e6 + p, 1700000000000, 1.6e9 + c)
+            for c in range(1 + p % 2)
+        }
+        for p in range(20)
+    }
+    model["ns-1", "pod-7"]["c1"] = (cpu, 1700000000000, memory, 1700000000000, None)
+    body = kubelet_body(model)
+    rows = read(body, 0)
+    assert rows.layout is None  # named afresh at the next scrape
+    del model["ns-1", "pod-7"]
+    assert container_pods(rows) == expected_scrape(model)
+    known = read_usage_rows(kubelet_body(model), default_time=0)
+    assert known.layout is not None
+    again = read_usage_rows(body, default_time=0, known=(known.layout, known.start_layout))
+    assert container_pods(again) == expected_scrape(model)  # what it knows does not count

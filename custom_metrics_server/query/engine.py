@@ -207,7 +207,6 @@ class QueryEngine:
         stats = decision.stats
         if stats is None:
             stats = self.stats_of(decision, CUSTOM, resource, request.metric)
-        host = decision.host
         info = MetricInfo(resource, mapping.namespaced, request.metric)
         namespace = request.namespace if mapping.namespaced else None
         objects: Sequence[ObjectKey]
@@ -228,7 +227,9 @@ class QueryEngine:
         policy = decision.policy
         if policy is not None:
             return await self._custom_with_policy(request, decision, policy, backend_request)
-        samples = await self._call(host, host.backend.fetch(backend_request), stats, request.metric)
+        samples = await self._call(
+            decision, decision.backend.fetch(backend_request), stats, request.metric
+        )
         if samples:
             now = time.time()
             stats.found += 1
@@ -282,14 +283,13 @@ class QueryEngine:
         backend_request: BackendRequest,
     ) -> Sequence[Sample]:
         """A custom request whose metric has a failure policy (see `policy`)."""
-        host = decision.host
         stats = self.stats_of(
             decision, CUSTOM, backend_request.metric.group_resource, request.metric
         )
         failure: StatusError | None = None
         try:
             answered: Sequence[Sample] | None = await self._call(
-                host, host.backend.fetch(backend_request), stats, request.metric
+                decision, decision.backend.fetch(backend_request), stats, request.metric
             )
         except StatusError as err:
             if err.code < 500:
@@ -317,7 +317,6 @@ class QueryEngine:
         stats = decision.stats
         if stats is None:
             stats = self.stats_of(decision, EXTERNAL, None, request.metric)
-        host = decision.host
         backend_request = ExternalBackendRequest(
             metric=request.metric,
             namespace=request.namespace,
@@ -327,7 +326,7 @@ class QueryEngine:
         if policy is not None:
             return await self._external_with_policy(decision, policy, backend_request, stats)
         samples = await self._call(
-            host, host.backend.fetch_external(backend_request), stats, request.metric
+            decision, decision.backend.fetch_external(backend_request), stats, request.metric
         )
         if samples:
             now = time.time()
@@ -347,11 +346,13 @@ class QueryEngine:
         backend_request: ExternalBackendRequest,
         stats: MetricStats,
     ) -> Sequence[ExternalSample]:
-        host = decision.host
         failure: StatusError | None = None
         try:
             answered: Sequence[ExternalSample] | None = await self._call(
-                host, host.backend.fetch_external(backend_request), stats, backend_request.metric
+                decision,
+                decision.backend.fetch_external(backend_request),
+                stats,
+                backend_request.metric,
             )
         except StatusError as err:
             if err.code < 500:
@@ -366,10 +367,18 @@ class QueryEngine:
         return samples
 
     def _call(
-        self, host: Host, call: Awaitable[R], stats: MetricStats, metric: str
+        self, decision: Decision, call: Awaitable[R], stats: MetricStats, metric: str
     ) -> Awaitable[R]:
         """`call` guarded by the host's deadline and counted (`calls.call_backend`)."""
+        host = decision.host
         timeout = self.backend_timeout if host.timeout is None else host.timeout
         return call_backend(
-            host, call, stats, metric, deadline=timeout, observe=self._observe, status=self.status
+            host,
+            call,
+            stats,
+            metric,
+            deadline=timeout,
+            observe=self._observe,
+            status=self.status,
+            answering=decision.backend,
         )

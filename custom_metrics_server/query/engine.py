@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 from custom_metrics_server.domain import (
     TIMESTAMP,
@@ -54,8 +54,10 @@ from custom_metrics_server.domain import (
     MetricRequest,
     ObjectKey,
     Readiness,
+    ResourceMapping,
     Sample,
     newest_timestamp,
+    oldest_timestamp,
 )
 from custom_metrics_server.errors import (
     StatusError,
@@ -74,6 +76,9 @@ from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
+
+#: `QueryEngine.custom`'s default `mapping`: look the resource up in the cluster view.
+LOOKUP: Final = object()
 
 #: An unknown external metric name is logged at most once per this many seconds.
 UNKNOWN_EXTERNAL_LOG_INTERVAL: Final = 600.0
@@ -185,12 +190,29 @@ class QueryEngine:
 
     # -- requests -------------------------------------------------------------------------------
 
-    async def custom(self, request: MetricRequest) -> Sequence[Sample]:
-        """Samples answering a custom-metrics request, in object order."""
+    async def custom(
+        self,
+        request: MetricRequest,
+        *,
+        mapping: ResourceMapping | object | None = LOOKUP,
+        freshness: Callable[[str, float], None] | None = None,
+    ) -> Sequence[Sample]:
+        """Samples answering a custom-metrics request, in object order.
+
+        `mapping`: the cluster's `mapping(request.resource)` when the caller already looked it
+        up (the endpoint, for its self-metric labels), so that the REST mapping is resolved
+        once per request; None then means "not mapped yet" and goes to `resolve()` (discovery)
+        as a lookup miss does. `freshness(group, age)`: told the age of the oldest value of a
+        non-empty answer (the server's freshness histogram), computed here with the newest
+        value's age for the metric's stats."""
         name = None if request.wildcard else request.name
-        mapping = self.cluster.mapping(request.resource) or await self.cluster.resolve(
-            request.resource
-        )
+        given = mapping
+        if given is LOOKUP:
+            mapping = self.cluster.mapping(request.resource)
+        else:
+            mapping = cast("ResourceMapping | None", given)
+        if mapping is None:
+            mapping = await self.cluster.resolve(request.resource)
         if mapping is None:
             self._unserved(CUSTOM, OTHER, request.metric)
             raise with_causes(
@@ -226,7 +248,9 @@ class QueryEngine:
         )
         policy = decision.policy
         if policy is not None:
-            return await self._custom_with_policy(request, decision, policy, backend_request)
+            return await self._custom_with_policy(
+                request, decision, policy, backend_request, freshness
+            )
         samples = await self._call(
             decision, decision.backend.fetch(backend_request), stats, request.metric
         )
@@ -236,6 +260,8 @@ class QueryEngine:
             stats.last_success = now
             stats.last_outcome = "found"
             stats.newest_age = now - newest_timestamp(samples)
+            if freshness is not None:
+                freshness(request.group, now - oldest_timestamp(samples))
             return samples
         stats.not_found += 1
         stats.last_outcome = "not_found"
@@ -281,6 +307,7 @@ class QueryEngine:
         decision: Decision,
         policy: FailurePolicy,
         backend_request: BackendRequest,
+        freshness: Callable[[str, float], None] | None,
     ) -> Sequence[Sample]:
         """A custom request whose metric has a failure policy (see `policy`)."""
         stats = self.stats_of(
@@ -301,6 +328,8 @@ class QueryEngine:
         if failure is not None and not samples:
             raise failure
         count_answer(stats, samples, result.how, now, failure=failure)
+        if samples and freshness is not None:
+            freshness(request.group, time.time() - oldest_timestamp(samples))
         if not samples and not request.wildcard:
             raise with_causes(
                 self.not_found(request),

@@ -32,6 +32,7 @@ from urllib.parse import parse_qs
 from custom_metrics_server.api import core_api, explanation, protobuf, wire
 from custom_metrics_server.api.grammar import (
     EXTERNAL_GROUP,
+    SEGMENTS_KEY,
     GroupDiscovery,
     ParsedRequest,
     QueryParams,
@@ -142,7 +143,7 @@ class ApiEndpoints:
         if query.explain and await self._explain(scope, query, send):
             return
         try:
-            parsed = parse(scope["path"], query)
+            parsed = parse(scope["path"], query, scope.get(SEGMENTS_KEY))
         except NotFound:
             raise
         except StatusError:

@@ -37,10 +37,11 @@ O(objects requested), and a few attribute stores for the stats.
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, TypeVar, cast
+from typing import Final, Literal, TypeVar
 
 from custom_metrics_server.domain import (
     TIMESTAMP,
@@ -77,8 +78,13 @@ R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
 
+
+class _Lookup(enum.Enum):
+    LOOKUP = "lookup"
+
+
 #: `QueryEngine.custom`'s default `mapping`: look the resource up in the cluster view.
-LOOKUP: Final = object()
+LOOKUP: Final = _Lookup.LOOKUP
 
 #: An unknown external metric name is logged at most once per this many seconds.
 UNKNOWN_EXTERNAL_LOG_INTERVAL: Final = 600.0
@@ -194,7 +200,7 @@ class QueryEngine:
         self,
         request: MetricRequest,
         *,
-        mapping: ResourceMapping | object | None = LOOKUP,
+        mapping: ResourceMapping | Literal[_Lookup.LOOKUP] | None = LOOKUP,
         freshness: Callable[[str, float], None] | None = None,
     ) -> Sequence[Sample]:
         """Samples answering a custom-metrics request, in object order.
@@ -206,11 +212,8 @@ class QueryEngine:
         non-empty answer (the server's freshness histogram), computed here with the newest
         value's age for the metric's stats."""
         name = None if request.wildcard else request.name
-        given = mapping
-        if given is LOOKUP:
+        if mapping is _Lookup.LOOKUP:
             mapping = self.cluster.mapping(request.resource)
-        else:
-            mapping = cast("ResourceMapping | None", given)
         if mapping is None:
             mapping = await self.cluster.resolve(request.resource)
         if mapping is None:

@@ -183,9 +183,17 @@ def check_selector_sizes(query: QueryParams) -> None:
             )
 
 
-def parse(path: str, query: QueryParams) -> ParsedRequest | None:
-    """Parse a decoded request path; None when the path is outside every served group."""
-    segments = split_api_path(path)
+#: The ASGI scope key under which the handler chain's router keeps `split_api_path(path)`, so
+#: that the handler parses the segments the router split (`parse(..., segments=...)`).
+SEGMENTS_KEY: Final = "custom_metrics_server.api_segments"
+
+
+def parse(path: str, query: QueryParams, segments: list[str] | None = None) -> ParsedRequest | None:
+    """Parse a decoded request path; None when the path is outside every served group.
+    `segments`: `split_api_path(path)` when the caller already split it (the router), read
+    and not changed. O(len(path) + len(query))."""
+    if segments is None:
+        segments = split_api_path(path)
     if segments is None:
         return None
     check_timeout(query.timeout)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Protocol
 
 from custom_metrics_server.cluster.inventory import Inventory, ObjectRecord
 from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS, RestMapper
@@ -19,21 +19,46 @@ _NO_LABELS: Final[Mapping[str, str]] = MappingProxyType({})
 _LABEL_SETS: Final = 65536
 
 
-class InMemoryCluster:
-    """Objects added by the caller; always ready."""
+class Resolver(Protocol):
+    """Live REST mapping (API discovery), consulted before the built-in table."""
 
-    def __init__(self, mappings: Iterable[ResourceMapping] = BUILTIN_MAPPINGS) -> None:
+    def mapping(self, resource: str) -> ResourceMapping | None: ...
+
+    async def resolve(self, resource: str) -> ResourceMapping | None: ...
+
+
+class InMemoryCluster:
+    """Objects added by the caller; always ready. The REST mapping is the built-in table
+    (`mappings`), after live discovery when a `resolver` is given (the Kubernetes backend's
+    cluster state): the one place the custom metrics API's `{resource}` is mapped, O(1)."""
+
+    def __init__(
+        self,
+        mappings: Iterable[ResourceMapping] = BUILTIN_MAPPINGS,
+        *,
+        resolver: Resolver | None = None,
+    ) -> None:
         self.mapper = RestMapper(mappings)
+        self._resolver = resolver
         self.inventory = Inventory()
         self._by_kind = {m.group_resource: m for m in self.mapper.mappings}
         self._label_sets: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 
     def mapping(self, resource: str) -> ResourceMapping | None:
-        """See `ClusterView.mapping`."""
+        """See `ClusterView.mapping`: live discovery first (when there is one), then the
+        built-in kinds."""
+        resolver = self._resolver
+        if resolver is not None:
+            found = resolver.mapping(resource)
+            if found is not None:
+                return found
         return self.mapper.mapping(resource)
 
     async def resolve(self, resource: str) -> ResourceMapping | None:
-        """A fixed mapping has nothing to refresh."""
+        """Refresh live discovery for a resource not known yet (new CRDs); a fixed mapping
+        has nothing to refresh."""
+        if self._resolver is not None:
+            return await self._resolver.resolve(resource)
         return self.mapping(resource)
 
     def list_objects(

@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from sys import intern
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple
 
-from custom_metrics_server.cluster.in_memory import InMemoryCluster
+from custom_metrics_server.cluster.in_memory import InMemoryCluster, Resolver
 from custom_metrics_server.cluster.restmapper import BUILTIN_MAPPINGS
 from custom_metrics_server.cluster_state.record_inputs import (
     Object,
@@ -140,14 +140,6 @@ class _Sink:
             self._state.apply(self._gr, obj)
 
 
-class Resolver(Protocol):
-    """Live REST mapping (API discovery), consulted before the built-in table."""
-
-    def mapping(self, resource: str) -> ResourceMapping | None: ...
-
-    async def resolve(self, resource: str) -> ResourceMapping | None: ...
-
-
 class ClusterState(InMemoryCluster):
     """Compact records of pods, nodes, namespaces and workloads, fed by watch sinks."""
 
@@ -157,8 +149,7 @@ class ClusterState(InMemoryCluster):
         *,
         resolver: Resolver | None = None,
     ) -> None:
-        super().__init__(mappings)
-        self._resolver = resolver
+        super().__init__(mappings, resolver=resolver)
         self.pods: dict[ObjectKey, PodRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
         # A list per node (~30-110 pods: removal is a short scan, and a list of 30 keys is
@@ -174,20 +165,6 @@ class ClusterState(InMemoryCluster):
         self.generation = 0
         #: The pods whose record was replaced or removed, in order (`journal`).
         self.pod_journal: Journal[ObjectKey] = Journal()
-
-    def mapping(self, resource: str) -> ResourceMapping | None:
-        """Live discovery first (when there is one), then the built-in kinds."""
-        if self._resolver is not None:
-            found = self._resolver.mapping(resource)
-            if found is not None:
-                return found
-        return super().mapping(resource)
-
-    async def resolve(self, resource: str) -> ResourceMapping | None:
-        """Refresh live discovery for a resource we do not know yet (new CRDs)."""
-        if self._resolver is not None:
-            return await self._resolver.resolve(resource)
-        return super().mapping(resource)
 
     def sink(self, group_resource: GroupResource) -> _Sink:
         """The watch sink feeding one watched resource."""

@@ -46,7 +46,6 @@ __all__ = [
     "Kind",
     "MetricsApiRequest",
     "View",
-    "is_metrics_api_path",
     "negotiate",
     "parse_request",
 ]
@@ -85,11 +84,6 @@ class MetricsApiRequest:
     def api_version(self) -> str:
         """`metrics.k8s.io/<version>`: the `apiVersion` of the answer's objects."""
         return f"{GROUP}/{self.version}"
-
-
-def is_metrics_api_path(path: str) -> bool:
-    """Whether a decoded path belongs to this group. O(1)."""
-    return path == PREFIX or path.startswith(PREFIX + "/")
 
 
 def parse_request(

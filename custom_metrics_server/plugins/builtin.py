@@ -16,6 +16,9 @@ exposition, the Resource Metrics API, the demo's `/api`) and the banner text. Th
 features, not backend capabilities: plugins never return one.
 
 Settings are camelCase, as the flags they mirror are named (docs/backends.md lists them).
+
+One piece (about 400 lines): the table above is this module, each type's settings model beside
+its factory, so that a setting and what it does are read together.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
     ExternalSample,
+    GroupResource,
     MetricInfo,
     Readiness,
     Sample,
@@ -200,7 +204,10 @@ class DemoBackendSettings(BuiltinSettings):
 
 class _Composite:
     """Two backends with disjoint listings as one (the demo's application and resource
-    metrics): a fetch goes to the one listing the metric. O(1) per fetch."""
+    metrics): a metric goes to the second when it lists it, else to the first. The router
+    asks `member_for` once per decision and calls that member directly
+    (`query.decision.answering_backend`); `fetch` makes the same choice for callers outside
+    the router (the conformance kit), O(1) a call."""
 
     def __init__(self, name: str, first: MetricsBackend, second: MetricsBackend) -> None:
         self.name = name
@@ -215,6 +222,16 @@ class _Composite:
 
     def list_external_metrics(self) -> Collection[str]:
         return self.first.list_external_metrics()
+
+    def member_for(self, resource: GroupResource | None, metric: str) -> MetricsBackend:
+        """The member answering `metric` of `resource` (None: an external metric, the
+        first's). O(listing) once per routing decision."""
+        if resource is not None and any(
+            info.group_resource == resource and info.metric == metric
+            for info in self.second.list_metrics()
+        ):
+            return self.second
+        return self.first
 
     # Plain functions handing back the member's coroutine: no extra frame on the request path.
     def fetch(self, request: BackendRequest) -> Coroutine[Any, Any, Sequence[Sample]]:

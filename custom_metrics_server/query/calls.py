@@ -32,6 +32,7 @@ from custom_metrics_server.errors import (
 from custom_metrics_server.query import causes
 from custom_metrics_server.query.metric_status import MetricStats, MetricStatus
 from custom_metrics_server.query.routes import Host
+from custom_metrics_server.sdk.backend import MetricsBackend
 
 __all__ = ["backend_failed", "call_backend", "count_answer", "count_failure", "with_causes"]
 
@@ -75,12 +76,15 @@ async def call_backend(
     deadline: float,
     observe: Callable[[str, str, float], None] | None,
     status: MetricStatus,
+    answering: MetricsBackend | None = None,
 ) -> R:
     """Await `call`, `host`'s fetch, within `deadline` seconds, counting a failure in `stats`
-    and `status` (see the module for what a failure becomes)."""
+    and `status` (see the module for what a failure becomes). The readiness checked is that of
+    `answering`, the backend the call goes to (a composite's member: `Decision.backend`),
+    else the host's."""
     backend = host.backend
     name = backend.name
-    readiness = backend.ready()
+    readiness = (backend if answering is None else answering).ready()
     if not readiness.ready:
         if asyncio.iscoroutine(call):
             call.close()

@@ -16,8 +16,9 @@ from typing import Any
 
 from custom_metrics_server.domain import FailurePolicy, GroupResource
 from custom_metrics_server.query.routes import API, Host, Route
+from custom_metrics_server.sdk.backend import MetricsBackend
 
-__all__ = ["Decision", "backend_policy"]
+__all__ = ["Decision", "answering_backend", "backend_policy"]
 
 logger = logging.getLogger("custom_metrics_server.query.routing")
 
@@ -26,9 +27,11 @@ class Decision:
     """The router's decision for one (API, resource, metric): the backend (`host`), the route
     that decided (None: its listing claimed the metric), whether the backend lists the metric
     (the self-metrics then name it, else `other`), and the failure policy in force. Memoised
-    with the decision; `stats` is the query layer's, filled on first use."""
+    with the decision; `stats` is the query layer's, filled on first use. `backend` is what the
+    query layer calls: the host's backend, or the member of a composite backend that answers
+    the metric (`answering_backend`), chosen here once rather than on every fetch."""
 
-    __slots__ = ("host", "index", "listed", "policy", "route", "stats")
+    __slots__ = ("backend", "host", "index", "listed", "policy", "route", "stats")
 
     def __init__(
         self,
@@ -38,8 +41,10 @@ class Decision:
         *,
         listed: bool,
         policy: FailurePolicy | None,
+        backend: MetricsBackend | None = None,
     ) -> None:
         self.host = host
+        self.backend: MetricsBackend = host.backend if backend is None else backend
         self.index = index
         self.route = route
         self.listed = listed
@@ -71,3 +76,17 @@ def backend_policy(
         logger.exception("backend %r: failure_policy raised; no policy", host.name)
         return None
     return found if isinstance(found, FailurePolicy) else None
+
+
+def answering_backend(
+    backend: MetricsBackend, resource: GroupResource | None, metric: str
+) -> MetricsBackend:
+    """The backend that answers `metric` (of `resource`; None: the external metric) when
+    `backend` is a composite of several (the demo's: `plugins.builtin`), through its optional
+    `member_for(resource, metric)`; else `backend` itself. Called once per decision, so the
+    request path calls the member directly and no composite chooses again per fetch."""
+    choose = getattr(backend, "member_for", None)
+    if not callable(choose):
+        return backend
+    member = choose(resource, metric)
+    return member if member is not None else backend

@@ -38,7 +38,7 @@ from typing import Any, Final, TypeVar
 
 from custom_metrics_server.domain import GroupResource, MetricInfo
 from custom_metrics_server.query.claims import Conflict, Listing, claim
-from custom_metrics_server.query.decision import Decision, backend_policy
+from custom_metrics_server.query.decision import Decision, answering_backend, backend_policy
 from custom_metrics_server.query.routes import API, CUSTOM, EXTERNAL, Host, Route, RouteIndex
 from custom_metrics_server.sdk.backend import MetricsBackend
 
@@ -167,6 +167,7 @@ class Router:
             route,
             listed=self._lists(index, api, resource, metric),
             policy=None if policy is None or policy.inert else policy,
+            backend=answering_backend(host.backend, resource, metric),
         )
 
     def _candidates_of(self, api: API, resource: GroupResource | None) -> RouteIndex:

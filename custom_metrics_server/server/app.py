@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from custom_metrics_server.api.core_api import DemoCoreApi, is_core_api_path
 from custom_metrics_server.domain import Readiness
-from custom_metrics_server.metrics_api.request import is_metrics_api_path
+from custom_metrics_server.metrics_api.request import GROUP as METRICS_API_GROUP
 from custom_metrics_server.metrics_api.responses import ResourceMetricsApi, discovery_documents
 from custom_metrics_server.plugins.live import LiveBackends
 from custom_metrics_server.plugins.loader import Loaded
@@ -159,8 +159,8 @@ class Server:
                 extra_groups=discovery_documents() if metrics_api is not None else None,
             ),
             shell=self.shell,
-            metrics_api=(
-                (is_metrics_api_path, ResourceMetricsEndpoints(metrics_api))
+            groups=(
+                {METRICS_API_GROUP: ResourceMetricsEndpoints(metrics_api)}
                 if metrics_api is not None
                 else None
             ),

@@ -23,10 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from custom_metrics_server.api.grammar import is_api_path, parse_query
+from custom_metrics_server.api.grammar import SEGMENTS_KEY, parse_query, split_api_path
 from custom_metrics_server.api.status import status_response
 from custom_metrics_server.errors import (
     MAX_URI_BYTES,
@@ -339,46 +339,40 @@ Handler = Callable[[Scope, Send], Awaitable[None]]
 
 
 class PathRouter:
-    """One routing decision by path: `/apis/metrics.k8s.io...` to the Resource Metrics API
-    (when served), any other `/apis` path to the custom and external metrics APIs, the demo's
-    `/api` subset (when served), and everything else to the FastAPI shell. O(1)."""
+    """One routing decision by path: a path under `/apis` is split into its segments once
+    (`api.grammar.split_api_path`), kept in the scope under `SEGMENTS_KEY` for the handler's
+    grammar, and its first segment (the group) chooses the handler: a group in `groups` (the
+    Resource Metrics API, when served) or else the custom and external metrics APIs; then the
+    demo's `/api` subset (when served), and everything else to the FastAPI shell.
+    O(len(path)) for the split, O(1) for the choice."""
 
-    __slots__ = (
-        "api",
-        "core_api",
-        "is_core_api_path",
-        "is_metrics_api_path",
-        "metrics_api",
-        "shell",
-    )
+    __slots__ = ("api", "core_api", "groups", "is_core_api_path", "shell")
 
     def __init__(
         self,
         *,
         api: Handler,
         shell: ASGIApp,
-        metrics_api: tuple[Callable[[str], bool], Handler] | None = None,
+        groups: Mapping[str, Handler] | None = None,
         core_api: tuple[Callable[[str], bool], Handler] | None = None,
     ) -> None:
         self.api = api
         self.shell = shell
+        #: `/apis/<group>...` answered by another handler than `api`
+        self.groups: dict[str, Handler] = dict(groups or {})
         # None when not served: the hot path then skips the check without a call.
-        self.metrics_api: Handler | None = None
         self.core_api: Handler | None = None
-        self.is_metrics_api_path: Callable[[str], bool] = _never
         self.is_core_api_path: Callable[[str], bool] = _never
-        if metrics_api is not None:
-            self.is_metrics_api_path, self.metrics_api = metrics_api
         if core_api is not None:
             self.is_core_api_path, self.core_api = core_api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
-        if is_api_path(path):
-            if self.metrics_api is not None and self.is_metrics_api_path(path):
-                await self.metrics_api(scope, send)
-            else:
-                await self.api(scope, send)
+        segments = split_api_path(path)
+        if segments is not None:
+            scope[SEGMENTS_KEY] = segments
+            handler = self.groups.get(segments[0]) if segments and self.groups else None
+            await (self.api if handler is None else handler)(scope, send)
         elif self.core_api is not None and self.is_core_api_path(path):
             await self.core_api(scope, send)
         else:

@@ -26,7 +26,6 @@ Per request: O(len(path)) parsing, the query layer's cost, and O(items) to join 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 from urllib.parse import parse_qs
@@ -34,6 +33,7 @@ from urllib.parse import parse_qs
 from custom_metrics_server.api import core_api, explanation, protobuf, wire
 from custom_metrics_server.api.grammar import (
     EXTERNAL_GROUP,
+    SEGMENTS_KEY,
     GroupDiscovery,
     ParsedRequest,
     QueryParams,
@@ -52,7 +52,7 @@ from custom_metrics_server.domain import (
     ExternalSample,
     ItemShape,
     MetricRequest,
-    oldest_timestamp,
+    ResourceMapping,
 )
 from custom_metrics_server.errors import (
     NotAcceptable,
@@ -144,7 +144,7 @@ class ApiEndpoints:
         if query.explain and await self._explain(scope, query, send):
             return
         try:
-            parsed = parse(scope["path"], query)
+            parsed = parse(scope["path"], query, scope.get(SEGMENTS_KEY))
         except NotFound:
             raise
         except StatusError:
@@ -156,7 +156,13 @@ class ApiEndpoints:
             return
         if scope["method"] not in _READ_METHODS:
             raise method_not_allowed()
-        exchange_of(scope).labels = _labels(parsed, self.engine)
+        # The REST mapping is looked up here once, for the labels and the engine alike.
+        mapping = (
+            self.engine.cluster.mapping(parsed.resource)
+            if isinstance(parsed, MetricRequest)
+            else None
+        )
+        exchange_of(scope).labels = _labels(parsed, mapping)
         if isinstance(parsed, _NOT_METRIC_PATHS):
             if isinstance(parsed, StatusPage):
                 await self._status_page(scope, send)
@@ -165,10 +171,10 @@ class ApiEndpoints:
             return
         representation = self._representation(scope, query)
         if representation.protobuf:
-            body = await self._answer(scope, parsed, _PROTOBUF)
+            body = await self._answer(parsed, mapping, _PROTOBUF)
             await send_body(send, 200, body, PROTOBUF_HEADERS)
             return
-        body = await self._answer(scope, parsed, _JSON)
+        body = await self._answer(parsed, mapping, _JSON)
         if representation.pretty:
             body = wire.prettify(body)
         await send_body(send, 200, body, JSON_HEADERS)
@@ -225,13 +231,15 @@ class ApiEndpoints:
         return chosen if chosen.pretty == pretty else Representation(chosen.media_type, pretty)
 
     async def _answer(
-        self, scope: Scope, parsed: MetricRequest | ExternalMetricRequest, encoding: _Encoding
+        self,
+        parsed: MetricRequest | ExternalMetricRequest,
+        mapping: ResourceMapping | None,
+        encoding: _Encoding,
     ) -> bytes:
         if isinstance(parsed, MetricRequest):
-            samples = await self.engine.custom(parsed)
-            if samples:
-                oldest = oldest_timestamp(samples)
-                self.metrics.observe_freshness(parsed.group, time.time() - oldest)
+            samples = await self.engine.custom(
+                parsed, mapping=mapping, freshness=self.metrics.observe_freshness
+            )
             return encoding.metric_value_list(
                 samples,
                 api_version=f"{parsed.group}/{parsed.version}",
@@ -310,10 +318,10 @@ class DemoCoreEndpoints:
         await send_body(send, 200, wire.prettify(body) if pretty else body, JSON_HEADERS)
 
 
-def _labels(parsed: ParsedRequest, engine: QueryEngine) -> tuple[str, str, str]:
-    """Self-metric labels; unknown resources collapse to `other` (bounded cardinality)."""
+def _labels(parsed: ParsedRequest, mapping: ResourceMapping | None) -> tuple[str, str, str]:
+    """Self-metric labels (`mapping`: a metric request's, as the cluster view has it); unknown
+    resources collapse to `other` (bounded cardinality)."""
     if isinstance(parsed, MetricRequest):
-        mapping = engine.cluster.mapping(parsed.resource)
         resource = str(mapping.group_resource) if mapping else "other"
         return parsed.group, parsed.version, resource
     if isinstance(parsed, ExternalMetricRequest):

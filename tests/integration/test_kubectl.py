@@ -41,10 +41,11 @@ def test_printed_example_commands_work_verbatim(demo_server: RunningServer) -> N
         for line in demo_server.banner.splitlines()
         if line.strip().startswith("kubectl ")
     ]
-    assert len(commands) == 3
+    # Two reads, `kubectl top` and the last read explained (a shell comment after it).
+    assert len(commands) == 4
     for command in commands:
         result = subprocess.run(
-            shlex.split(command),
+            shlex.split(command, comments=True),
             capture_output=True,
             text=True,
             timeout=30,
@@ -55,7 +56,12 @@ def test_printed_example_commands_work_verbatim(demo_server: RunningServer) -> N
         if " top " in command:
             assert result.stdout.startswith("NAMESPACE"), command
             continue
-        assert json.loads(result.stdout)["items"], command
+        document = json.loads(result.stdout)
+        if "explain=1" in command:
+            assert document["kind"] == "MetricExplanation", command
+            assert document["outcome"]["code"] == 200, command
+            continue
+        assert document["items"], command
 
 
 def test_pods_wildcard_query_returns_the_selected_pods(demo_server: RunningServer) -> None:

@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 
+from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend
+from custom_metrics_server.backends.simulated import SimulatedCluster
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.plugins.adapter import PluginBackend, PluginError
 from custom_metrics_server.plugins.config import parse_backends_file
 from custom_metrics_server.plugins.loader import load_backends
 from custom_metrics_server.plugins.registry import ENTRY_POINT_GROUP, find_type
+from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.routes import Route
 from tests.conftest import CONTRACT_FIXTURE
 
@@ -293,3 +296,21 @@ backends:
         f"backends[0] 'orders' (type {P}:with_settings): settings.dsn: field required",
         f"backends[0] 'orders' (type {P}:with_settings): settings.dns: unknown field (known: dsn, pool)",
     ]
+
+
+def test_the_demo_composite_is_routed_to_its_members_once_per_decision() -> None:
+    """The router chooses the demo's member per decision (`member_for`), so a fetch never makes
+    a second choice inside the composite; the member answers what the composite answers."""
+    loaded = load("backends:\n  - name: demo\n    type: demo\n    settings: {pods: 20}\n")
+    engine = QueryEngine(cluster=loaded.cluster, backends=loaded.hosts)
+    pods = GroupResource("", "pods")
+    kep = engine.router.decide_custom(pods, "kube_pod_resource_request_hpa")
+    app = engine.router.decide_custom(pods, "http_requests_per_second")
+    external = engine.router.decide_external("queue_depth")
+    assert kep is not None
+    assert app is not None
+    assert external is not None
+    assert isinstance(kep.backend, ResourceMetricsBackend)
+    assert isinstance(app.backend, SimulatedCluster)
+    assert isinstance(external.backend, SimulatedCluster)
+    assert kep.host is app.host  # one backend of the file, two members

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Collection, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import httpx
 import orjson
@@ -132,3 +132,29 @@ async def test_empty_discovery_lists_the_upstream_placeholder() -> None:
         external = (await client.get("/apis/external.metrics.k8s.io/v1beta1")).json()
     assert [r["name"] for r in custom["resources"]] == ["/custommetrics"]
     assert [r["name"] for r in external["resources"]] == ["externalmetrics"]
+
+
+class CountingCluster(InMemoryCluster):
+    """A real in-memory cluster that counts its REST mapping lookups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups = 0
+
+    def mapping(self, resource: str) -> Any:
+        self.lookups += 1
+        return super().mapping(resource)
+
+
+async def test_a_metric_request_looks_its_rest_mapping_up_once() -> None:
+    cluster = CountingCluster()
+    cluster.add("pods", "p", namespace="ns")
+    app = create_app(cluster=cluster, backends=[BuggyBackend()])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://t"
+    ) as client:
+        # A resource the view does not map goes on to `resolve()` (discovery), which looks
+        # again after refreshing; a mapped one is looked up once.
+        response = await client.get(P + "/namespaces/ns/pods/p/boom")
+        assert response.status_code == 500
+        assert cluster.lookups == 1

@@ -428,6 +428,7 @@ class FakeKubeApiServer:
         self._generation = 0
         #: connection tasks, with their writer once the stream is set up
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter | None] = {}
+        self._sockets: set[socket.socket] = set()
         self._watches: set[_Watch] = set()
         self._wake_pending = False
 
@@ -546,6 +547,7 @@ class FakeKubeApiServer:
             except OSError:  # BlockingIOError: nothing more to accept now
                 return
             conn.setblocking(False)
+            self._sockets.add(conn)
             task = asyncio.ensure_future(self._on_socket(conn, self._generation))
             self._connections[task] = None
 
@@ -568,6 +570,7 @@ class FakeKubeApiServer:
             await self._on_connection(reader, writer)
         finally:
             self._connections.pop(task, None)
+            self._sockets.discard(conn)
 
     async def _stop_serving(self) -> None:
         listener, self._listener = self._listener, None
@@ -584,7 +587,17 @@ class FakeKubeApiServer:
                 writer.transport.abort()
                 task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=5)
+            _, late = await asyncio.wait(tasks, timeout=5)
+            for task in late:  # a busy machine: end them rather than leave them to the GC
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=5)
+        # Every accepted socket is closed by the time the stop returns, whatever state its
+        # connection reached: one left to the garbage collector surfaces as a ResourceWarning
+        # (an error under `filterwarnings = error`) in whichever test runs next.
+        for conn in list(self._sockets):
+            conn.close()
+        self._sockets.clear()
 
     # ------------------------------------------------------------------ resources and objects
 

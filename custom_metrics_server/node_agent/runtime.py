@@ -7,7 +7,9 @@ own deadline (``timeout``), so a dead runtime costs a scrape one fast ``UNAVAILA
 of a hang. :meth:`RuntimeClient.pods` makes three calls per collection (sandboxes, containers,
 sandbox stats, concurrently), or ``ListContainerStats`` after the first two when the
 runtime does not implement ``ListPodSandboxStats`` (remembered after the first
-``UNIMPLEMENTED``). Responses may be up to 16 MiB, the kubelet's limit.
+``UNIMPLEMENTED``) or is a release that the call can crash (containerd 1.6.0-1.6.21:
+:attr:`RuntimeVersion.racy_sandbox_stats`, known from ``Version`` before the first
+collection). Responses may be up to 16 MiB, the kubelet's limit.
 
 One dead sandbox costs only its own figures. containerd 1.6 answers ``ListPodSandboxStats``
 with ``UNKNOWN: failed to obtain metrics for sandbox "<id>": failed to load sandbox cgroup
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Self, TypeVar
@@ -79,6 +82,21 @@ class RuntimeVersion:
     runtime_name: str
     runtime_version: str
     runtime_api_version: str
+
+    @property
+    def racy_sandbox_stats(self) -> bool:
+        """Whether ``ListPodSandboxStats`` may crash this runtime: containerd 1.6.0-1.6.21
+        writes its sandbox store under a read lock while it answers (containerd#8130, fixed in
+        1.6.22), so a concurrent read of that store, such as the kubelet's PLEG listing the
+        sandboxes every second, can end the whole runtime with ``fatal error: concurrent map
+        iteration and map write`` (seen with Debian 12's 1.6.20 on a real node)."""
+        if self.runtime_name != "containerd":
+            return False
+        found = re.match(r"v?(\d+)\.(\d+)\.(\d+)", self.runtime_version)
+        if found is None:
+            return False
+        major, minor, patch = (int(part) for part in found.groups())
+        return (major, minor) == (1, 6) and patch < 22
 
 
 def grpc_target(endpoint: str) -> str:
@@ -129,7 +147,10 @@ class RuntimeClient:
         ]
         self._channel: aio.Channel | None = None
         self._stub: cri_grpc.RuntimeServiceAsyncStub | None = None
-        self._sandbox_stats = True  # until the runtime says UNIMPLEMENTED
+        #: until the runtime says UNIMPLEMENTED, or its version is one ListPodSandboxStats
+        #: can crash (`RuntimeVersion.racy_sandbox_stats`)
+        self._sandbox_stats = True
+        self._version: RuntimeVersion | None = None
         self.last_error: ScrapeFailure | None = None
         #: the list's error while collections ask sandbox by sandbox (None: the list answers)
         self.list_error: str | None = None
@@ -184,12 +205,25 @@ class RuntimeClient:
         except aio.AioRpcError as err:
             raise self._failed("Version", err) from err
         self._succeeded()
-        return RuntimeVersion(
+        version = RuntimeVersion(
             answer.runtime_name, answer.runtime_version, answer.runtime_api_version
         )
+        if self._version is None and version.racy_sandbox_stats:
+            logger.warning(
+                "%s %s can crash when ListPodSandboxStats meets another reader of its sandbox "
+                "store (containerd#8130, fixed in 1.6.22): using ListContainerStats instead "
+                "(pod totals are sums over containers, without the pause container)",
+                version.runtime_name,
+                version.runtime_version,
+            )
+            self._sandbox_stats = False
+        self._version = version
+        return version
 
     async def pods(self) -> tuple[PodStats, ...]:
         """Every ready pod with its running containers' stats (see :mod:`.cri_stats`)."""
+        if self._version is None:  # which stats calls are safe depends on it
+            await self.version()
         self.calls += 1
         stub, timeout = self.stub, self.timeout
         ready = cri.PodSandboxFilter(state=cri.PodSandboxStateValue(state=cri.SANDBOX_READY))

@@ -195,11 +195,9 @@ class _Servicer(cri_grpc.RuntimeServiceServicer):
 
     async def Version(self, request: Any, context: Any) -> cri.VersionResponse:
         await self._gate(context, "Version")
+        name, version = self.fake.runtime
         return cri.VersionResponse(
-            version="0.1.0",
-            runtime_name="fake-cri",
-            runtime_version="1.0.0",
-            runtime_api_version="v1",
+            version="0.1.0", runtime_name=name, runtime_version=version, runtime_api_version="v1"
         )
 
     async def ListPodSandbox(self, request: Any, context: Any) -> cri.ListPodSandboxResponse:
@@ -252,6 +250,8 @@ class FakeCriRuntime:
         self.socket_path = socket_path
         self.world = world or World()
         self.calls: list[str] = []
+        #: what ``Version`` answers: (runtime_name, runtime_version)
+        self.runtime = ("fake-cri", "1.0.0")
         self.sandbox_stats_unimplemented = False
         self.fail_with: grpc.StatusCode | None = None
         self.delay = 0.0

@@ -93,6 +93,40 @@ async def test_runtime_without_sandbox_stats_sums_containers(runtime: FakeCriRun
     ]
 
 
+@pytest.mark.parametrize(
+    ("name", "version", "racy"),
+    [
+        ("containerd", "1.6.20~ds1", True),  # Debian 12
+        ("containerd", "v1.6.21", True),
+        ("containerd", "v1.6.22", False),  # containerd#8819, the fix's backport
+        ("containerd", "1.7.24", False),
+        ("containerd", "2.0.0", False),
+        ("cri-o", "1.6.0", False),
+        ("containerd", "unknown", False),
+    ],
+)
+async def test_containerd_releases_that_the_sandbox_stats_call_crashes_get_container_stats(
+    runtime: FakeCriRuntime, name: str, version: str, racy: bool
+) -> None:
+    """containerd 1.6.0-1.6.21 can die of ``ListPodSandboxStats`` meeting the kubelet's own
+    sandbox listing (containerd#8130, seen on a real node): the agent never calls it there,
+    not even in its first collection, and the pods are the same, summed over containers."""
+    case = "07_nil_container_metrics"
+    summary = CASES[case]
+    assert summary is not None
+    runtime.world = world_from_summary(summary)
+    runtime.runtime = (name, version)
+    async with RuntimeClient(runtime.endpoint) as client:
+        pods = await client.pods()
+        await client.pods()
+    assert runtime.calls[0] == "Version"  # asked before the first stats call
+    assert ("ListPodSandboxStats" in runtime.calls) is not racy
+    assert runtime.calls.count("ListContainerStats") == (2 if racy else 0)
+    assert {(pod.namespace, pod.name) for pod in pods} == {
+        (pod.namespace, pod.name) for pod in summary.pods
+    }
+
+
 def reachable(client: RuntimeClient) -> bool:
     """Whether the client's last call succeeded (False before any call)."""
     return client.calls > 0 and client.last_error is None

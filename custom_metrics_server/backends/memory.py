@@ -238,6 +238,24 @@ class MemoryBackend:
         return None
 
 
+def cluster_of(objects: Iterable[Mapping[str, Any]]) -> InMemoryCluster:
+    """A cluster view holding `objects` (`[{resource, name, namespace?, labels?}]`, `resource`
+    as in request paths); a bad entry is a ValueError naming it (`objects[i]: ...`).
+    O(objects)."""
+    cluster = InMemoryCluster()
+    for index, entry in enumerate(objects):
+        try:
+            cluster.add(
+                entry["resource"],
+                entry["name"],
+                namespace=entry.get("namespace") or "",
+                labels=entry.get("labels") or {},
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"objects[{index}]: {err}") from None
+    return cluster
+
+
 def load_fixture(
     document: Mapping[str, Any], *, now: float
 ) -> tuple[InMemoryCluster, MemoryBackend]:
@@ -253,18 +271,13 @@ def load_fixture(
     if document.get("timestamp"):
         parsed = dt.datetime.fromisoformat(str(document["timestamp"]).replace("Z", "+00:00"))
         timestamp = parsed.timestamp()
-    cluster = InMemoryCluster()
+    try:
+        cluster = cluster_of(document.get("objects") or ())
+    except ValueError as err:
+        raise ValueError(f"invalid fixture at {err}") from err
     builder = SnapshotBuilder(cluster, timestamp=timestamp)
     where = "the document"
     try:
-        for index, entry in enumerate(document.get("objects") or ()):
-            where = f"objects[{index}]"
-            cluster.add(
-                entry["resource"],
-                entry["name"],
-                namespace=entry.get("namespace", ""),
-                labels=entry.get("labels") or {},
-            )
         infos: dict[tuple[str, str], MetricInfo] = {}
 
         def declare(resource: str, metric: str, window: int | None = None) -> MetricInfo:

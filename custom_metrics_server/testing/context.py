@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from custom_metrics_server.cluster.in_memory import InMemoryCluster
+from custom_metrics_server.backends.memory import cluster_of
 from custom_metrics_server.sdk import BackendContext, ClusterView
 
 __all__ = ["backend_context", "cluster_view"]
@@ -30,18 +30,7 @@ __all__ = ["backend_context", "cluster_view"]
 
 def cluster_view(objects: Iterable[Mapping[str, Any]] = ()) -> ClusterView:
     """A cluster view holding `objects` (see the module); ValueError names a bad one."""
-    view = InMemoryCluster()
-    for index, item in enumerate(objects):
-        try:
-            view.add(
-                str(item["resource"]),
-                str(item["name"]),
-                namespace=str(item.get("namespace") or ""),
-                labels=item.get("labels"),
-            )
-        except (KeyError, ValueError) as err:
-            raise ValueError(f"objects[{index}]: {err}") from None
-    return view
+    return cluster_of(objects)
 
 
 def backend_context(

@@ -268,15 +268,6 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    security = build_security(args, demo=args.demo)
-    bind = args.bind_address or ("127.0.0.1" if args.demo else "0.0.0.0")  # noqa: S104
-    if not security.delegated and not _loopback(bind):
-        raise StartupError(
-            f"--demo serves without authentication and binds loopback only, not {bind}",
-            fix="drop --bind-address, or configure delegated authentication "
-            "(--authentication-kubeconfig, docs/security.md)",
-            exit_code=CONFIGURATION,
-        )
     try:
         backends, base_dir, digest = backends_from_flags(args)
         loaded = load_backends(backends, base_dir=base_dir, default_timeout=args.backend_timeout)
@@ -289,6 +280,18 @@ def _serve(args: argparse.Namespace) -> None:
         plan = plan_workers(args.workers, loaded)
         logger.log(plan.level, "%s", plan.line)
         supervising = plan.workers > 1
+    # The processes that share one serving certificate: after the plan, so that a --workers
+    # the plan serves from one process may still keep its certificate in memory.
+    processes = args.workers if worker or supervising else 1
+    security = build_security(args, demo=args.demo, processes=processes)
+    bind = args.bind_address or ("127.0.0.1" if args.demo else "0.0.0.0")  # noqa: S104
+    if not security.delegated and not _loopback(bind):
+        raise StartupError(
+            f"--demo serves without authentication and binds loopback only, not {bind}",
+            fix="drop --bind-address, or configure delegated authentication "
+            "(--authentication-kubeconfig, docs/security.md)",
+            exit_code=CONFIGURATION,
+        )
     settings = AppSettings(
         backend_timeout=args.backend_timeout,
         max_requests_inflight=args.max_requests_inflight,

@@ -79,11 +79,11 @@ def test_selector_parse_memos(text: str) -> None:
 @settings(max_examples=100, deadline=None)
 @given(ACCEPTS, st.booleans())
 def test_negotiation_memos(accept: str, aggregated: bool) -> None:
-    same(negotiation.negotiate, accept)
+    same(negotiation._negotiate, accept)
     same(negotiation.accept_clauses, accept)
     same(negotiation.go_accept_clauses, accept)
-    same(negotiation.negotiate_discovery, accept, aggregated=aggregated)
-    same(metrics_request.negotiate, accept)
+    same(negotiation._negotiate_discovery, accept, aggregated=aggregated)
+    same(metrics_request._negotiate, accept)
 
 
 @settings(max_examples=100, deadline=None)

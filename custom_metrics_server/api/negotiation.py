@@ -62,15 +62,22 @@ _PROTOBUF: Final = Representation(PROTOBUF, pretty=False)
 SPECIFICITY: Final = {JSON: 2, PROTOBUF: 2, "application/*": 1, "*/*": 0}
 
 
-@lru_cache(maxsize=256)
 def negotiate(accept: str) -> Representation | NotAcceptable:
     """The representation of a metric value (or a Status) for an Accept header, or the 406
-    error to send.
+    error to send (a new one each call: an exception raised twice keeps every frame it was
+    raised through, so a cached one would hold each refused request's frames for good).
 
     The best clause is the one with the highest q, then the most specific media type, then
     the first written. Discovery documents are negotiated by `negotiate_discovery`.
     O(len(accept)), cached.
     """
+    chosen = _negotiate(accept)
+    return not_acceptable(SERVED_MEDIA_TYPES) if chosen is None else chosen
+
+
+@lru_cache(maxsize=256)
+def _negotiate(accept: str) -> Representation | None:
+    """`negotiate`'s answer, None for a 406."""
     if not accept.strip():
         return _PLAIN
     best: tuple[float, int, Representation] | None = None
@@ -85,7 +92,7 @@ def negotiate(accept: str) -> Representation | NotAcceptable:
         if best is None or (quality, specificity) > best[:2]:
             best = (quality, specificity, chosen)
     if best is None:
-        return not_acceptable(SERVED_MEDIA_TYPES)
+        return None
     return best[2]
 
 
@@ -245,11 +252,18 @@ def _first_allowed(
     return None
 
 
-@lru_cache(maxsize=256)
 def negotiate_discovery(
     accept: str, *, aggregated: bool
 ) -> DiscoveryRepresentation | NotAcceptable:
-    """The representation of a discovery document for an `Accept` header, or the 406 to send.
+    """The representation of a discovery document for an `Accept` header, or the 406 to send
+    (a new one each call, as `negotiate` says why); `_negotiate_discovery` caches the rest."""
+    chosen = _negotiate_discovery(accept, aggregated=aggregated)
+    return not_acceptable(SERVED_MEDIA_TYPES) if chosen is None else chosen
+
+
+@lru_cache(maxsize=256)
+def _negotiate_discovery(accept: str, *, aggregated: bool) -> DiscoveryRepresentation | None:
+    """The representation of a discovery document for an `Accept` header, None for a 406.
 
     `aggregated`: the path serves the aggregated document too (`/apis`, `/api`), so the
     wrapper's question comes first: the first clause (in goautoneg's order) that asks for
@@ -264,7 +278,4 @@ def negotiate_discovery(
         found = _first_allowed(clauses, aggregated=True)
         if found is not None:
             return found
-    found = _first_allowed(clauses, aggregated=False)
-    if found is None:
-        return not_acceptable(SERVED_MEDIA_TYPES)
-    return found
+    return _first_allowed(clauses, aggregated=False)

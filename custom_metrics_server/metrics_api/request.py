@@ -141,9 +141,17 @@ def _include_object(raw_query: bytes | str) -> str:
     return "Metadata"
 
 
-@lru_cache(maxsize=256)
 def negotiate(accept: str) -> tuple[View, bool] | NotAcceptable:
-    """The view an `Accept` header asks for and whether to indent, or the 406 to send.
+    """The view an `Accept` header asks for and whether to indent, or the 406 to send: a new
+    one each call, as in `api.negotiation.negotiate` (a cached exception raised per request
+    would keep every request's frames in its traceback)."""
+    chosen = _negotiate(accept)
+    return not_acceptable(SERVED_MEDIA_TYPES) if chosen is None else chosen
+
+
+@lru_cache(maxsize=256)
+def _negotiate(accept: str) -> tuple[View, bool] | None:
+    """`negotiate`'s answer, None for a 406.
 
     Clauses without conversion parameters give the object itself, in protobuf for
     `application/vnd.kubernetes.protobuf` and JSON for the JSON ranges; a JSON clause with
@@ -176,5 +184,5 @@ def negotiate(accept: str) -> tuple[View, bool] | NotAcceptable:
         if best is None or (quality, specificity) > best[:2]:
             best = (quality, specificity, view, pretty)
     if best is None:
-        return not_acceptable(SERVED_MEDIA_TYPES)
+        return None
     return (best[2], best[3])

@@ -341,7 +341,7 @@ _CERT_FIX = (
 )
 
 
-def _serving(args: argparse.Namespace, *, demo: bool) -> ServingCertificate:
+def _serving(args: argparse.Namespace, *, demo: bool, processes: int = 1) -> ServingCertificate:
     cert_file = getattr(args, "tls_cert_file", None)
     key_file = getattr(args, "tls_private_key_file", None)
     if bool(cert_file) != bool(key_file):
@@ -368,12 +368,8 @@ def _serving(args: argparse.Namespace, *, demo: bool) -> ServingCertificate:
     except (OSError, ValueError) as err:
         # The default --cert-dir (relative) on a read-only root: a certificate of this run kept
         # in memory, as `serve --demo` in the image needs. Not for a --cert-dir the user chose,
-        # nor with --workers, whose processes must share one pair.
-        if (
-            isinstance(err, OSError)
-            and cert_dir == DEFAULT_CERT_DIR
-            and getattr(args, "workers", 1) <= 1
-        ):
+        # nor when worker processes must share one pair.
+        if isinstance(err, OSError) and cert_dir == DEFAULT_CERT_DIR and processes <= 1:
             with contextlib.suppress(OSError):
                 serving = in_memory_serving_certificate(list(hosts))
                 logger.warning(
@@ -487,15 +483,20 @@ def delegated_requested(args: argparse.Namespace) -> bool:
 
 
 def build_security(
-    args: argparse.Namespace, *, demo: bool, backoff: Backoff | None = None
+    args: argparse.Namespace,
+    *,
+    demo: bool,
+    backoff: Backoff | None = None,
+    processes: int = 1,
 ) -> SecurityConfig:
     """The gate, TLS context, protocol and lifespan jobs the flags describe.
 
     Raises `SecurityConfigError` for unusable flags or files. `backoff` is the review retry
     policy, handed to the authenticator and authorizer like their other dependencies (None:
-    upstream's); a caller composing the server itself chooses it.
+    upstream's); a caller composing the server itself chooses it. `processes` is how many
+    processes serve with one certificate (worker processes): only one may keep it in memory.
     """
-    serving = _serving(args, demo=demo)
+    serving = _serving(args, demo=demo, processes=processes)
     if demo and not delegated_requested(args):
         context = _context(serving)
         return SecurityConfig(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from custom_metrics_server.api.negotiation import (
@@ -15,6 +17,7 @@ from custom_metrics_server.api.negotiation import (
     pretty_user_agent,
 )
 from custom_metrics_server.errors import NotAcceptable
+from custom_metrics_server.metrics_api.request import negotiate as metrics_negotiate
 
 PLAIN = Representation(JSON, pretty=False)
 PROTO = Representation(PROTOBUF, pretty=False)
@@ -59,8 +62,10 @@ def test_json_is_chosen(accept: str) -> None:
     ],
 )
 def test_protobuf_is_chosen(accept: str) -> None:
-    assert negotiate(accept) == PROTO
-    assert negotiate(accept).protobuf
+    chosen = negotiate(accept)
+    assert chosen == PROTO
+    assert isinstance(chosen, Representation)
+    assert chosen.protobuf
 
 
 @pytest.mark.parametrize(
@@ -203,3 +208,21 @@ def test_pretty_parameter_and_user_agents() -> None:
     assert pretty_user_agent("curl/8.0")
     assert pretty_user_agent("Mozilla/5.0 (X11)")
     assert not pretty_user_agent("kubectl/v1.32.4 (linux/amd64)")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda: negotiate("text/html"),
+        lambda: negotiate_discovery("text/html", aggregated=True),
+        lambda: metrics_negotiate("text/html"),
+    ],
+)
+def test_every_refusal_is_a_new_error(answer: Callable[[], object]) -> None:
+    # Raising one cached exception per request would chain every request's frames onto its
+    # traceback, for as long as the cache keeps it.
+    first, second = answer(), answer()
+    assert isinstance(first, NotAcceptable)
+    assert isinstance(second, NotAcceptable)
+    assert first is not second
+    assert first.args == second.args

@@ -71,7 +71,42 @@ def test_a_chosen_cert_dir_that_cannot_be_written_is_one_line(tmp_path: Path) ->
 def test_workers_never_get_a_certificate_of_their_own(read_only_cwd: Path) -> None:
     # N processes serve one port: a pair in memory would differ per process.
     with pytest.raises(SecurityConfigError):
-        _serving(serving_args(workers=2), demo=True)
+        _serving(serving_args(workers=2), demo=True, processes=2)
+
+
+def test_a_workers_flag_served_from_one_process_keeps_its_certificate_in_memory(
+    read_only_cwd: Path,
+) -> None:
+    # --workers 3 with a backend that is not replicable is served from this one process
+    # (workers.plan): what counts is the processes that serve, not the flag.
+    serving = _serving(serving_args(workers=3), demo=False, processes=1)
+    assert str(serving.cert_file).startswith("/proc/self/fd/")
+
+
+def test_the_real_process_with_workers_names_the_cert_dir_flag(read_only_cwd: Path) -> None:
+    # The demo's backends are replicable, so two workers would run: they need one pair on disk.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "custom_metrics_server",
+            "serve",
+            "--demo",
+            "--workers",
+            "2",
+            "--secure-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=read_only_cwd,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "--cert-dir apiserver.local.config/certificates" in last, last
 
 
 def demo_args(tmp_path: Path, write_kubeconfig: Path | None) -> argparse.Namespace:

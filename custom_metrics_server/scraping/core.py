@@ -4,7 +4,7 @@ scraper (:mod:`.kubelet_scraper`) and the pod scraper
 
 This module owns :class:`ScrapeCore`, which runs a scraper's rounds (:mod:`.rounds`: never
 overlapping, bounded concurrency, a deadline per target, failing targets at most a quarter of
-the slots), keeps its book of targets (:mod:`.node_book`: which are failing and why, their
+the slots), keeps its book of targets (:mod:`.target_book`: which are failing and why, their
 backoff, the log lines a change of state deserves), and scrapes one target: the deadline, the
 classification of what went wrong (:class:`~.failure.ScrapeFailure` for every expected
 failure, ``internal`` with a traceback for a bug, which must not stop the other targets'
@@ -31,8 +31,8 @@ from typing import Generic, TypeVar
 
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.scraping.failure import ScrapeFailure
-from custom_metrics_server.scraping.node_book import NodeBook
 from custom_metrics_server.scraping.rounds import ScrapeRounds
+from custom_metrics_server.scraping.target_book import TargetBook
 
 __all__ = ["ScrapeCore", "ScrapeParts", "ScrapeWords"]
 
@@ -98,7 +98,7 @@ class ScrapeCore(Generic[T]):
         self._logger = logger
         self._noun = words.noun
         self.timeout = timeout
-        self.book = NodeBook(
+        self.book = TargetBook(
             target=words.target,
             interval=interval,
             age_out_intervals=age_out_intervals,

@@ -8,7 +8,7 @@ store, when a silent node's usage is dropped (after three intervals without an a
 soon as the node leaves the node list), readiness and the counters of its self-metrics
 (:mod:`.scraper_metrics`). The core owns the rounds, the deadlines, the classification of
 failures, and which nodes are failing, their backoff and the log lines about them
-(:mod:`.node_book`).
+(:mod:`.target_book`).
 
 It must not parse text or compute rates (that is :mod:`kubelet_format.rows` and
 :mod:`usage.store`) and does not decide what the usage means for any API.
@@ -27,7 +27,7 @@ comes first thing, each scrape's deadline ends the round before the next tick, a
 quarter of the slots.
 
 * **Backoff**: a node that failed *k* times in a row is tried again after ``2**(k-1)`` rounds,
-  at most every ``MAX_BACKOFF_ROUNDS`` rounds, until it answers (:mod:`.node_book`).
+  at most every ``MAX_BACKOFF_ROUNDS`` rounds, until it answers (:mod:`.target_book`).
 
 A kubelet body that says ``scrape_error 1`` (its stats provider failed) carries no usage and
 counts as a failure, so the node keeps its last usage until it ages out instead of flapping to
@@ -53,9 +53,9 @@ from custom_metrics_server.kubelet_format.rows import read_usage_rows
 from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeWords
 from custom_metrics_server.scraping.failure import ScrapeFailure
 from custom_metrics_server.scraping.kubelet_client import MAX_BODY_BYTES, KubeletFetcher, Source
-from custom_metrics_server.scraping.node_book import sample_names
 from custom_metrics_server.scraping.rounds import FIRST_STARTS_PER_SECOND
 from custom_metrics_server.scraping.scraper_metrics import ScraperStats
+from custom_metrics_server.scraping.target_book import sample_names
 from custom_metrics_server.usage.store import UsageStore
 
 __all__ = ["AGE_OUT_INTERVALS", "DEFAULT_CONCURRENCY", "FIRST_STARTS_PER_SECOND", "KubeletScraper"]
@@ -70,7 +70,7 @@ DEFAULT_CONCURRENCY: Final = 32
 
 class KubeletScraper:
     """Scrapes every node's kubelet into ``store`` while entered (``async with``);
-    ``nodes`` is its :class:`~.node_book.NodeBook` (which nodes fail, and why)."""
+    ``nodes`` is its :class:`~.target_book.TargetBook` (which nodes fail, and why)."""
 
     def __init__(
         self,

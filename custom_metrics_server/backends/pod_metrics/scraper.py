@@ -12,8 +12,8 @@ soon as the pod list has synced and paced at 1,000 starts a second, pods that st
 between rounds scraped at once (`PodTargets.added`), other starts spread over the first half
 of the interval, at most `concurrency` scrapes in flight, failing targets at most a quarter of
 them), the per-target deadline, the classification of failures, and the book of failing targets
-and their backoff (`scraping.node_book.NodeBook`: a target that failed k times in a row is tried
-again after 2^(k-1) rounds, at most every 8).
+and their backoff (`scraping.target_book.TargetBook`: a target that failed k times in a row is
+tried again after 2^(k-1) rounds, at most every 8).
 
 Every expected failure has a short reason (`timeout`, `too_large`, `http_<code>`,
 `unreachable`, `parse`), counted and logged when a target starts failing and when it answers

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from types import MappingProxyType, TracebackType
+from types import TracebackType
 from typing import Final, Self
 
 import httpx
@@ -50,11 +50,10 @@ import httpx
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kubelet_format.rows import read_usage_rows
-from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeWords
+from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeStats, ScrapeWords
 from custom_metrics_server.scraping.failure import ScrapeFailure
 from custom_metrics_server.scraping.kubelet_client import MAX_BODY_BYTES, KubeletFetcher, Source
 from custom_metrics_server.scraping.rounds import FIRST_STARTS_PER_SECOND
-from custom_metrics_server.scraping.scraper_metrics import ScraperStats
 from custom_metrics_server.scraping.target_book import sample_names
 from custom_metrics_server.usage.store import UsageStore
 
@@ -248,28 +247,9 @@ class KubeletScraper:
             )
         return Readiness(True)
 
-    def stats(self) -> ScraperStats:
-        """A snapshot of the counters. O(nodes)."""
-        core = self._core
-        rounds = core.rounds.counters
-        failing = self.nodes.failing()
-        return ScraperStats(
-            rounds_started=rounds.rounds_started,
-            rounds_completed=rounds.rounds_completed,
-            rounds_overrun=rounds.rounds_overrun,
-            scrapes=core.scrapes,
-            failures=sum(self.nodes.failures.values()),
-            failures_by_reason=MappingProxyType(dict(self.nodes.failures)),
-            deferred=rounds.deferred,
-            in_flight=core.rounds.in_flight,
-            concurrency=self.concurrency,
-            nodes=core.listed,
-            nodes_failing=len(failing),
-            nodes_backing_off=sum(1 for _, times in failing.values() if times > 1),
-            nodes_expired=self._nodes_expired,
-            last_round_seconds=rounds.last_round_seconds,
-            last_scrape_seconds=core.last_scrape_seconds,
-        )
+    def stats(self) -> ScrapeStats:
+        """A snapshot of the counters (its targets are nodes). O(nodes)."""
+        return self._core.stats(expired=self._nodes_expired)
 
 
 def _itself(name: str) -> str:

@@ -113,17 +113,13 @@ def accept_clauses(accept: str) -> tuple[tuple[str, Mapping[str, str], float], .
     return tuple(out)
 
 
-def pretty_user_agent(user_agent: str) -> bool:
-    """Upstream indents for curl, Wget and browsers (`isPrettyPrint`)."""
-    return user_agent.startswith(_PRETTY_AGENTS)
-
-
 def pretty_print(asked: bool | None, accepted: bool, user_agent: str) -> bool:
     """Indent JSON? `?pretty=` (`asked`) decides when given; else the Accept clause's
-    `pretty=1` (`accepted`), or a curl/Wget/browser user agent (upstream's `isPrettyPrint`)."""
+    `pretty=1` (`accepted`), or a curl, Wget or browser user agent (upstream's
+    `isPrettyPrint`)."""
     if asked is not None:
         return asked
-    return accepted or pretty_user_agent(user_agent)
+    return accepted or user_agent.startswith(_PRETTY_AGENTS)
 
 
 @lru_cache(maxsize=256)

@@ -13,7 +13,7 @@ from custom_metrics_server.api.negotiation import (
     metric_representation,
     negotiate,
     negotiate_discovery,
-    pretty_user_agent,
+    pretty_print,
 )
 from custom_metrics_server.errors import NotAcceptable
 
@@ -201,9 +201,11 @@ def test_pretty_parameter_and_user_agents() -> None:
     chosen = negotiate("application/json;pretty=1")
     assert isinstance(chosen, Representation)
     assert chosen.pretty
-    assert pretty_user_agent("curl/8.0")
-    assert pretty_user_agent("Mozilla/5.0 (X11)")
-    assert not pretty_user_agent("kubectl/v1.32.4 (linux/amd64)")
+    assert pretty_print(None, False, "curl/8.0")
+    assert pretty_print(None, False, "Mozilla/5.0 (X11)")
+    assert not pretty_print(None, False, "kubectl/v1.32.4 (linux/amd64)")
+    assert pretty_print(None, True, "kubectl/v1.32.4 (linux/amd64)")
+    assert not pretty_print(False, True, "curl/8.0")
 
 
 @pytest.mark.parametrize(

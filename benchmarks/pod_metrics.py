@@ -178,7 +178,7 @@ async def one_run(
                 pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
             result["wall_per_round_s"] = round((time.monotonic() - wall) / rounds, 3)
         stats = backend.scraper.stats()
-        result["series_kept"] = stats.series
+        result["series_kept"] = backend.scraper.store.series_count()
         result["targets"] = stats.targets
         result["failures"] = dict(stats.failures_by_reason)
         result["overruns"] = stats.rounds_overrun

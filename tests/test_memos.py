@@ -76,10 +76,18 @@ def test_selector_parse_memos(text: str) -> None:
     same(fields.parse_field_selector_cached, text)
 
 
+USER_AGENTS = st.sampled_from(
+    ["", "curl/8.5.0", "Mozilla/5.0 (X11)", "Wget/1.21", "kubectl/v1.32.4 (linux/amd64)"]
+) | st.text(max_size=20)
+
+
 @settings(max_examples=100, deadline=None)
-@given(ACCEPTS, st.booleans())
-def test_negotiation_memos(accept: str, aggregated: bool) -> None:
+@given(ACCEPTS, st.booleans(), USER_AGENTS, st.sampled_from([None, True, False]))
+def test_negotiation_memos(
+    accept: str, aggregated: bool, user_agent: str, asked: bool | None
+) -> None:
     same(negotiation._negotiate, accept)
+    same(negotiation.metric_representation, accept, user_agent, asked)
     same(negotiation.accept_clauses, accept)
     same(negotiation.go_accept_clauses, accept)
     same(negotiation._negotiate_discovery, accept, aggregated=aggregated)

@@ -31,12 +31,20 @@ def test_a_demo_pods_request_takes_one_pass_down() -> None:
     modules = found["modules"]
     assert isinstance(modules, list)
     # No second backend choice (the composite), no KEP-1748 room for the mapping, no second
-    # path check for metrics.k8s.io.
+    # path check for metrics.k8s.io; the representation is one memoised decision (no call
+    # into api.negotiation, none through server.responses), and an empty metric selector is
+    # read, not asked (no call into machinery.labels).
     for gone in (
         "plugins.builtin",
         "backends.kubernetes.metrics",
         "cluster_state.records",
         "metrics_api.request",
+        "api.negotiation",
+        "server.responses",
+        "machinery.labels",
     ):
         assert gone not in modules
-    assert len(modules) <= 21, modules
+    assert len(modules) <= 18, modules
+    packages = found["packages"]
+    assert isinstance(packages, list)
+    assert len(packages) <= 8, packages

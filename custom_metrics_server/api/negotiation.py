@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, NamedTuple
 
@@ -43,15 +43,15 @@ _PRETTY_AGENTS: Final = ("curl", "Wget", "Mozilla/5.0")
 
 @dataclass(frozen=True, slots=True)
 class Representation:
-    """What to send: the media type and whether to indent (JSON only)."""
+    """What to send: the media type, whether to indent (JSON only) and whether the body is
+    Kubernetes protobuf (derived from the media type; a field, since every request reads it)."""
 
     media_type: str
     pretty: bool
+    protobuf: bool = field(init=False)
 
-    @property
-    def protobuf(self) -> bool:
-        """Whether the body is Kubernetes protobuf."""
-        return self.media_type == PROTOBUF
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "protobuf", self.media_type == PROTOBUF)
 
 
 _PLAIN: Final = Representation(JSON, pretty=False)
@@ -120,9 +120,29 @@ def accept_clauses(accept: str) -> tuple[tuple[str, Mapping[str, str], float], .
     return tuple(out)
 
 
-def pretty_user_agent(user_agent: str) -> bool:
-    """Upstream indents for curl, Wget and browsers (`isPrettyPrint`)."""
-    return user_agent.startswith(_PRETTY_AGENTS)
+def pretty_print(asked: bool | None, accepted: bool, user_agent: str) -> bool:
+    """Indent JSON? `?pretty=` (`asked`) decides when given; else the Accept clause's
+    `pretty=1` (`accepted`), or a curl, Wget or browser user agent (upstream's
+    `isPrettyPrint`)."""
+    if asked is not None:
+        return asked
+    return accepted or user_agent.startswith(_PRETTY_AGENTS)
+
+
+@lru_cache(maxsize=256)
+def metric_representation(
+    accept: str, user_agent: str, asked: bool | None
+) -> Representation | None:
+    """How a metric value list (or its Status) is sent, decided once: `negotiate(accept)`,
+    its JSON indented as `pretty_print` says (protobuf never is), or None for a 406, which
+    the caller raises as `not_acceptable(SERVED_MEDIA_TYPES)`: a new error each time, as
+    `negotiate` says why. O(len(accept)), cached per (Accept, User-Agent, `?pretty=`):
+    clients send the same few, so a request costs one lookup (in C, no Python of this
+    module runs)."""
+    chosen = _negotiate(accept)
+    if chosen is None or chosen.protobuf:
+        return chosen
+    return _PRETTY if pretty_print(asked, chosen.pretty, user_agent) else _PLAIN
 
 
 # --- discovery: upstream's negotiation to the letter ------------------------------------------

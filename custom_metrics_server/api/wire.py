@@ -74,7 +74,7 @@ def label_selector_json(selector: Selector) -> dict[str, Any] | None:
     Unset (empty) is null. Operators a LabelSelector cannot express (`!=`, `>`, `<`) make
     the upstream providers fail; here they echo as null instead.
     """
-    if selector.is_everything():
+    if not selector.requirements:  # selects everything (read without a call: hot path)
         return None
     try:
         return selector.to_label_selector()

@@ -4,12 +4,13 @@ scraper (:mod:`.kubelet_scraper`) and the pod scraper
 
 This module owns :class:`ScrapeCore`, which runs a scraper's rounds (:mod:`.rounds`: never
 overlapping, bounded concurrency, a deadline per target, failing targets at most a quarter of
-the slots), keeps its book of targets (:mod:`.node_book`: which are failing and why, their
+the slots), keeps its book of targets (:mod:`.target_book`: which are failing and why, their
 backoff, the log lines a change of state deserves), and scrapes one target: the deadline, the
 classification of what went wrong (:class:`~.failure.ScrapeFailure` for every expected
 failure, ``internal`` with a traceback for a bug, which must not stop the other targets'
 scrapes), the book-keeping and the counters of its self-metrics (scrapes, the last scrape's
-seconds, targets listed).
+seconds, targets listed), and the one snapshot of them both scrapers' self-metrics read
+(:class:`ScrapeStats`, :meth:`ScrapeCore.stats`).
 
 A scraper gives the core only what differs (:class:`ScrapeParts`): which targets are listed
 (``listing``), what to forget and expire when the list is read for a round (``prune``), what a
@@ -25,16 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.scraping.failure import ScrapeFailure
-from custom_metrics_server.scraping.node_book import NodeBook
 from custom_metrics_server.scraping.rounds import ScrapeRounds
+from custom_metrics_server.scraping.target_book import TargetBook
 
-__all__ = ["ScrapeCore", "ScrapeParts", "ScrapeWords"]
+__all__ = ["ScrapeCore", "ScrapeParts", "ScrapeStats", "ScrapeWords"]
 
 T = TypeVar("T")
 
@@ -74,6 +76,35 @@ class ScrapeParts(Generic[T]):
     take: Callable[[str, T, bytes, float], None]
 
 
+@dataclass(frozen=True, slots=True)
+class ScrapeStats:
+    """A snapshot of a scraper's counters, for its self-metrics (the kubelet scraper's and the
+    pod scraper's alike): its rounds, its scrapes and their failures by reason, and its
+    targets (listed when the list was last read, failing, backing off: failed twice or more in
+    a row). ``expired`` counts targets whose values were dropped after the age-out, where the
+    scraper counts them (the kubelet scraper; 0 otherwise)."""
+
+    rounds_started: int
+    rounds_completed: int
+    rounds_overrun: int
+    deferred: int
+    scrapes: int
+    failures_by_reason: Mapping[str, int]
+    in_flight: int
+    concurrency: int
+    targets: int
+    targets_failing: int
+    targets_backing_off: int
+    expired: int
+    last_round_seconds: float | None
+    last_scrape_seconds: float | None
+
+    @property
+    def failures(self) -> int:
+        """Failed scrapes, whatever the reason."""
+        return sum(self.failures_by_reason.values())
+
+
 class ScrapeCore(Generic[T]):
     """Rounds, the book and one target's scrape for a scraper (see the module); the owner
     runs it with :meth:`start` and :meth:`stop`. ``book`` and ``rounds`` are readable (tests,
@@ -98,7 +129,7 @@ class ScrapeCore(Generic[T]):
         self._logger = logger
         self._noun = words.noun
         self.timeout = timeout
-        self.book = NodeBook(
+        self.book = TargetBook(
             target=words.target,
             interval=interval,
             age_out_intervals=age_out_intervals,
@@ -148,6 +179,28 @@ class ScrapeCore(Generic[T]):
         of after their backoff. O(1) + O(len(reachable))."""
         self._urged.update(reachable)
         self.rounds.notice()
+
+    def stats(self, *, expired: int = 0) -> ScrapeStats:
+        """A snapshot of the counters (``expired``: see :class:`ScrapeStats`). O(targets)."""
+        rounds = self.rounds
+        counters = rounds.counters
+        failing = self.book.failing()
+        return ScrapeStats(
+            rounds_started=counters.rounds_started,
+            rounds_completed=counters.rounds_completed,
+            rounds_overrun=counters.rounds_overrun,
+            deferred=counters.deferred,
+            scrapes=self.scrapes,
+            failures_by_reason=MappingProxyType(dict(self.book.failures)),
+            in_flight=rounds.in_flight,
+            concurrency=rounds.concurrency,
+            targets=self.listed,
+            targets_failing=len(failing),
+            targets_backing_off=sum(1 for _, times in failing.values() if times > 1),
+            expired=expired,
+            last_round_seconds=counters.last_round_seconds,
+            last_scrape_seconds=self.last_scrape_seconds,
+        )
 
     # -- rounds --
 

@@ -8,7 +8,7 @@ store, when a silent node's usage is dropped (after three intervals without an a
 soon as the node leaves the node list), readiness and the counters of its self-metrics
 (:mod:`.scraper_metrics`). The core owns the rounds, the deadlines, the classification of
 failures, and which nodes are failing, their backoff and the log lines about them
-(:mod:`.node_book`).
+(:mod:`.target_book`).
 
 It must not parse text or compute rates (that is :mod:`kubelet_format.rows` and
 :mod:`usage.store`) and does not decide what the usage means for any API.
@@ -27,7 +27,7 @@ comes first thing, each scrape's deadline ends the round before the next tick, a
 quarter of the slots.
 
 * **Backoff**: a node that failed *k* times in a row is tried again after ``2**(k-1)`` rounds,
-  at most every ``MAX_BACKOFF_ROUNDS`` rounds, until it answers (:mod:`.node_book`).
+  at most every ``MAX_BACKOFF_ROUNDS`` rounds, until it answers (:mod:`.target_book`).
 
 A kubelet body that says ``scrape_error 1`` (its stats provider failed) carries no usage and
 counts as a failure, so the node keeps its last usage until it ages out instead of flapping to
@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from types import MappingProxyType, TracebackType
+from types import TracebackType
 from typing import Final, Self
 
 import httpx
@@ -50,12 +50,11 @@ import httpx
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kubelet_format.rows import read_usage_rows
-from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeWords
+from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeStats, ScrapeWords
 from custom_metrics_server.scraping.failure import ScrapeFailure
 from custom_metrics_server.scraping.kubelet_client import MAX_BODY_BYTES, KubeletFetcher, Source
-from custom_metrics_server.scraping.node_book import sample_names
 from custom_metrics_server.scraping.rounds import FIRST_STARTS_PER_SECOND
-from custom_metrics_server.scraping.scraper_metrics import ScraperStats
+from custom_metrics_server.scraping.target_book import sample_names
 from custom_metrics_server.usage.store import UsageStore
 
 __all__ = ["AGE_OUT_INTERVALS", "DEFAULT_CONCURRENCY", "FIRST_STARTS_PER_SECOND", "KubeletScraper"]
@@ -70,7 +69,7 @@ DEFAULT_CONCURRENCY: Final = 32
 
 class KubeletScraper:
     """Scrapes every node's kubelet into ``store`` while entered (``async with``);
-    ``nodes`` is its :class:`~.node_book.NodeBook` (which nodes fail, and why)."""
+    ``nodes`` is its :class:`~.target_book.TargetBook` (which nodes fail, and why)."""
 
     def __init__(
         self,
@@ -248,28 +247,9 @@ class KubeletScraper:
             )
         return Readiness(True)
 
-    def stats(self) -> ScraperStats:
-        """A snapshot of the counters. O(nodes)."""
-        core = self._core
-        rounds = core.rounds.counters
-        failing = self.nodes.failing()
-        return ScraperStats(
-            rounds_started=rounds.rounds_started,
-            rounds_completed=rounds.rounds_completed,
-            rounds_overrun=rounds.rounds_overrun,
-            scrapes=core.scrapes,
-            failures=sum(self.nodes.failures.values()),
-            failures_by_reason=MappingProxyType(dict(self.nodes.failures)),
-            deferred=rounds.deferred,
-            in_flight=core.rounds.in_flight,
-            concurrency=self.concurrency,
-            nodes=core.listed,
-            nodes_failing=len(failing),
-            nodes_backing_off=sum(1 for _, times in failing.values() if times > 1),
-            nodes_expired=self._nodes_expired,
-            last_round_seconds=rounds.last_round_seconds,
-            last_scrape_seconds=core.last_scrape_seconds,
-        )
+    def stats(self) -> ScrapeStats:
+        """A snapshot of the counters (its targets are nodes). O(nodes)."""
+        return self._core.stats(expired=self._nodes_expired)
 
 
 def _itself(name: str) -> str:

@@ -5,7 +5,7 @@ scraper.
 This module owns :class:`ScrapeRounds`, the schedule alone: it is told which targets are due
 (``prepare``), which listed targets were never scraped (``fresh``), how to scrape one
 (``scrape``, which never raises and answers whether it succeeded) and which targets are failing
-(a :class:`RoundBook`, such as :class:`~.node_book.NodeBook`). It keeps what readiness needs
+(a :class:`RoundBook`, such as :class:`~.target_book.TargetBook`). It keeps what readiness needs
 to know about the first round (``first_round``, ``rounds_answered``, ``started_at``) and logs
 one line when the first round with targets is done. It must not fetch, parse, store or log
 per target.
@@ -69,7 +69,7 @@ FIRST_STARTS_PER_SECOND: Final = 1000.0
 
 
 class RoundBook(Protocol):
-    """What the schedule needs to know and say about targets (`node_book.NodeBook`)."""
+    """What the schedule needs to know and say about targets (`target_book.TargetBook`)."""
 
     def is_failing(self, name: str) -> bool:
         """Whether the last scrape of `name` failed."""

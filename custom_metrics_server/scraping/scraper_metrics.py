@@ -1,48 +1,28 @@
-"""The kubelet scraper's self-metrics: a snapshot of its counters and the Prometheus collector
-that serves it on ``/metrics``.
+"""The kubelet scraper's self-metrics: the Prometheus collector that serves its counters on
+``/metrics``.
 
-This module owns :class:`ScraperStats` (what :meth:`.kubelet_scraper.KubeletScraper.stats` returns)
-and :class:`ScraperCollector` (the ``custom_metrics_server_kubelet_scrape*`` families, read
-from ``stats()`` when ``/metrics`` is scraped). It must not change any state.
+This module owns :class:`ScraperCollector` (the ``custom_metrics_server_kubelet_scrape*``
+families, read from :meth:`.kubelet_scraper.KubeletScraper.stats`, the scraping core's
+:class:`~.core.ScrapeStats`, when ``/metrics`` is scraped). It must not change any state.
 
 Cost: one ``stats()`` snapshot (O(nodes)) per ``/metrics`` scrape, O(failure reasons) more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["ScraperCollector", "ScraperStats"]
+from custom_metrics_server.scraping.core import ScrapeStats
 
-
-@dataclass(frozen=True, slots=True)
-class ScraperStats:
-    """Counters and gauges for self-metrics (a snapshot)."""
-
-    rounds_started: int
-    rounds_completed: int
-    rounds_overrun: int
-    scrapes: int
-    failures: int
-    failures_by_reason: Mapping[str, int]
-    deferred: int
-    in_flight: int
-    concurrency: int
-    nodes: int
-    nodes_failing: int
-    nodes_backing_off: int
-    nodes_expired: int
-    last_round_seconds: float | None
-    last_scrape_seconds: float | None
+__all__ = ["ScraperCollector"]
 
 
 class _HasStats(Protocol):
-    def stats(self) -> ScraperStats: ...
+    def stats(self) -> ScrapeStats: ...
 
 
 class ScraperCollector(Collector):
@@ -86,9 +66,9 @@ class ScraperCollector(Collector):
             "(failed twice or more in a row, tried less often).",
             labels=["state"],
         )
-        nodes.add_metric(["listed"], stats.nodes)
-        nodes.add_metric(["failing"], stats.nodes_failing)
-        nodes.add_metric(["backing_off"], stats.nodes_backing_off)
+        nodes.add_metric(["listed"], stats.targets)
+        nodes.add_metric(["failing"], stats.targets_failing)
+        nodes.add_metric(["backing_off"], stats.targets_backing_off)
         yield nodes
         if stats.last_round_seconds is not None:
             yield GaugeMetricFamily(

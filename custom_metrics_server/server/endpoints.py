@@ -15,10 +15,10 @@ with upstream's `ETag`, `Vary: Accept` and `Cache-Control: public`, or 304 when 
 No framework routing, dependency injection or per-item models here (they cost several times this
 path: docs/performance.md, "Bare ASGI against FastAPI routes"): the pure grammar parses the
 decoded path, the query layer answers, the wire layer joins pre-rendered fragments, and the
-response goes out as one body
-with an explicit `content-length`. Every failure is a Kubernetes `Status`; a bug is logged
-with a request id and answered with a masked 500, never a traceback. Each handler labels the
-request for the self-metrics (`chain.Tracking` counts it).
+response goes out as one body with an explicit `content-length`. Every failure is a Kubernetes
+`Status`; a bug is logged with a request id and answered with a masked 500, never a traceback
+(`guarded`, around every handler's body). Each handler labels the request for the
+self-metrics (`chain.Tracking` counts it).
 
 Per request: O(len(path)) parsing, the query layer's cost, and O(items) to join the body.
 """
@@ -26,7 +26,8 @@ Per request: O(len(path)) parsing, the query layer's cost, and O(items) to join 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, NamedTuple
 from urllib.parse import parse_qs
 
@@ -41,12 +42,15 @@ from custom_metrics_server.api.grammar import (
     StatusPage,
     VersionDiscovery,
     parse,
+    parse_query,
 )
 from custom_metrics_server.api.negotiation import (
+    SERVED_MEDIA_TYPES,
     Representation,
+    metric_representation,
     negotiate,
 )
-from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS
+from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS, status_response
 from custom_metrics_server.domain import (
     ExternalMetricRequest,
     ExternalSample,
@@ -58,7 +62,9 @@ from custom_metrics_server.errors import (
     NotAcceptable,
     NotFound,
     StatusError,
+    internal_error,
     method_not_allowed,
+    not_acceptable,
 )
 from custom_metrics_server.metrics_api import request as metrics_request
 from custom_metrics_server.metrics_api import responses as resource_api
@@ -82,7 +88,6 @@ from custom_metrics_server.server.discovery import (
 from custom_metrics_server.server.observability import ServerMetrics
 from custom_metrics_server.server.responses import (
     discovery_representation,
-    guarded,
     pretty_requested,
     send_aggregated,
     send_document,
@@ -117,6 +122,37 @@ _TEXT_HEADERS: Final = (
     (b"cache-control", b"no-cache, private"),
     (b"x-content-type-options", b"nosniff"),
 )
+
+
+async def guarded(
+    scope: Scope,
+    send: Send,
+    serve: Callable[[Scope, QueryParams, Send], Awaitable[None]],
+    labels: tuple[str, str, str],
+) -> None:
+    """Run a handler body (every handler's): a `StatusError` becomes its `Status`, a bug a
+    masked 500 with an `audit-id` (logged with the stack). `labels` count the request until
+    the body knows better (the grammar has parsed the path)."""
+    exchange_of(scope).labels = labels
+    try:
+        await serve(scope, parse_query(scope["query_string"]), send)
+    except StatusError as error:
+        await send_status(send, error, scope)
+    except Exception:
+        request_id = uuid.uuid4().hex
+        logger.exception(
+            "request %s %s failed (request id %s)", scope["method"], scope["path"], request_id
+        )
+        await send_status(send, internal_error(), scope, request_id=request_id)
+
+
+async def send_status(
+    send: Send, error: StatusError, scope: Scope, *, request_id: str = ""
+) -> None:
+    body, headers = status_response(error, request_header(scope, b"accept"))
+    if request_id:
+        headers += ((b"audit-id", request_id.encode()),)
+    await send_body(send, error.code, body, headers)
 
 
 class ApiEndpoints:
@@ -222,13 +258,12 @@ class ApiEndpoints:
         await send_document(scope, query, chosen, document, send)
 
     def _representation(self, scope: Scope, query: QueryParams) -> Representation:
-        chosen = negotiate(request_header(scope, b"accept"))
-        if isinstance(chosen, NotAcceptable):
-            raise chosen
-        if chosen.protobuf:
-            return chosen  # binary: `pretty` does not apply
-        pretty = pretty_requested(scope, query, accepted=chosen.pretty)
-        return chosen if chosen.pretty == pretty else Representation(chosen.media_type, pretty)
+        chosen = metric_representation(
+            request_header(scope, b"accept"), request_header(scope, b"user-agent"), query.pretty
+        )
+        if chosen is None:
+            raise not_acceptable(SERVED_MEDIA_TYPES)
+        return chosen
 
     async def _answer(
         self,

@@ -1,28 +1,26 @@
-"""What every `/apis` and `/api` handler shares: running a handler body with its failures as
-`Status` answers (`guarded`), and the negotiated sends of discovery documents (plain and
-aggregated v2, with upstream's ETag and 304) and of JSON's `pretty` choice.
+"""The negotiated sends of discovery documents (plain and aggregated v2, with upstream's ETag
+and 304) and JSON's `pretty` choice, for the handlers that send documents (discovery,
+`metrics.k8s.io`, the demo's `/api`); a metric value list's representation is decided in one
+memoised call (`api.negotiation.metric_representation`).
 
-Owns no route and no state; `endpoints` holds the handlers. Cost: O(1) per request beyond the
-body's own bytes (O(size) to indent a pretty one).
+Owns no route and no state; `endpoints` holds the handlers and runs their bodies (`guarded`).
+Cost: O(1) per request beyond the body's own bytes (O(size) to indent a pretty one).
 """
 
 from __future__ import annotations
 
-import logging
-import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from custom_metrics_server.api import aggregated_discovery, protobuf, wire
-from custom_metrics_server.api.grammar import QueryParams, parse_query
+from custom_metrics_server.api.grammar import QueryParams
 from custom_metrics_server.api.negotiation import (
     PROTOBUF,
     DiscoveryRepresentation,
     negotiate_discovery,
-    pretty_user_agent,
+    pretty_print,
 )
-from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS, status_response
-from custom_metrics_server.errors import NotAcceptable, StatusError, internal_error
+from custom_metrics_server.api.status import JSON_HEADERS, PROTOBUF_HEADERS
+from custom_metrics_server.errors import NotAcceptable
 from custom_metrics_server.runtime.asgi import (
     Scope,
     Send,
@@ -30,59 +28,20 @@ from custom_metrics_server.runtime.asgi import (
     send_body,
     send_headers_only,
 )
-from custom_metrics_server.server.chain import exchange_of
 from custom_metrics_server.server.discovery import RenderedDiscovery
 
 __all__ = [
     "discovery_representation",
-    "guarded",
     "pretty_requested",
     "send_aggregated",
     "send_document",
-    "send_status",
 ]
-
-# The handlers' logger: a masked 500's line names the module that serves the request.
-logger = logging.getLogger("custom_metrics_server.server.endpoints")
-
-
-async def guarded(
-    scope: Scope,
-    send: Send,
-    serve: Callable[[Scope, QueryParams, Send], Awaitable[None]],
-    labels: tuple[str, str, str],
-) -> None:
-    """Run a handler body: a `StatusError` becomes its `Status`, a bug a masked 500 with an
-    `audit-id` (logged with the stack). `labels` count the request until the body knows
-    better (the grammar has parsed the path)."""
-    exchange_of(scope).labels = labels
-    try:
-        await serve(scope, parse_query(scope["query_string"]), send)
-    except StatusError as error:
-        await send_status(send, error, scope)
-    except Exception:
-        request_id = uuid.uuid4().hex
-        logger.exception(
-            "request %s %s failed (request id %s)", scope["method"], scope["path"], request_id
-        )
-        await send_status(send, internal_error(), scope, request_id=request_id)
-
-
-async def send_status(
-    send: Send, error: StatusError, scope: Scope, *, request_id: str = ""
-) -> None:
-    body, headers = status_response(error, request_header(scope, b"accept"))
-    if request_id:
-        headers += ((b"audit-id", request_id.encode()),)
-    await send_body(send, error.code, body, headers)
 
 
 def pretty_requested(scope: Scope, query: QueryParams, *, accepted: bool) -> bool:
-    """Indent JSON? `?pretty=` decides when given; else the Accept clause's `pretty=1`, or a
-    curl/Wget/browser user agent (upstream's `isPrettyPrint`)."""
-    if query.pretty is not None:
-        return query.pretty
-    return accepted or pretty_user_agent(request_header(scope, b"user-agent"))
+    """Indent JSON? `api.negotiation.pretty_print` of `?pretty=`, the Accept clause's
+    `pretty=1` (`accepted`) and the user agent."""
+    return pretty_print(query.pretty, accepted, request_header(scope, b"user-agent"))
 
 
 def discovery_representation(scope: Scope, *, aggregated: bool) -> DiscoveryRepresentation:

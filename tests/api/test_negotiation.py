@@ -12,9 +12,10 @@ from custom_metrics_server.api.negotiation import (
     DiscoveryRepresentation,
     Representation,
     go_accept_clauses,
+    metric_representation,
     negotiate,
     negotiate_discovery,
-    pretty_user_agent,
+    pretty_print,
 )
 from custom_metrics_server.errors import NotAcceptable
 from custom_metrics_server.metrics_api.request import negotiate as metrics_negotiate
@@ -205,9 +206,32 @@ def test_pretty_parameter_and_user_agents() -> None:
     chosen = negotiate("application/json;pretty=1")
     assert isinstance(chosen, Representation)
     assert chosen.pretty
-    assert pretty_user_agent("curl/8.0")
-    assert pretty_user_agent("Mozilla/5.0 (X11)")
-    assert not pretty_user_agent("kubectl/v1.32.4 (linux/amd64)")
+    assert pretty_print(None, False, "curl/8.0")
+    assert pretty_print(None, False, "Mozilla/5.0 (X11)")
+    assert not pretty_print(None, False, "kubectl/v1.32.4 (linux/amd64)")
+    assert pretty_print(None, True, "kubectl/v1.32.4 (linux/amd64)")
+    assert not pretty_print(False, True, "curl/8.0")
+
+
+@pytest.mark.parametrize(
+    ("accept", "user_agent", "asked", "media_type", "pretty"),
+    [
+        ("", "kubectl/v1.32.4", None, JSON, False),
+        ("", "curl/8.0", None, JSON, True),  # the user agent, when nothing else says
+        ("", "curl/8.0", False, JSON, False),  # `?pretty=false` wins
+        ("application/json;pretty=1", "kubectl/v1.32.4", None, JSON, True),
+        ("application/json;pretty=1", "curl/8.0", False, JSON, False),
+        ("", "kubectl/v1.32.4", True, JSON, True),
+        ("application/vnd.kubernetes.protobuf", "curl/8.0", True, PROTOBUF, False),  # binary
+    ],
+)
+def test_a_metric_list_s_representation_is_decided_in_one_call(
+    accept: str, user_agent: str, asked: bool | None, media_type: str, pretty: bool
+) -> None:
+    chosen = metric_representation(accept, user_agent, asked)
+    assert chosen == Representation(media_type, pretty)
+    assert chosen.protobuf == (media_type == PROTOBUF)
+    assert metric_representation("text/html", "curl/8.0", None) is None  # a 406
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """Tests for custom_metrics_server.scraping.core: the scraping core both scrapers run on, with
 parts of its own (targets in a list, bodies from a dict): one target's scrape (the deadline,
 expected failures by reason, a bug counted as `internal` and logged with its traceback, a
-target that left skipped), and the core's rounds (the first round scrapes every listed target
+target that left skipped, the stats snapshot), and the core's rounds (the first round scrapes every listed target
 and prunes with the listed set; a catch-up scrapes only new targets and failing targets urged
 by `notice`, whatever their backoff)."""
 
@@ -113,6 +113,13 @@ async def test_one_scrape_classifies_each_outcome_and_books_it(
     assert dict(core.book.failures) == {"http_503": 1, "parse": 1, "internal": 1, "timeout": 1}
     assert core.scrapes == 5
     assert core.last_scrape_seconds is not None
+    # The snapshot both scrapers' self-metrics read: the same counts as the book's and the
+    # core's, one failure each time so far (none backing off), nothing listed by a round yet.
+    stats = core.stats(expired=2)
+    assert stats.failures_by_reason == dict(core.book.failures)
+    assert (stats.scrapes, stats.failures, stats.targets_failing) == (5, 4, 4)
+    assert (stats.targets_backing_off, stats.expired, stats.targets) == (0, 2, 0)
+    assert stats.last_scrape_seconds == core.last_scrape_seconds
     bug = [record for record in caplog.records if "failed unexpectedly" in record.getMessage()]
     assert [record.getMessage() for record in bug] == ["scraping thing buggy failed unexpectedly"]
     assert bug[0].exc_info is not None  # the traceback of a bug is kept

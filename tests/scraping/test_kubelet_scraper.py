@@ -314,7 +314,7 @@ async def test_a_failing_node_is_logged_once_and_again_when_it_recovers(
     assert len(recoveries) == 1
     assert recoveries[0].levelno == logging.INFO
     assert stats.failures_by_reason["http_500"] >= 3
-    assert stats.nodes_failing == 0
+    assert stats.targets_failing == 0
 
 
 async def test_a_node_that_stops_answering_ages_out_after_three_intervals(
@@ -334,7 +334,7 @@ async def test_a_node_that_stops_answering_ages_out_after_three_intervals(
         gone_after = asyncio.get_running_loop().time() - failed_at
         assert store.node_usage("n1") is None
         assert store.pod_usage("default", "n2-pod") is not None
-        assert running.stats().nodes_expired >= 1
+        assert running.stats().expired >= 1
     assert gone_after >= (AGE_OUT_INTERVALS - 1) * interval
 
 
@@ -560,8 +560,8 @@ async def test_nodes_that_keep_failing_are_retried_with_exponential_backoff(
         stats = running.stats()
     # Rounds 0, 1, 3, 7, 15, 23, ...: about five attempts in 24 rounds instead of 24.
     assert 3 <= len(broken.requests) <= 7, len(broken.requests)
-    assert stats.nodes_backing_off == 1
-    assert stats.nodes_failing == 1
+    assert stats.targets_backing_off == 1
+    assert stats.targets_failing == 1
 
 
 async def test_failing_nodes_take_at_most_a_quarter_of_the_slots(
@@ -574,7 +574,7 @@ async def test_failing_nodes_take_at_most_a_quarter_of_the_slots(
     names = [f"f{i}" for i in range(6)] + ["ok"]
     store = UsageStore()
     async with scraper(client, store, names, interval=0.3, timeout=2.0, concurrency=4) as running:
-        await wait_for(lambda: running.stats().nodes_failing == 6)
+        await wait_for(lambda: running.stats().targets_failing == 6)
         for node in hangers:
             node.status, node.delay = 200, 5.0
         server.max_in_flight = 0

@@ -310,11 +310,12 @@ class _Collector(Collector):
         yield gauge("targets", "Pod endpoints scraped.", stats.targets)
         yield gauge("targets_failing", "Targets whose last scrape failed.", stats.targets_failing)
         yield gauge("in_flight", "Scrapes running now.", stats.in_flight)
-        yield gauge("series", "Series kept (the store's size).", stats.series)
+        store = backend.scraper.store
+        yield gauge("series", "Series kept (the store's size).", store.series_count())
         yield counter(
             "series_dropped",
             "Selected series dropped past maxSeriesPerTarget.",
-            stats.series_dropped,
+            store.dropped_series,
         )
         if stats.last_round_seconds is not None:
             yield gauge(

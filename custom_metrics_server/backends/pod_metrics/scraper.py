@@ -12,8 +12,8 @@ soon as the pod list has synced and paced at 1,000 starts a second, pods that st
 between rounds scraped at once (`PodTargets.added`), other starts spread over the first half
 of the interval, at most `concurrency` scrapes in flight, failing targets at most a quarter of
 them), the per-target deadline, the classification of failures, and the book of failing targets
-and their backoff (`scraping.node_book.NodeBook`: a target that failed k times in a row is tried
-again after 2^(k-1) rounds, at most every 8).
+and their backoff (`scraping.target_book.TargetBook`: a target that failed k times in a row is
+tried again after 2^(k-1) rounds, at most every 8).
 
 Every expected failure has a short reason (`timeout`, `too_large`, `http_<code>`,
 `unreachable`, `parse`), counted and logged when a target starts failing and when it answers
@@ -30,7 +30,6 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Self
 from urllib.parse import quote, urlsplit
@@ -49,10 +48,10 @@ from custom_metrics_server.http_client.http11 import (
 )
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.runtime.tls import client_context
-from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeWords
+from custom_metrics_server.scraping.core import ScrapeCore, ScrapeParts, ScrapeStats, ScrapeWords
 from custom_metrics_server.scraping.failure import ScrapeFailure
 
-__all__ = ["PodScraper", "PodScraperStats"]
+__all__ = ["PodScraper"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,25 +60,6 @@ USER_AGENT: Final = f"custom-metrics-server/v{__version__}"
 ACCEPT: Final = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 #: The text of an error answer kept for the log.
 _ERROR_TEXT: Final = 200
-
-
-@dataclass(frozen=True, slots=True)
-class PodScraperStats:
-    """A snapshot of the scraper's counters (self-metrics)."""
-
-    rounds_started: int
-    rounds_completed: int
-    rounds_overrun: int
-    deferred: int
-    scrapes: int
-    failures_by_reason: dict[str, int]
-    in_flight: int
-    targets: int
-    targets_failing: int
-    series: int
-    series_dropped: int
-    last_round_seconds: float | None
-    last_scrape_seconds: float | None
 
 
 class PodScraper:
@@ -286,21 +266,7 @@ class PodScraper:
             return Readiness(True, f"no pod answered the first scrape round (0 of {listed})")
         return Readiness(True)
 
-    def stats(self) -> PodScraperStats:
-        """A snapshot of the counters. O(targets)."""
-        rounds = self.rounds.counters
-        return PodScraperStats(
-            rounds_started=rounds.rounds_started,
-            rounds_completed=rounds.rounds_completed,
-            rounds_overrun=rounds.rounds_overrun,
-            deferred=rounds.deferred,
-            scrapes=self.core.scrapes,
-            failures_by_reason=dict(self.book.failures),
-            in_flight=self.rounds.in_flight,
-            targets=len(self.targets.targets),
-            targets_failing=len(self.book.failing()),
-            series=self.store.series_count(),
-            series_dropped=self.store.dropped_series,
-            last_round_seconds=rounds.last_round_seconds,
-            last_scrape_seconds=self.core.last_scrape_seconds,
-        )
+    def stats(self) -> ScrapeStats:
+        """A snapshot of the counters (its targets are pods; the series kept are the
+        store's). O(targets)."""
+        return self.core.stats()

@@ -1,19 +1,20 @@
 """The scraping core's book of targets (nodes, or pods): which are failing, when each is due
 again, and the log lines a change of state deserves.
 
-This module owns :class:`NodeBook`: per node the consecutive failures, the last reason and the
-round of the last attempt; the backoff rule (a node that failed *k* times in a row is tried again
-after ``2**(k-1)`` rounds, at most every :data:`MAX_BACKOFF_ROUNDS`); failures counted by
-reason; and logging that stays readable with thousands of nodes (a line when a node starts
-failing and when it answers again, for the first few per round; one summary line per round
-for the rest). It must not do I/O or decide when rounds run (that is :mod:`.rounds`).
+This module owns :class:`TargetBook`: per target (a node, or a pod) the consecutive failures,
+the last reason and the round of the last attempt; the backoff rule (a target that failed *k*
+times in a row is tried again after ``2**(k-1)`` rounds, at most every
+:data:`MAX_BACKOFF_ROUNDS`); failures counted by reason; and logging that stays readable with
+thousands of targets (a line when a target starts failing and when it answers again, for the
+first few per round; one summary line per round for the rest). It must not do I/O or decide
+when rounds run (that is :mod:`.rounds`).
 
 Its records go to the logger it is given by the core (:mod:`.core`), the scraper's own
 (``custom_metrics_server.scraping.kubelet_scraper`` by default): one logger for everything a
 scraper says, as operators filter by it. The pod scraper's book speaks of pods
 (``noun="pod"``).
 
-Cost: O(1) per node per event; :meth:`NodeBook.forget` and the counts are O(nodes).
+Cost: O(1) per target per event; :meth:`TargetBook.forget` and the counts are O(targets).
 """
 
 from __future__ import annotations
@@ -26,19 +27,19 @@ from typing import Final
 
 from custom_metrics_server.scraping.failure import ScrapeFailure
 
-__all__ = ["MAX_BACKOFF_ROUNDS", "NodeBook", "sample_names"]
+__all__ = ["MAX_BACKOFF_ROUNDS", "TargetBook", "sample_names"]
 
 logger = logging.getLogger("custom_metrics_server.scraping.kubelet_scraper")
 
-#: A node failing again and again is tried at least this often (in rounds).
+#: A target failing again and again is tried at least this often (in rounds).
 MAX_BACKOFF_ROUNDS: Final = 8
-#: Per round, this many nodes that start failing (or answer again) get their own log line;
+#: Per round, this many targets that start failing (or answer again) get their own log line;
 #: the rest are summed up in one line at the end of the round.
-_LOG_NODES: Final = 5
+_LOG_TARGETS: Final = 5
 
 
 @dataclass(slots=True)
-class _NodeStatus:
+class _TargetStatus:
     failing: bool = False
     consecutive_failures: int = 0
     last_reason: str = ""
@@ -48,15 +49,15 @@ class _NodeStatus:
 
 @dataclass
 class _RoundLog:
-    """Nodes that changed state in the current round, for one summary line."""
+    """Targets that changed state in the current round, for one summary line."""
 
     new_failures: Counter[str] = field(default_factory=Counter)
-    new_failing_nodes: list[str] = field(default_factory=list)
+    new_failing: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
 
 
-class NodeBook:
-    """Scrape state per node (or any named target); ``target``, ``interval``,
+class TargetBook:
+    """Scrape state per named target (a node, a pod); ``target``, ``interval``,
     ``age_out_intervals``, ``noun`` (what a name is: "node"), ``dropped`` (what happens to a
     silent target's values) and ``logger`` only shape the log lines."""
 
@@ -80,16 +81,16 @@ class NodeBook:
         self.logger = logger
         #: failed scrapes by reason, since start
         self.failures: Counter[str] = Counter()
-        self._status: dict[str, _NodeStatus] = {}
+        self._status: dict[str, _TargetStatus] = {}
         self._round_log = _RoundLog()
 
     def forget(self, listed: Collection[str]) -> None:
-        """Drop the nodes that are no longer listed. O(nodes)."""
+        """Drop the targets that are no longer listed. O(targets)."""
         for gone in [name for name in self._status if name not in listed]:
             del self._status[gone]
 
     def due(self, names: Sequence[str], number: int) -> list[str]:
-        """The nodes of ``names`` due in round ``number`` (backoff after consecutive failures),
+        """The targets of ``names`` due in round ``number`` (backoff after consecutive failures),
         least recently attempted first. O(n log n)."""
         status = self._status
         found = [name for name in names if self._due(status.get(name), number)]
@@ -97,7 +98,7 @@ class NodeBook:
         return found
 
     @staticmethod
-    def _due(status: _NodeStatus | None, number: int) -> bool:
+    def _due(status: _TargetStatus | None, number: int) -> bool:
         if status is None or status.consecutive_failures == 0:
             return True
         wait = min(1 << (status.consecutive_failures - 1), MAX_BACKOFF_ROUNDS)
@@ -114,12 +115,12 @@ class NodeBook:
 
     def attempted(self, name: str, number: int) -> None:
         """Record that ``name`` is scraped in round ``number``."""
-        self._status.setdefault(name, _NodeStatus()).last_round = number
+        self._status.setdefault(name, _TargetStatus()).last_round = number
 
     def failed(self, name: str, failure: ScrapeFailure) -> None:
-        """Count a failed scrape; log it when the node starts failing."""
+        """Count a failed scrape; log it when the target starts failing."""
         self.failures[failure.reason] += 1
-        status = self._status.setdefault(name, _NodeStatus())
+        status = self._status.setdefault(name, _TargetStatus())
         status.consecutive_failures += 1
         status.last_reason = failure.reason
         if status.failing:
@@ -130,8 +131,8 @@ class NodeBook:
         status.failing = True
         log = self._round_log
         log.new_failures[failure.reason] += 1
-        log.new_failing_nodes.append(name)
-        level = logging.WARNING if len(log.new_failing_nodes) <= _LOG_NODES else logging.DEBUG
+        log.new_failing.append(name)
+        level = logging.WARNING if len(log.new_failing) <= _LOG_TARGETS else logging.DEBUG
         self.logger.log(
             level,
             "scraping the %s of %s %s failed (%s): %s; retrying with backoff (at most every "
@@ -147,13 +148,13 @@ class NodeBook:
         )
 
     def succeeded(self, name: str) -> None:
-        """Record an answer; log it when the node was failing."""
-        status = self._status.setdefault(name, _NodeStatus())
+        """Record an answer; log it when the target was failing."""
+        status = self._status.setdefault(name, _TargetStatus())
         if status.failing:
             recovered = self._round_log.recovered
             recovered.append(name)
             self.logger.log(
-                logging.INFO if len(recovered) <= _LOG_NODES else logging.DEBUG,
+                logging.INFO if len(recovered) <= _LOG_TARGETS else logging.DEBUG,
                 "the %s of %s %s answers again after %d failed scrape(s)",
                 self.target,
                 self.noun,
@@ -169,10 +170,10 @@ class NodeBook:
         self._round_log = _RoundLog()
 
     def summarise_round(self, number: int, listed: int, *, answered: int, scraped: int) -> None:
-        """One line for what the per-node lines left out (many nodes changing at once)."""
+        """One line for what the per-target lines left out (many targets changing at once)."""
         log = self._round_log
-        new = len(log.new_failing_nodes)
-        if new > _LOG_NODES:
+        new = len(log.new_failing)
+        if new > _LOG_TARGETS:
             reasons = ", ".join(f"{reason} {count}" for reason, count in log.new_failures.items())
             self.logger.warning(
                 "%s scrape round %d: %d of %d listed %s(s) started failing (%s): %s; "
@@ -184,13 +185,13 @@ class NodeBook:
                 listed,
                 self.noun,
                 reasons,
-                sample_names(log.new_failing_nodes),
+                sample_names(log.new_failing),
                 answered,
                 scraped,
                 self.noun,
                 MAX_BACKOFF_ROUNDS,
             )
-        if len(log.recovered) > _LOG_NODES:
+        if len(log.recovered) > _LOG_TARGETS:
             self.logger.info(
                 "%s scrape round %d: %d %s(s) answer again: %s",
                 self.target,
@@ -201,8 +202,8 @@ class NodeBook:
             )
 
     def failing(self) -> dict[str, tuple[str, int]]:
-        """Nodes whose last scrape failed: the reason and how many times in a row (twice or
-        more: backing off). O(nodes)."""
+        """Targets whose last scrape failed: the reason and how many times in a row (twice or
+        more: backing off). O(targets)."""
         return {
             name: (status.last_reason, status.consecutive_failures)
             for name, status in self._status.items()

@@ -147,18 +147,19 @@ class Http11Pool:
         head: bytes,
         body: bytes = b"",
         *,
-        timeout: float | None = None,
+        silence: float | None = None,
         limit: int | None = None,
     ) -> BodyStream:
         """Send a complete request and return its answer once the head is in, the body to be
         read as it arrives (:class:`~.stream.BodyStream`: the connection is the stream's until
-        the body ends or the stream is closed). `timeout` is the longest silence while the
-        reader waits (default: the pool's); `limit` as `request`'s.
+        the body ends or the stream is closed). `silence` is the longest the server may say
+        nothing while the reader waits (default: the pool's `timeout`); `limit` as
+        `request`'s.
 
         Cost: as `request`, plus one future per wait for the server."""
         if self._closed:
             raise TransportError("client closed")
-        silence = self.timeout if timeout is None else timeout
+        silence = self.timeout if silence is None else silence
         connection = await self._acquire()
         stream = BodyStream(connection, self._release, timeout=silence, limit=limit)
         try:

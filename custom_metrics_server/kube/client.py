@@ -246,13 +246,13 @@ class KubeClient:
         params: Mapping[str, str] | None,
         *,
         accept: bytes,
-        timeout: float | None,
+        silence: float | None,
         limit: int | None = None,
     ) -> BodyStream:
         """A GET whose 2xx answer's body is read as it arrives (the caller closes it)."""
         pool, head, call = self._request("GET", path, params, accept=accept)
         try:
-            stream = await pool.stream(head, timeout=timeout, limit=limit)
+            stream = await pool.stream(head, silence=silence, limit=limit)
         except BodyTooLarge as err:
             raise KubeApiError(0, "TooLarge", f"GET {path}: {err}", call=call) from err
         except TransportError as err:
@@ -281,7 +281,7 @@ class KubeClient:
         longest silence of the server. A body over `limit` bytes is abandoned after reading
         `limit` (reason `TooLarge`), so a broken or hostile source cannot grow memory without
         bound."""
-        stream = await self._stream(path, params, accept=_TEXT, timeout=deadline, limit=limit)
+        stream = await self._stream(path, params, accept=_TEXT, silence=deadline, limit=limit)
         try:
             return await stream.read()
         except BodyTooLarge as err:
@@ -310,7 +310,7 @@ class KubeClient:
         `KubeApiError` (code 0) after the lines completed before the break; a line cut by the
         break is dropped. O(bytes): each piece is split once, a line spread over several pieces
         joined once."""
-        stream = await self._stream(path, params, accept=_JSON, timeout=read_timeout)
+        stream = await self._stream(path, params, accept=_JSON, silence=read_timeout)
         pending: list[bytes] = []  # the start of a line that has not ended yet
         try:
             async for piece in stream:

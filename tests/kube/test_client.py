@@ -7,6 +7,7 @@ tests/controlplane/test_watch.py's; the reviews' calls tests/kube/test_client_re
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -59,7 +60,7 @@ async def test_watch_lines_are_whole_wherever_the_reads_split_them(
     events = [b'{"type":"ADDED","object":{"n":%d}}' % i for i in range(4)]
     stream = b"\n".join(events[:3]) + b"\n\n" + events[3]  # an empty line; no last newline
     cuts = [0, 5, 6, len(events[0]) + 1, 60, 61, len(stream)]
-    pieces = [stream[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    pieces = [stream[a:b] for a, b in itertools.pairwise(cuts)]
     server = await serve(answering(CHUNKED, *(chunk(p) for p in pieces), b"0\r\n\r\n", close=True))
     client = client_for(server, "/under/")
     try:
@@ -83,12 +84,15 @@ async def test_a_stream_broken_mid_line_yields_the_whole_lines_then_fails(
         answering(CHUNKED, chunk(b'{"type":"ADDED","object":{}}\n{"type":"MOD'), close=True)
     )
     client = client_for(server)
-    events = []
+    events: list[object] = []
+
+    watch = client.watch("/api/v1/pods", PARAMS, read_timeout=5)
     try:
+        events.append(await anext(watch))
         with pytest.raises(KubeApiError) as caught:
-            async for event in client.watch("/api/v1/pods", PARAMS, read_timeout=5):
-                events.append(event)
+            await anext(watch)
     finally:
+        await watch.aclose()
         await client.aclose()
     assert events == [{"type": "ADDED", "object": {}}]  # the cut line is not half-decoded
     assert caught.value.code == 0
@@ -113,16 +117,15 @@ async def test_a_watch_given_up_closes_its_connection(
 
     server = await serve(handler)
     client = client_for(server)
-    seen: list[object] = []
+    first = asyncio.Event()
 
     async def reflect() -> None:
-        async for event in client.watch("/api/v1/pods", PARAMS, read_timeout=30):
-            seen.append(event)
+        async for _ in client.watch("/api/v1/pods", PARAMS, read_timeout=30):
+            first.set()
 
     task = asyncio.create_task(reflect())
     try:
-        while not seen:
-            await asyncio.sleep(0.01)
+        await first.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

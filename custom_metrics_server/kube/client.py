@@ -30,6 +30,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 from urllib.parse import SplitResult, urlencode, urlsplit
+from urllib.request import getproxies
 
 import orjson
 
@@ -106,25 +107,34 @@ def transport_failure(err: TransportError, what: str, *, call: str = "") -> Kube
 
 def open_pool_for(
     url: SplitResult, connection: Connection, *, timeout: float, max_connections: int, max_idle: int
-) -> Http11Pool | None:
-    """The pool to the API server at `url`; None for a URL it cannot reach (not http or https).
+) -> tuple[Http11Pool | None, str]:
+    """The pool to the API server at `url` (None for a URL it cannot reach: not http or https)
+    and what goes before a request's path: "" to the API server itself, `http://host:port`
+    to a plain HTTP proxy the environment names for an `http://` API server (`HTTP_PROXY`,
+    not bypassed by `NO_PROXY`), which takes requests in absolute form.
 
-    The one place where the client's connections are made: an environment proxy that names the
-    API server (`HTTPS_PROXY`, not bypassed by `NO_PROXY`) is not honoured by the lean pool
-    yet, so such a client connects directly and says so once; HTTP CONNECT support in
-    `http_client` plugs in here."""
+    The one place where the client's connections are made. An `https://` API server behind an
+    environment proxy needs HTTP CONNECT, which the lean pool does not speak yet: such a client
+    connects directly and says so once; CONNECT support in `http_client` plugs in here."""
     if url.scheme not in ("http", "https") or not url.hostname or not url.netloc.isascii():
-        return None
-    if names_a_proxy(url):
-        logger.warning(
-            "the environment names a proxy for the API server %s; the client does not use "
-            "proxies and connects directly",
-            connection.host,
-        )
+        return None, ""
     https = url.scheme == "https"
-    return Http11Pool(
-        host=url.hostname,
-        port=url.port or (443 if https else 80),
+    host, port, origin = url.hostname, url.port or (443 if https else 80), ""
+    if names_a_proxy(url):
+        proxies = getproxies()
+        proxy = urlsplit(proxies.get(url.scheme) or proxies.get("all") or "")
+        if not https and proxy.scheme == "http" and proxy.hostname:
+            host, port = proxy.hostname, proxy.port or 80
+            origin = f"http://{url.netloc.rpartition('@')[2]}"
+        else:
+            logger.warning(
+                "the environment names a proxy for the API server %s; the client does not "
+                "tunnel through proxies and connects directly",
+                connection.host,
+            )
+    pool = Http11Pool(
+        host=host,
+        port=port,
         ssl_context=connection.ssl_context() if https else None,
         # The name verified is the URL's host: what a kubeconfig's server certificate names.
         server_hostname=url.hostname if https else None,
@@ -132,6 +142,7 @@ def open_pool_for(
         max_connections=max_connections,
         max_idle=max_idle,
     )
+    return pool, origin
 
 
 class KubeClient:
@@ -148,7 +159,7 @@ class KubeClient:
     ) -> None:
         self.connection = connection
         url = urlsplit(connection.host)
-        self._pool = open_pool_for(
+        self._pool, origin = open_pool_for(
             url,
             connection,
             timeout=timeout,
@@ -158,6 +169,7 @@ class KubeClient:
         netloc = url.netloc.rpartition("@")[2]
         self._host_line = f"Host: {netloc}\r\n".encode("ascii", "replace")
         self._prefix = url.path.rstrip("/")
+        self._target = origin + self._prefix  # before each path in the request line
         self._base = f"{url.scheme}://{netloc}{self._prefix}"
 
     async def aclose(self) -> None:
@@ -182,7 +194,7 @@ class KubeClient:
                 0, "", f"{method} {path}: not an http(s) URL: {self.connection.host}", call=call
             )
         query = urlencode(params) if params else ""
-        target = self._prefix + path + ("?" + query if query else "")
+        target = self._target + path + ("?" + query if query else "")
         try:
             authorization = self.connection.authorization_line()
         except ValueError as err:

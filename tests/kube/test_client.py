@@ -178,3 +178,22 @@ async def test_a_body_over_the_cap_is_refused_and_read_no_further(
     assert caught.value.message == f"GET {path}: the body is over 4096 bytes"
     assert whole == again == body
     assert server.connections == 2  # the refused answer's connection only was not reused
+
+
+async def test_an_http_api_server_behind_an_environment_proxy_is_asked_through_it(
+    serve: Callable[..., Awaitable[Server]],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plain HTTP proxy takes the request in absolute form (an `https://` API server would
+    need CONNECT: not spoken yet, see `open_pool_for`)."""
+    proxy = await serve(keep_alive(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+    monkeypatch.setenv("NO_PROXY", "")
+    client = KubeClient(Connection(host="http://api.invalid:6443/under", token="t0k"))
+    try:
+        assert await client.get_json("/api/v1/pods", {"limit": "1"}) == {}
+    finally:
+        await client.aclose()
+    head = proxy.heads[0].split(b"\r\n")
+    assert head[0] == b"GET http://api.invalid:6443/under/api/v1/pods?limit=1 HTTP/1.1"
+    assert b"Host: api.invalid:6443" in head

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import http
 import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
-from urllib.parse import SplitResult, urlencode, urlsplit
+from urllib.parse import SplitResult, quote, urlencode, urlsplit
 from urllib.request import getproxies
 
 import orjson
@@ -56,6 +57,8 @@ _FIXED: Final = f"User-Agent: {USER_AGENT}\r\nAccept-Encoding: gzip\r\n".encode(
 _JSON: Final = b"Accept: application/json\r\n"
 _TEXT: Final = b"Accept: text/plain\r\n"
 _JSON_BODY: Final = b"Content-Type: application/json\r\n"
+#: A path that goes on the request line as it is: printable ASCII without spaces.
+_PLAIN_PATH: Final = re.compile(r"[!-~]*").fullmatch
 
 
 class KubeApiError(Exception):
@@ -193,6 +196,8 @@ class KubeClient:
             raise KubeApiError(
                 0, "", f"{method} {path}: not an http(s) URL: {self.connection.host}", call=call
             )
+        if not _PLAIN_PATH(path):  # non-ASCII, spaces, control characters: escaped, as httpx did
+            path = quote(path, safe="/%:@!$&'()*+,;=-._~")
         query = urlencode(params) if params else ""
         target = self._target + path + ("?" + query if query else "")
         try:

@@ -197,3 +197,17 @@ async def test_an_http_api_server_behind_an_environment_proxy_is_asked_through_i
     head = proxy.heads[0].split(b"\r\n")
     assert head[0] == b"GET http://api.invalid:6443/under/api/v1/pods?limit=1 HTTP/1.1"
     assert b"Host: api.invalid:6443" in head
+
+
+async def test_a_path_that_cannot_go_on_the_request_line_as_it_is_is_escaped(
+    serve: Callable[..., Awaitable[Server]],  # noqa: F811
+) -> None:
+    server = await serve(keep_alive(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
+    client = client_for(server)
+    try:
+        await client.get_json("/api/v1/namespaces/a b/pods/é\r\nX: 1")
+    finally:
+        await client.aclose()
+    head = server.heads[0].split(b"\r\n")
+    assert head[0] == b"GET /api/v1/namespaces/a%20b/pods/%C3%A9%0D%0AX:%201 HTTP/1.1"
+    assert b"X: 1" not in head

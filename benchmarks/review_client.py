@@ -1,5 +1,6 @@
-"""CPU per SubjectAccessReview: httpx (`KubeClient.post_json`, as before) against the lean
-keep-alive pool (`kube.review_client.ReviewClient`), through the real `Authorizer` on cache
+"""CPU per SubjectAccessReview: httpx (the client as it was: `HttpxClient` of
+benchmarks/kube_client.py) against the lean keep-alive pool (`kube.client.KubeClient`), through
+the real `Authorizer` on cache
 misses; and (`--cache`) the authorization cache at 50,000 HPAs: its memory and the cost of a
 `put` once full, the old eviction (a scan of the whole cache) against the new one.
 
@@ -33,10 +34,12 @@ import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from kube_client import HttpxClient  # noqa: E402
 
 from custom_metrics_server.kube.client import KubeClient  # noqa: E402
 from custom_metrics_server.kube.config import load_connection  # noqa: E402
-from custom_metrics_server.kube.review_client import ReviewClient  # noqa: E402
 from custom_metrics_server.security.authn import Identity, identity  # noqa: E402
 from custom_metrics_server.security.authz import AccessDecision, Authorizer  # noqa: E402
 from custom_metrics_server.security.cache import TtlCache  # noqa: E402
@@ -100,8 +103,8 @@ async def cpu_per_review(
 
 async def compare(kubeconfig: Path, count: int, rounds: int, concurrency: int) -> dict[str, Any]:
     connection = load_connection(str(kubeconfig))
-    http = KubeClient(connection)
-    lean = ReviewClient(http)
+    http = HttpxClient(connection)
+    lean = KubeClient(connection)
     caller = hpa_identity()
     variants = {"httpx": Authorizer(http), "lean": Authorizer(lean)}
     best: dict[str, float] = {}

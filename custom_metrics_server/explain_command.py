@@ -18,13 +18,13 @@ Exit codes, by the outcome of the plain request:
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import ssl
 import sys
 from typing import Any, Final
 from urllib.parse import urlencode, urlsplit
-
-import httpx
+from urllib.request import getproxies, proxy_bypass
 
 from custom_metrics_server.api.explanation import KIND, render_text
 from custom_metrics_server.kube.config import Connection, KubeConfigError, load_connection
@@ -123,6 +123,42 @@ def _ssl_context(args: argparse.Namespace, connection: Connection | None) -> ssl
     return ssl.create_default_context()
 
 
+def _get(
+    url: str, headers: dict[str, str], context: ssl.SSLContext, timeout: float
+) -> tuple[int, bytes]:
+    """One GET of `url` (the command's only call: the standard library's client, verifying
+    the URL's host name over https, through an environment proxy as kubectl would: CONNECT
+    for https), its status and body."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url}")
+    https = parts.scheme == "https"
+    host, port, target = parts.hostname, parts.port, f"{parts.path}?{parts.query}"
+    proxies = getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    tunnel = None
+    if proxy and not proxy_bypass(host):
+        via = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if https:
+            tunnel = (host, port or 443)
+        else:
+            target = url  # a plain proxy takes the whole URL
+        host, port = via.hostname or "", via.port or 80
+    connection: http.client.HTTPConnection = (
+        http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+        if https
+        else http.client.HTTPConnection(host, port, timeout=timeout)
+    )
+    if tunnel is not None:
+        connection.set_tunnel(*tunnel)
+    try:
+        connection.request("GET", target, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
 def run(args: argparse.Namespace) -> int:
     """Ask for the explanation and print it; the exit code says what the request gets."""
     try:
@@ -140,27 +176,24 @@ def run(args: argparse.Namespace) -> int:
         headers["Authorization"] = f"Bearer {token}"
     target = base.rstrip("/") + explain_url(args.url)
     try:
-        with httpx.Client(
-            verify=_ssl_context(args, connection), timeout=args.request_timeout
-        ) as client:
-            response = client.get(target, headers=headers)
-    except (httpx.HTTPError, OSError) as err:
+        status, body = _get(target, headers, _ssl_context(args, connection), args.request_timeout)
+    except (http.client.HTTPException, OSError, ValueError) as err:
         print(f"error: GET {target}: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_UNEXPLAINED
     try:
-        document = response.json()
+        document = json.loads(body)
     except ValueError:
         document = None
     if not isinstance(document, dict) or document.get("kind") != KIND:
         if isinstance(document, dict) and document.get("kind") == "Status":
             print(
-                f"error: the server answered {response.status_code} "
+                f"error: the server answered {status} "
                 f"{document.get('reason', '')}: {document.get('message', '')}",
                 file=sys.stderr,
             )
         else:
             print(
-                f"error: the server answered {response.status_code} without an explanation "
+                f"error: the server answered {status} without an explanation "
                 "(is it a custom-metrics-server with ?explain support?)",
                 file=sys.stderr,
             )

@@ -82,6 +82,8 @@ class Http11Connection(asyncio.Protocol):
         self.uses = 0
         self.waiter: asyncio.Future[Answer] | None = None
         self.sink: Callable[[bytes], None] | None = None
+        #: Told the status and reason once an answer's head is in (a streamed answer's reader).
+        self.on_head: Callable[[int, str], None] | None = None
         self.limit: int | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.last_activity = 0.0
@@ -153,7 +155,10 @@ class Http11Connection(asyncio.Protocol):
         self.headers_done = True
         if self.header_error is not None:
             raise TransportError(self.header_error)
-        self.streaming = self.sink is not None and self.parser.get_status_code() == 200
+        status = self.parser.get_status_code()
+        self.streaming = self.sink is not None and status == 200
+        if self.on_head is not None and status >= 200:
+            self.on_head(status, self.reason.decode("latin-1").strip())
 
     def on_body(self, body: bytes) -> None:
         limit = self.limit

@@ -22,9 +22,11 @@ closes its connection (its answer would be out of step with the next request).
 Answers are framed by Content-Length, chunked transfer coding or the end of the connection,
 and `Content-Encoding: gzip` is decoded. A call may cap the (decoded) body: past `limit` bytes
 it fails with :class:`BodyTooLarge` and the connection is closed, read no further.
+`stream` hands over an answer whose body is read as it arrives (:mod:`.stream`: kube-apiserver's
+watches); its connection comes back to the pool when the body ends.
 `connect_timeout` (default: `timeout`) bounds each connect and TLS handshake on its own. It
 must not know any API: its callers (`prometheus.client`, `backends.passthrough`,
-`backends.pod_metrics`, `scraping.kubelet_client`) build requests and read answers.
+`backends.pod_metrics`, `scraping.kubelet_client`, `kube.client`) build requests and read answers.
 
 Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
 timer and one future; a new connection adds a TCP connect (and a TLS handshake).
@@ -49,6 +51,7 @@ from custom_metrics_server.http_client.connection import (
     TransportError,
     TransportTimeout,
 )
+from custom_metrics_server.http_client.stream import BodyStream
 
 #: One INFO line per request, as httpx's ("HTTP Request: GET url "HTTP/1.1 200 OK""), enabled
 #: from `-v=6` by `runtime.logs` (klog's level for a client's requests).
@@ -57,6 +60,7 @@ _requests = logging.getLogger(REQUEST_LOGGER)
 
 __all__ = [
     "Answer",
+    "BodyStream",
     "BodyTooLarge",
     "Http11Pool",
     "TransportError",
@@ -137,6 +141,36 @@ class Http11Pool:
         if _requests.isEnabledFor(logging.INFO):
             self._log(head, answer)
         return answer
+
+    async def stream(
+        self,
+        head: bytes,
+        body: bytes = b"",
+        *,
+        silence: float | None = None,
+        limit: int | None = None,
+    ) -> BodyStream:
+        """Send a complete request and return its answer once the head is in, the body to be
+        read as it arrives (:class:`~.stream.BodyStream`: the connection is the stream's until
+        the body ends or the stream is closed). `silence` is the longest the server may say
+        nothing while the reader waits (default: the pool's `timeout`); `limit` as
+        `request`'s.
+
+        Cost: as `request`, plus one future per wait for the server."""
+        if self._closed:
+            raise TransportError("client closed")
+        silence = self.timeout if silence is None else silence
+        connection = await self._acquire()
+        stream = BodyStream(connection, self._release, timeout=silence, limit=limit)
+        try:
+            await stream.open(head, body)
+        except Stale:
+            connection = await self._acquire(fresh=True)
+            stream = BodyStream(connection, self._release, timeout=silence, limit=limit)
+            await stream.open(head, body)
+        if _requests.isEnabledFor(logging.INFO):
+            self._log(head, Answer(stream.status, stream.reason, b""))
+        return stream
 
     def _log(self, head: bytes, answer: Answer) -> None:
         method, _, rest = head.partition(b" ")

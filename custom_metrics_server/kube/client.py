@@ -1,20 +1,64 @@
-"""A thin async client for kube-apiserver over httpx: JSON GET/POST, text GET (node proxy),
-and line-delimited watch streams. Failures become `KubeApiError` with the Status fields,
-the original exception chained; no `kubernetes` client models anywhere.
+"""The async client of kube-apiserver, over the lean keep-alive HTTP/1.1 pool
+(`http_client.http11.Http11Pool`): JSON GET, POST and PUT, text GET (the node proxy), and
+line-delimited watch streams (`Http11Pool.stream`). No `kubernetes` client models anywhere.
+
+Why the lean pool and not httpx: per call httpx builds its `Request`/`Response`/`URL`/`Headers`
+models, runs its auth generator, scans httpcore's pool and reads the body through anyio
+streams, many times the CPU of the call itself (docs/performance.md, "The lean HTTP/1.1 client
+against httpx" and "The Kubernetes client: watches and list pages").
+
+The contract every caller reads (the reflectors, discovery, the Lease, the webhooks' reviews
+and their retry policy, the start-up checks): a non-2xx answer raises `KubeApiError` from its
+`Status` body (`error_from_response`; 410 is `GoneError`); a transport failure raises
+`KubeApiError` with code 0, the pool's `TransportError` chained, whose message names the
+failure with httpx's words (`ConnectError`, `ConnectTimeout`: the connection could not be made,
+not retried by the webhooks; `ReadTimeout`, `ReadError`: it broke), and `call` names the
+request (`GET https://host/path`, no query: selectors stay out of messages). The CA, client
+certificate and verification are `Connection.ssl_context()`'s, the name verified is the URL's
+host, and the bearer token is re-read per request as `Connection.bearer_token` does (token
+files rotate).
+
+Cost per call on a kept-alive connection: a head of ~300 bytes joined from cached parts, one
+transport write, one future and one timer, plus O(answer bytes) to read it; a watch line costs
+a split of the piece it arrived in.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping
-from typing import Any
+import http
+import logging
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any, Final
+from urllib.parse import SplitResult, quote, urlencode, urlsplit
+from urllib.request import getproxies
 
-import httpx
 import orjson
 
 from custom_metrics_server import __version__
+from custom_metrics_server.http_client.http11 import (
+    BodyStream,
+    BodyTooLarge,
+    Http11Pool,
+    TransportError,
+    TransportTimeout,
+    names_a_proxy,
+)
 from custom_metrics_server.kube.config import Connection
 
+__all__ = ["USER_AGENT", "GoneError", "KubeApiError", "KubeClient", "error_from_response"]
+
+logger = logging.getLogger(__name__)
+
 USER_AGENT = f"custom-metrics-server/v{__version__}"
+
+#: Headers of every call after the request line, Host and Accept.
+_FIXED: Final = f"User-Agent: {USER_AGENT}\r\nAccept-Encoding: gzip\r\n".encode()
+_JSON: Final = b"Accept: application/json\r\n"
+_TEXT: Final = b"Accept: text/plain\r\n"
+_JSON_BODY: Final = b"Content-Type: application/json\r\n"
+#: A path that goes on the request line as it is: printable ASCII without spaces.
+_PLAIN_PATH: Final = re.compile(r"[!-~]*").fullmatch
 
 
 class KubeApiError(Exception):
@@ -29,33 +73,8 @@ class KubeApiError(Exception):
         self.call = call
 
 
-async def read_capped(response: httpx.Response, limit: int | None, *, what: str) -> bytes:
-    """A streamed response's body, refused (`KubeApiError` reason `TooLarge`) past `limit`."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if limit is not None and size > limit:
-            raise KubeApiError(0, "TooLarge", f"{what}: the body is over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 class GoneError(KubeApiError):
     """410 Gone: the resourceVersion is too old; the caller must relist."""
-
-
-class BearerAuth(httpx.Auth):
-    """Sets the current bearer token on every request (token files rotate)."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        token = self._connection.bearer_token()
-        if token:
-            request.headers["Authorization"] = f"Bearer {token}"
-        yield request
 
 
 def error_from_response(status: int, body: bytes) -> KubeApiError:
@@ -68,51 +87,154 @@ def error_from_response(status: int, body: bytes) -> KubeApiError:
     if isinstance(document, dict) and document.get("kind") == "Status":
         reason = str(document.get("reason", ""))
         message = str(document.get("message", message))
+    if not message:
+        try:
+            message = http.HTTPStatus(status).phrase
+        except ValueError:
+            message = ""
     cls = GoneError if status == 410 else KubeApiError
-    return cls(status, reason, message or httpx.codes.get_reason_phrase(status))
+    return cls(status, reason, message)
 
 
-def _call(request: httpx.Request) -> str:
-    """`GET https://host/path` (no query string: selectors and tokens stay out of logs)."""
-    return f"{request.method} {request.url.copy_with(query=None)}"
+def transport_failure(err: TransportError, what: str, *, call: str = "") -> KubeApiError:
+    """The `KubeApiError` (code 0) of a transport failure, named with httpx's words (the
+    webhooks' retry policy reads them: `security.webhook.should_retry`)."""
+    if isinstance(err, TransportTimeout):
+        kind = "ConnectTimeout" if str(err).startswith("could not connect") else "ReadTimeout"
+    else:
+        kind = "ConnectError" if isinstance(err.__cause__, OSError) else "ReadError"
+    error = KubeApiError(0, "", f"{what}: {kind}({err})", call=call)
+    error.__cause__ = err
+    return error
+
+
+def open_pool_for(
+    url: SplitResult, connection: Connection, *, timeout: float, max_connections: int, max_idle: int
+) -> tuple[Http11Pool | None, str]:
+    """The pool to the API server at `url` (None for a URL it cannot reach: not http or https)
+    and what goes before a request's path: "" to the API server itself, `http://host:port`
+    to a plain HTTP proxy the environment names for an `http://` API server (`HTTP_PROXY`,
+    not bypassed by `NO_PROXY`), which takes requests in absolute form.
+
+    The one place where the client's connections are made. An `https://` API server behind an
+    environment proxy needs HTTP CONNECT, which the lean pool does not speak yet: such a client
+    connects directly and says so once; CONNECT support in `http_client` plugs in here."""
+    if url.scheme not in ("http", "https") or not url.hostname or not url.netloc.isascii():
+        return None, ""
+    https = url.scheme == "https"
+    host, port, origin = url.hostname, url.port or (443 if https else 80), ""
+    if names_a_proxy(url):
+        proxies = getproxies()
+        proxy = urlsplit(proxies.get(url.scheme) or proxies.get("all") or "")
+        if not https and proxy.scheme == "http" and proxy.hostname:
+            host, port = proxy.hostname, proxy.port or 80
+            origin = f"http://{url.netloc.rpartition('@')[2]}"
+        else:
+            logger.warning(
+                "the environment names a proxy for the API server %s; the client does not "
+                "tunnel through proxies and connects directly",
+                connection.host,
+            )
+    pool = Http11Pool(
+        host=host,
+        port=port,
+        ssl_context=connection.ssl_context() if https else None,
+        # The name verified is the URL's host: what a kubeconfig's server certificate names.
+        server_hostname=url.hostname if https else None,
+        timeout=timeout,
+        max_connections=max_connections,
+        max_idle=max_idle,
+    )
+    return pool, origin
 
 
 class KubeClient:
-    """One connection pool to kube-apiserver (at most `max_connections` connections)."""
+    """One pool of connections to kube-apiserver (at most `max_connections`, `max_idle` kept
+    alive between calls); see the module docstring."""
 
     def __init__(
-        self, connection: Connection, *, timeout: float = 10.0, max_connections: int = 100
+        self,
+        connection: Connection,
+        *,
+        timeout: float = 10.0,
+        max_connections: int = 100,
+        max_idle: int = 32,
     ) -> None:
         self.connection = connection
-        self._http = httpx.AsyncClient(
-            base_url=connection.host,
-            verify=connection.ssl_context(),
+        url = urlsplit(connection.host)
+        self._pool, origin = open_pool_for(
+            url,
+            connection,
             timeout=timeout,
-            auth=BearerAuth(connection),
-            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
-            follow_redirects=False,
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
+            max_connections=max_connections,
+            max_idle=max_idle,
         )
+        netloc = url.netloc.rpartition("@")[2]
+        self._host_line = f"Host: {netloc}\r\n".encode("ascii", "replace")
+        self._prefix = url.path.rstrip("/")
+        self._target = origin + self._prefix  # before each path in the request line
+        self._base = f"{url.scheme}://{netloc}{self._prefix}"
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
+        """Close the connection pool (watches in flight fail)."""
+        if self._pool is not None:
+            await self._pool.aclose()
 
-    async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        *,
+        accept: bytes = _JSON,
+        content: bytes | None = None,
+    ) -> tuple[Http11Pool, bytes, str]:
+        """The pool, the request head and the call's name (`GET https://host/path`)."""
+        call = f"{method} {self._base}{path}"
+        pool = self._pool
+        if pool is None:
+            raise KubeApiError(
+                0, "", f"{method} {path}: not an http(s) URL: {self.connection.host}", call=call
+            )
+        if not _PLAIN_PATH(path):  # non-ASCII, spaces, control characters: escaped, as httpx did
+            path = quote(path, safe="/%:@!$&'()*+,;=-._~")
+        query = urlencode(params) if params else ""
+        target = self._target + path + ("?" + query if query else "")
         try:
-            response = await self._http.send(request, stream=stream)
-        except httpx.HTTPError as err:
-            message = f"{request.method} {request.url.path}: {err!r}"
-            raise KubeApiError(0, "", message, call=_call(request)) from err
-        if response.status_code >= 300:
-            body = await response.aread()
-            await response.aclose()
-            error = error_from_response(response.status_code, body)
-            error.call = _call(request)
+            authorization = self.connection.authorization_line()
+        except ValueError as err:
+            raise KubeApiError(0, "", str(err), call=call) from None
+        parts = [
+            f"{method} {target} HTTP/1.1\r\n".encode("ascii"),
+            self._host_line,
+            accept,
+            _FIXED,
+            authorization,
+        ]
+        if content is not None:
+            parts += (_JSON_BODY, b"Content-Length: %d\r\n" % len(content))
+        parts.append(b"\r\n")
+        return pool, b"".join(parts), call
+
+    async def exchange(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        content: bytes | None = None,
+    ) -> tuple[int, bytes]:
+        """The 2xx status and body of `method path?params` (with a JSON `content`)."""
+        pool, head, call = self._request(method, path, params, content=content)
+        try:
+            answer = await pool.request(head, content or b"")
+        except TransportError as err:
+            raise transport_failure(err, f"{method} {path}", call=call) from err
+        if not 200 <= answer.status < 300:
+            error = error_from_response(answer.status, answer.body)
+            error.call = call
             raise error
-        return response
+        return answer.status, answer.body
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         """GET a JSON document."""
@@ -120,8 +242,7 @@ class KubeClient:
 
     async def get_raw(self, path: str, params: Mapping[str, str] | None = None) -> bytes:
         """GET a JSON document's bytes, undecoded (a schema decoder reads them)."""
-        response = await self._send(self._http.build_request("GET", path, params=params))
-        return response.content
+        return (await self.exchange("GET", path, params))[1]
 
     async def post_json(self, path: str, body: Any) -> Any:
         """POST a JSON document (TokenReview, SubjectAccessReview) and decode the answer."""
@@ -129,19 +250,41 @@ class KubeClient:
 
     async def post_json_status(self, path: str, body: Any) -> tuple[int, Any]:
         """`post_json`, with the (2xx) status code beside the decoded answer."""
-        request = self._http.build_request(
-            "POST", path, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
-        )
-        response = await self._send(request)
-        return response.status_code, orjson.loads(response.content)
+        status, answer = await self.exchange("POST", path, content=orjson.dumps(body))
+        return status, orjson.loads(answer)
 
     async def put_json(self, path: str, body: Any) -> Any:
         """PUT (replace) a JSON document; 409 Conflict when its resourceVersion is stale."""
-        request = self._http.build_request(
-            "PUT", path, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
-        )
-        response = await self._send(request)
-        return orjson.loads(response.content)
+        return orjson.loads((await self.exchange("PUT", path, content=orjson.dumps(body)))[1])
+
+    async def _stream(
+        self,
+        path: str,
+        params: Mapping[str, str] | None,
+        *,
+        accept: bytes,
+        silence: float | None,
+        limit: int | None = None,
+    ) -> BodyStream:
+        """A GET whose 2xx answer's body is read as it arrives (the caller closes it)."""
+        pool, head, call = self._request("GET", path, params, accept=accept)
+        try:
+            stream = await pool.stream(head, silence=silence, limit=limit)
+        except BodyTooLarge as err:
+            raise KubeApiError(0, "TooLarge", f"GET {path}: {err}", call=call) from err
+        except TransportError as err:
+            raise transport_failure(err, f"GET {path}", call=call) from err
+        if not 200 <= stream.status < 300:
+            try:
+                body = await stream.read()
+            except TransportError:
+                body = b""
+            finally:
+                stream.close()
+            error = error_from_response(stream.status, body)
+            error.call = call
+            raise error
+        return stream
 
     async def get_bytes(
         self,
@@ -151,19 +294,19 @@ class KubeClient:
         deadline: float | None = None,
         limit: int | None = None,
     ) -> bytes:
-        """GET a raw body (kubelet text expositions through the node proxy) within `deadline` s.
-        A body over `limit` bytes is abandoned after reading `limit` (reason `TooLarge`), so a
-        broken or hostile source cannot grow memory without bound."""
-        request = self._http.build_request(
-            "GET", path, params=params, headers={"Accept": "text/plain"}, timeout=deadline
-        )
-        response = await self._send(request, stream=True)
+        """GET a raw body (kubelet text expositions through the node proxy); `deadline` is the
+        longest silence of the server. A body over `limit` bytes is abandoned after reading
+        `limit` (reason `TooLarge`), so a broken or hostile source cannot grow memory without
+        bound."""
+        stream = await self._stream(path, params, accept=_TEXT, silence=deadline, limit=limit)
         try:
-            return await read_capped(response, limit, what=f"GET {path}")
-        except httpx.HTTPError as err:
-            raise KubeApiError(0, "", f"GET {path}: {err!r}") from err
+            return await stream.read()
+        except BodyTooLarge as err:
+            raise KubeApiError(0, "TooLarge", f"GET {path}: {err}") from err
+        except TransportError as err:
+            raise transport_failure(err, f"GET {path}") from err
         finally:
-            await response.aclose()
+            stream.close()
 
     async def watch(
         self, path: str, params: Mapping[str, str], *, read_timeout: float
@@ -174,24 +317,37 @@ class KubeClient:
             async for line in lines:
                 yield orjson.loads(line)
         finally:
-            await lines.aclose()  # the response now, not when the generator is collected
+            await lines.aclose()  # the stream now, not when the generator is collected
 
     async def watch_lines(
         self, path: str, params: Mapping[str, str], *, read_timeout: float
-    ) -> AsyncGenerator[str, None]:
-        """The lines of a watch (one JSON event each, undecoded) until the server ends it."""
-        request = self._http.build_request(
-            "GET",
-            path,
-            params=params,
-            timeout=httpx.Timeout(10.0, read=read_timeout),
-        )
-        response = await self._send(request, stream=True)
+    ) -> AsyncGenerator[bytes, None]:
+        """The lines of a watch (one JSON event each, undecoded, empty lines skipped) until the
+        server ends it; `read_timeout` is the longest silence. A stream that breaks raises
+        `KubeApiError` (code 0) after the lines completed before the break; a line cut by the
+        break is dropped. O(bytes): each piece is split once, a line spread over several pieces
+        joined once."""
+        stream = await self._stream(path, params, accept=_JSON, silence=read_timeout)
+        pending: list[bytes] = []  # the start of a line that has not ended yet
         try:
-            async for line in response.aiter_lines():
-                if line:
-                    yield line
-        except httpx.HTTPError as err:
+            async for piece in stream:
+                lines = piece.split(b"\n")
+                if len(lines) == 1:
+                    pending.append(piece)
+                    continue
+                if pending:
+                    pending.append(lines[0])
+                    lines[0] = b"".join(pending)
+                    pending.clear()
+                tail = lines.pop()
+                for line in lines:
+                    if line:
+                        yield line
+                if tail:
+                    pending.append(tail)
+            if pending:  # the stream ended without a last newline
+                yield b"".join(pending)
+        except TransportError as err:
             raise KubeApiError(0, "", f"watch {path} broke: {err!r}") from err
         finally:
-            await response.aclose()
+            stream.close()

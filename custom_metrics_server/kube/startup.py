@@ -25,8 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar
 
-import httpx
-
+from custom_metrics_server.http_client.http11 import TransportError, TransportTimeout
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.runtime.startup import StartupError
@@ -76,7 +75,7 @@ def call_status(error: KubeApiError) -> tuple[str, bool]:
         if isinstance(cause, ssl.SSLCertVerificationError):
             return f"TLS certificate verification failed ({cause.verify_message})", False
     for cause in causes:
-        if isinstance(cause, httpx.TimeoutException):
+        if isinstance(cause, TransportTimeout):
             return "no answer in time (timeout)", True
     for cause in causes:
         if isinstance(cause, OSError) and cause.errno:
@@ -84,8 +83,8 @@ def call_status(error: KubeApiError) -> tuple[str, bool]:
             text = cause.strerror if isinstance(cause, socket.gaierror) else None
             return f"cannot connect ({(text or os.strerror(cause.errno)).lower()})", True
     for cause in causes:
-        if isinstance(cause, httpx.ConnectError):
-            return f"cannot connect ({cause})", True
+        if isinstance(cause, TransportError) and isinstance(cause.__cause__, OSError):
+            return f"cannot connect ({cause.__cause__})", True
     return error.message or "no answer", True
 
 

@@ -108,7 +108,7 @@ class ListWatchClient(Protocol):
 
     def watch_lines(
         self, path: str, params: Mapping[str, str], *, read_timeout: float
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[bytes]:
         """A watch stream's lines, undecoded (for a reflector with a `WireCodec`)."""
         ...
 

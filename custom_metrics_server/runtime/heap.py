@@ -30,8 +30,8 @@ loop: a large cluster's watch events then cost up to twice as much, and requests
   all and lower the p99. The price is the frozen cyclic garbage: a cycle that was still in use
   when it was frozen is only freed by the sweep (`sweep_frozen`: unfreeze, one full collection,
   freeze again) once an hour, a pause of O(tracked objects). The request path leaves no cycles
-  (tests/server/test_chain_cycles.py); what does (httpx's list pages, exceptions kept with their
-  tracebacks) is rare.
+  (tests/server/test_chain_cycles.py); what does (exceptions kept with their tracebacks) is
+  rare.
 * Python versions: the thresholds suit CPython 3.11's collector, three
   generations triggered by allocation counts, which 3.12 and 3.13 keep. CPython 3.14's
   incremental collector has two generations (young, and an old one collected in increments)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import collections
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Final, Literal
 from urllib.parse import SplitResult, quote, urlsplit
 
@@ -47,11 +47,9 @@ from custom_metrics_server.http_client.http11 import (
 )
 from custom_metrics_server.kube.client import (
     USER_AGENT,
-    BearerAuth,
     KubeApiError,
     KubeClient,
     error_from_response,
-    read_capped,
 )
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.runtime.tls import client_context
@@ -71,6 +69,31 @@ Source = Literal["proxy", "direct"]
 _FIXED_HEADERS: Final = (
     f"User-Agent: {USER_AGENT}\r\nAccept: text/plain\r\nAccept-Encoding: gzip\r\n".encode()
 )
+
+
+class BearerAuth(httpx.Auth):
+    """Sets the current bearer token on every request (token files rotate)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self._connection.bearer_token()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
+async def read_capped(response: httpx.Response, limit: int | None, *, what: str) -> bytes:
+    """A streamed response's body, refused (`KubeApiError` reason `TooLarge`) past `limit`."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise KubeApiError(0, "TooLarge", f"{what}: the body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def kubelet_http_client(
@@ -303,7 +326,7 @@ class KubeletFetcher:
         except KubeApiError as err:
             if err.reason == "TooLarge":
                 raise ScrapeFailure("too_large", err.message) from err
-            if isinstance(err.__cause__, httpx.TimeoutException):
+            if isinstance(err.__cause__, (httpx.TimeoutException, TransportTimeout)):
                 raise ScrapeFailure("timeout", err.message) from err
             if err.code:
                 raise ScrapeFailure(f"http_{err.code}", err.message) from err

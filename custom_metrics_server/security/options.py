@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.kube.review_client import ReviewClient
 from custom_metrics_server.kube.startup import require_allowed
 from custom_metrics_server.machinery.durations import go_duration_seconds
 from custom_metrics_server.runtime.metric_vectors import CounterVec, HistogramVec
@@ -294,7 +293,7 @@ class SecurityConfig:
     trust: TrustStore | None = None
     startup: list[Callable[[], Any]] = field(default_factory=list)
     background: list[Callable[[], Any]] = field(default_factory=list)
-    clients: list[KubeClient | ReviewClient] = field(default_factory=list)
+    clients: list[KubeClient] = field(default_factory=list)
     #: The webhooks' call metrics, for the server's registry.
     review_metrics: list[ReviewMetrics] = field(default_factory=list)
 
@@ -533,18 +532,8 @@ def build_security(
         authz_client: KubeClient | None = authn_client
     else:
         authz_client = _client(args.authorization_kubeconfig, what="authorization", optional=demo)
-    # The reviews go through the lean pool (ReviewClient: ~0.1 ms of CPU a review against
-    # httpx's 1.5-2 ms); the KubeClient keeps the ConfigMap follower and the start-up check.
-    authn_reviews = ReviewClient(authn_client) if authn_client else None
-    authz_reviews = (
-        authn_reviews
-        if authz_client is authn_client
-        else (ReviewClient(authz_client) if authz_client else None)
-    )
-    clients: list[KubeClient | ReviewClient] = [
-        *{id(c): c for c in (authn_reviews, authz_reviews) if c}.values(),
-        *{id(c): c for c in (authn_client, authz_client) if c}.values(),
-    ]
+    # One client per kubeconfig: the reviews, the ConfigMap follower and the start-up check.
+    clients = [c for c in {id(c): c for c in (authn_client, authz_client)}.values() if c]
     startup: list[Callable[[], Any]] = []
     background: list[Callable[[], Any]] = []
     need_client_ca = not args.client_ca_file
@@ -567,7 +556,7 @@ def build_security(
             background.append(follower.follow)
     try:
         authorizer = Authorizer(
-            authz_reviews,
+            authz_client,
             always_allow_paths=args.authorization_always_allow_paths,
             allowed_ttl=args.authorization_webhook_cache_authorized_ttl,
             denied_ttl=args.authorization_webhook_cache_unauthorized_ttl,
@@ -580,7 +569,7 @@ def build_security(
             fix="a path may hold * only as its last character (/healthz, /metrics*)",
         ) from err
     tokens = TokenAuthenticator(
-        authn_reviews, ttl=args.authentication_token_webhook_cache_ttl, backoff=backoff
+        authn_client, ttl=args.authentication_token_webhook_cache_ttl, backoff=backoff
     )
     authenticator = Authenticator(trust, tokens=tokens, anonymous=args.anonymous_auth)
     context = _context(serving, trust.tls_material)

@@ -39,8 +39,7 @@ class ReviewError(Exception):
 
 
 class JsonPoster(Protocol):
-    """What a review needs from a Kubernetes client (`KubeClient` and `ReviewClient` have
-    it)."""
+    """What a review needs from a Kubernetes client (`KubeClient` has it)."""
 
     async def post_json_status(self, path: str, body: Any) -> tuple[int, Any]:
         """POST `body` as JSON, return the (2xx) status code and the decoded answer, or raise

@@ -7,7 +7,8 @@ verifies that certificate, and stopped with SIGTERM as a kubelet would.
             client.get("/apis/custom.metrics.k8s.io/v1beta2")
 
 Its log (stderr) goes to `<workdir>/server.log`; a server that does not start raises with
-the log in the message.
+the log in the message. The client is httpx's, a test dependency (the `test` extra), not the
+server's: the server itself talks HTTP through `http_client`.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ selector; and the discovery documents. Every answer must be 200 and decode to th
 version's shape with the metric's name, a Kubernetes quantity and an RFC 3339 timestamp; a named
 object must have exactly one item. It raises `AssertionError` listing every failure (or returns
 the answers with `strict=False`).
+
+Its client is `ServerProcess.client()`'s (httpx, from the `test` extra).
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ import pytest
 
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import load_connection
-from custom_metrics_server.kube.lean_api import LeanListClient
 from custom_metrics_server.kube.watcher import Reflector
 from tests.controlplane.cluster import ControlPlane
 from tests.kube.test_watcher import DictSink, running
@@ -32,15 +31,12 @@ Key = tuple[str, str]
 SELECTOR = "test=watch"
 
 
-@pytest.fixture(params=["httpx", "lean"])
-async def client(control_plane: ControlPlane, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """As in the fake-based tests: list pages through httpx (`KubeClient`) and through the
-    lean pool (`LeanListClient`, what the Kubernetes backend uses), as admin."""
+@pytest.fixture
+async def client(control_plane: ControlPlane) -> AsyncIterator[KubeClient]:
+    """The client a reflector reads with (`KubeClient`: list pages and watch streams over the
+    lean pool, what the Kubernetes backend uses), as admin."""
     kube = KubeClient(load_connection(str(control_plane.admin_kubeconfig)))
-    lists = LeanListClient(kube) if request.param == "lean" else None
-    yield kube if lists is None else lists
-    if lists is not None:
-        await lists.aclose()
+    yield kube
     await kube.aclose()
 
 
@@ -162,12 +158,11 @@ async def test_restart_past_the_watch_version_is_410_and_relists(
     """After a restart, kube-apiserver's new watch cache starts at etcd's current revision;
     a watch from an older version (the reflector's, with writes elsewhere after it) is an
     ERROR event with 410 Expired, answered by a relist that converges on the server's state.
-    With the lean client only (the Kubernetes backend's): a restart costs seconds."""
+    Once (not per client: a restart costs seconds)."""
     plane = control_plane
     create(plane, namespace, "a", "b")
     sink = DictSink()
-    kube = KubeClient(load_connection(str(plane.admin_kubeconfig)))
-    client = LeanListClient(kube)
+    client = KubeClient(load_connection(str(plane.admin_kubeconfig)))
     reflector = reflector_for(client, sink, namespace)
     other = plane.create_namespace("wip-real-watch-other")
     async with running(reflector):
@@ -181,6 +176,5 @@ async def test_restart_past_the_watch_version_is_410_and_relists(
             lambda: sink.state() == server_state(plane, namespace), "the sink to match"
         )
     await client.aclose()
-    await kube.aclose()
     assert sink.violations == []
     plane.kubectl("delete", "namespace", other, "--wait=false")

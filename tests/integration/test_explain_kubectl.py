@@ -11,8 +11,13 @@ is external. A file says whether the backend is up or down.
 from __future__ import annotations
 
 import json
+import os
+import select
+import socket
+import socketserver
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -298,3 +303,76 @@ def test_the_explain_command_exit_codes(served: tuple[ServerProcess, Path]) -> N
         env={"KUBECONFIG": "/nonexistent", "PATH": "/usr/bin:/bin"},
     )
     assert unreachable.returncode in (2, 4), unreachable.stderr
+
+
+class _Tunnel(socketserver.BaseRequestHandler):
+    """An HTTP CONNECT proxy's one connection: records the request line, then relays bytes."""
+
+    seen: list[bytes]
+
+    def handle(self) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = self.request.recv(4096)
+            if not data:
+                return
+            head += data
+        line = head.split(b"\r\n", 1)[0]
+        self.seen.append(line)
+        host, _, port = line.split(b" ")[1].rpartition(b":")
+        with socket.create_connection((host.decode(), int(port))) as upstream:
+            self.request.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            ends = [self.request, upstream]
+            while True:
+                readable, _, _ = select.select(ends, [], [], 30)
+                if not readable:
+                    return
+                for end in readable:
+                    data = end.recv(65536)
+                    if not data:
+                        return
+                    (upstream if end is self.request else self.request).sendall(data)
+
+
+def test_the_explain_command_goes_through_an_environment_proxy(
+    served: tuple[ServerProcess, Path],
+) -> None:
+    """HTTPS_PROXY: the one call is tunnelled (CONNECT), the server's certificate verified for
+    its own name, as kubectl does."""
+    server, _ = served
+    seen: list[bytes] = []
+    handler = type("Tunnel", (_Tunnel,), {"seen": seen})
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as proxy:
+        proxy.daemon_threads = True
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        try:
+            environment = {
+                **os.environ,
+                "HTTPS_PROXY": f"http://127.0.0.1:{proxy.server_address[1]}",
+                "NO_PROXY": "",
+            }
+            environment.pop("no_proxy", None)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "custom_metrics_server",
+                    "explain",
+                    "--server",
+                    server.url,
+                    "--certificate-authority",
+                    str(server.cert_dir / "apiserver.crt"),
+                    f"{EXTERNAL}/namespaces/shop/switch_total",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                env=environment,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            proxy.shutdown()
+    assert done.returncode == 0, done.stderr
+    host_port = server.url.removeprefix("https://").encode()
+    assert [line.rsplit(b" ", 1)[0] for line in seen] == [b"CONNECT " + host_port]

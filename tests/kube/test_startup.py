@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import ssl
 
-import httpx
 import pytest
 
+from custom_metrics_server.http_client.http11 import TransportError, TransportTimeout
 from custom_metrics_server.kube.client import KubeApiError
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.kube.startup import call_status, startup_call, startup_error
@@ -23,9 +23,15 @@ CALL = "GET https://10.96.0.1:443/api/v1/pods"
 
 def refused() -> KubeApiError:
     error = KubeApiError(0, "", "GET /api/v1/pods: ConnectError(...)", call=CALL)
-    cause = httpx.ConnectError("All connection attempts failed")
+    cause = TransportError("cannot connect: [Errno 111] Connect call failed")
     cause.__cause__ = ConnectionRefusedError(111, "Connect call failed")
     error.__cause__ = cause
+    return error
+
+
+def silent() -> KubeApiError:
+    error = KubeApiError(0, "", "GET /api/v1/pods: ReadTimeout(...)", call=CALL)
+    error.__cause__ = TransportTimeout("no answer within 10s")
     return error
 
 
@@ -33,7 +39,7 @@ def untrusted() -> KubeApiError:
     error = KubeApiError(0, "", "GET /api/v1/pods: ConnectError(...)", call=CALL)
     verify = ssl.SSLCertVerificationError(1, "certificate verify failed")
     verify.verify_message = "unable to get local issuer certificate"
-    cause = httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED]")
+    cause = TransportError("cannot connect: [SSL: CERTIFICATE_VERIFY_FAILED]")
     cause.__cause__ = verify
     error.__cause__ = cause
     return error
@@ -47,6 +53,7 @@ def untrusted() -> KubeApiError:
         pytest.param(KubeApiError(503, "ServiceUnavailable", "x"), "503 ServiceUnavailable", True),
         pytest.param(KubeApiError(429, "TooManyRequests", "x"), "429 TooManyRequests", True),
         pytest.param(refused(), "cannot connect (connection refused)", True, id="refused"),
+        pytest.param(silent(), "no answer in time (timeout)", True, id="timeout"),
         pytest.param(
             untrusted(),
             "TLS certificate verification failed (unable to get local issuer certificate)",

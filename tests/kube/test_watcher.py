@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from custom_metrics_server.kube.client import GoneError, KubeApiError, KubeClient
-from custom_metrics_server.kube.lean_api import LeanListClient
 from custom_metrics_server.kube.watcher import FEED_CHUNK, Reflector
 from tests.fakes.kube_apiserver import FakeKubeApiServer, node, pod, status
 
@@ -137,17 +136,11 @@ def api() -> Iterator[FakeKubeApiServer]:
         yield server
 
 
-@pytest.fixture(params=["httpx", "lean"])
-async def client(api: FakeKubeApiServer, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """Every reflector test runs twice: list pages through httpx (`KubeClient`) and through
-    the lean pool (`LeanListClient`, what the Kubernetes backend uses)."""
+@pytest.fixture
+async def client(api: FakeKubeApiServer) -> AsyncIterator[KubeClient]:
+    """The client a reflector reads with (`KubeClient`, what the Kubernetes backend uses)."""
     kube = KubeClient(api.connection())
-    lists = LeanListClient(kube) if request.param == "lean" else None
-    if lists is not None:
-        assert lists._lean.lean  # the fake is a plain TLS origin: the lean path, not a fallback
-    yield kube if lists is None else lists
-    if lists is not None:
-        await lists.aclose()
+    yield kube
     await kube.aclose()
 
 

@@ -39,8 +39,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, Self
 
-import httpx
-
 from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend
 from custom_metrics_server.backends.kubernetes.state_exposition import (
     render_state_exposition,
@@ -56,7 +54,6 @@ from custom_metrics_server.cluster_state.wire_objects import (
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import DiscoveryRestMapper
-from custom_metrics_server.kube.lean_api import LeanListClient
 from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.kube.startup import startup_call
 from custom_metrics_server.kube.watcher import Reflector, WatchSink
@@ -202,11 +199,9 @@ class KubernetesBackend(ResourceMetricsBackend):
             metric_resolution=self.settings.scrape_interval, pod_key=state.pod_key
         )
         super().__init__(state, self.usage_store, name=name)
-        # List pages over the lean pool (~1.3 s of the 150k ingest went into httpx's reads).
-        self.lists = LeanListClient(client, max_connections=len(WATCHED))
         self.reflectors = [
             Reflector(
-                self.lists,
+                client,
                 path=collection_path(gr),
                 sink=_NoticingSink(state.sink(gr), self._notice_nodes)
                 if gr == NODES
@@ -219,7 +214,6 @@ class KubernetesBackend(ResourceMetricsBackend):
             for gr in WATCHED
         ]
         self.agents: AgentDirectory | None = None
-        self._agent_client: httpx.AsyncClient | None = None
         watches = list(self.reflectors)
         source = self.settings.kubelet_source
         port = self.settings.kubelet_port
@@ -231,6 +225,8 @@ class KubernetesBackend(ResourceMetricsBackend):
 
         address: Callable[[str], str | None] = internal_ip
 
+        # The scraper's client for node agents (None: kubelets, over the scraper's own pool).
+        agent_client = None
         if self.settings.usage_source == "node-agent":
             template = self.settings.node_agent_address
             if template is None:
@@ -245,7 +241,7 @@ class KubernetesBackend(ResourceMetricsBackend):
                         page_size=self.settings.watch_page_size,
                     )
                 )
-            self._agent_client = agent_http_client(
+            agent_client = agent_http_client(
                 ca_file=self.settings.node_agent_ca_file,
                 insecure=self.settings.node_agent_insecure_tls,
                 timeout=self.settings.scrape_timeout,
@@ -270,9 +266,10 @@ class KubernetesBackend(ResourceMetricsBackend):
             kubelet_ca_file=self.settings.kubelet_ca_file,
             kubelet_insecure_tls=self.settings.kubelet_insecure_tls,
             node_address=address,
-            kubelet_client=self._agent_client,
+            kubelet_client=agent_client,
             target=target,
         )
+        self._agent_client = agent_client
         self.elector: LeaderElector | None = None
         if self.settings.leader_elect:
             self.elector = LeaderElector(
@@ -353,7 +350,6 @@ class KubernetesBackend(ResourceMetricsBackend):
         await self._stack.aclose()
         if self._agent_client is not None:
             await self._agent_client.aclose()
-        await self.lists.aclose()
         await self.client.aclose()
 
     def collector(self) -> ScraperCollector:

@@ -1,6 +1,6 @@
-"""The reviews' lean client (`kube.review_client.ReviewClient`) against the fake API server
-over TLS and a raw socket server: same answers, credentials and errors as `KubeClient`
-(httpx), which the webhooks' retry policy reads."""
+"""The reviews' calls of `kube.client.KubeClient` (the webhooks' `post_json`) against the fake
+API server over TLS and a raw socket server: answers, credentials, the request on the wire, and
+the errors the webhooks' retry policy reads."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
 from custom_metrics_server.kube.config import Connection, load_connection
-from custom_metrics_server.kube.review_client import ReviewClient
 from custom_metrics_server.security.webhook import (
     SUBJECT_ACCESS_REVIEW_PATH,
     TOKEN_REVIEW_PATH,
@@ -39,19 +38,12 @@ def fake(tmp_path: Path) -> Any:
         yield server
 
 
-def clients(fake: Any) -> tuple[KubeClient, ReviewClient]:
-    http = KubeClient(load_connection(str(fake.kubeconfig)))
-    return http, ReviewClient(http, timeout=2.0)
-
-
-async def test_answers_and_credentials_are_httpxs(fake: Any) -> None:
-    http, lean = clients(fake)
+async def test_answers_and_credentials(fake: Any) -> None:
+    client = KubeClient(load_connection(str(fake.kubeconfig)), timeout=2.0)
     try:
-        assert lean.lean
-        expected = await http.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
-        answers = [await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR) for _ in range(3)]
+        answers = [await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR) for _ in range(4)]
         fake.tokens["good"] = {"username": "tina", "groups": ["dev"]}
-        token = await lean.post_json(
+        token = await client.post_json(
             TOKEN_REVIEW_PATH,
             {
                 "apiVersion": "authentication.k8s.io/v1",
@@ -60,10 +52,8 @@ async def test_answers_and_credentials_are_httpxs(fake: Any) -> None:
             },
         )
     finally:
-        await lean.aclose()
-        await http.aclose()
-    assert answers == [expected] * 3
-    assert expected["status"] == {"allowed": True}
+        await client.aclose()
+    assert answers == [{**answers[0], "status": {"allowed": True}}] * 4
     assert token["status"] == {
         "authenticated": True,
         "user": {"username": "tina", "groups": ["dev"]},
@@ -77,16 +67,14 @@ async def test_a_rotated_token_file_is_sent(fake: Any, tmp_path: Path) -> None:
     token_file.write_text("first\n")
     connection = load_connection(str(fake.kubeconfig))
     connection.token, connection.token_file = None, str(token_file)
-    http = KubeClient(connection)
-    lean = ReviewClient(http, timeout=2.0)
+    client = KubeClient(connection, timeout=2.0)
     try:
-        await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
+        await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
         token_file.write_text("second\n")
         connection._token_cache = None  # the minute Connection keeps a token file's text
-        await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
+        await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
     finally:
-        await lean.aclose()
-        await http.aclose()
+        await client.aclose()
     assert fake.authorizations == ["Bearer first", "Bearer second"]
 
 
@@ -101,14 +89,13 @@ async def test_a_rotated_token_file_is_sent(fake: Any, tmp_path: Path) -> None:
 async def test_error_statuses_are_kube_api_errors(
     fake: Any, code: int, reason: str, retried: bool
 ) -> None:
-    http, lean = clients(fake)
+    client = KubeClient(load_connection(str(fake.kubeconfig)), timeout=2.0)
     fake.fail_status = code
     try:
         with pytest.raises(KubeApiError) as caught:
-            await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
+            await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
     finally:
-        await lean.aclose()
-        await http.aclose()
+        await client.aclose()
     error = caught.value
     assert (error.code, error.reason, error.message) == (code, reason, "injected failure")
     assert error.call == f"POST {fake.url}{SUBJECT_ACCESS_REVIEW_PATH}"
@@ -116,17 +103,16 @@ async def test_error_statuses_are_kube_api_errors(
 
 
 async def test_refused_is_not_retried_and_a_restart_is_survived(fake: Any) -> None:
-    http, lean = clients(fake)
+    client = KubeClient(load_connection(str(fake.kubeconfig)), timeout=2.0)
     try:
-        await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)  # a kept-alive connection
+        await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)  # a kept-alive connection
         fake.down()
         with pytest.raises(KubeApiError) as caught:
-            await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
+            await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
         fake.up()
-        again = await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
+        again = await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
     finally:
-        await lean.aclose()
-        await http.aclose()
+        await client.aclose()
     assert caught.value.code == 0
     assert "ConnectError" in caught.value.message
     assert not should_retry(caught.value)
@@ -167,18 +153,18 @@ async def silent() -> AsyncIterator[tuple[int, list[bytes]]]:
         yield server.sockets[0].getsockname()[1], seen
 
 
-def raw_client(url: str, timeout: float = 2.0) -> ReviewClient:
-    return ReviewClient(KubeClient(Connection(host=url, token="t0k")), timeout=timeout)
+def raw_client(url: str, timeout: float = 2.0) -> KubeClient:
+    return KubeClient(Connection(host=url, token="t0k"), timeout=timeout)
 
 
 async def test_a_silent_server_times_out_and_is_retried(silent: tuple[int, list[bytes]]) -> None:
     port, seen = silent
-    lean = raw_client(f"http://127.0.0.1:{port}", timeout=0.2)
+    client = raw_client(f"http://127.0.0.1:{port}", timeout=0.2)
     try:
         with pytest.raises(KubeApiError) as caught:
-            await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
+            await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
     finally:
-        await lean.aclose()
+        await client.aclose()
     assert caught.value.code == 0
     assert "ReadTimeout" in caught.value.message
     assert should_retry(caught.value)
@@ -191,11 +177,11 @@ async def test_the_request_on_the_wire() -> None:
     server, seen = await raw_server(lambda request: reply)
     async with server:
         port = server.sockets[0].getsockname()[1]
-        lean = raw_client(f"http://127.0.0.1:{port}/under/")
+        client = raw_client(f"http://127.0.0.1:{port}/under/")
         try:
-            answer = await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, {"a": 1})
+            answer = await client.post_json(SUBJECT_ACCESS_REVIEW_PATH, {"a": 1})
         finally:
-            await lean.aclose()
+            await client.aclose()
     assert answer == {"status": {"allowed": True}}
     head, _, sent = seen[0].partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
@@ -205,28 +191,3 @@ async def test_the_request_on_the_wire() -> None:
     assert b"Content-Type: application/json" in lines
     assert b"Content-Length: 7" in lines
     assert sent == b'{"a":1}'
-
-
-async def test_an_environment_proxy_sends_reviews_through_httpx(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
-    http = KubeClient(Connection(host="https://10.0.0.1:6443", verify=False))
-    lean = ReviewClient(http)
-    calls: list[tuple[str, Any]] = []
-
-    async def spy(path: str, body: Any) -> tuple[int, Any]:
-        calls.append((path, body))
-        return 201, {"status": {"allowed": False}}
-
-    monkeypatch.setattr(http, "post_json_status", spy)
-    try:
-        answer = await lean.post_json(SUBJECT_ACCESS_REVIEW_PATH, SAR)
-    finally:
-        await lean.aclose()
-        await http.aclose()
-    assert not lean.lean
-    assert answer == {"status": {"allowed": False}}
-    assert calls == [(SUBJECT_ACCESS_REVIEW_PATH, SAR)]

@@ -285,9 +285,7 @@ def _serve(args: argparse.Namespace) -> None:
     worker = args.worker_link is not None
     supervising = False
     if args.workers > 1 and not worker:
-        plan = plan_workers(
-            args.workers, loaded, replicate_watches=args.workers_replicate_watches
-        )
+        plan = plan_workers(args.workers, loaded, replicate_watches=args.workers_replicate_watches)
         logger.log(plan.level, "%s", plan.line)
         supervising = plan.workers > 1
     # The processes that share one serving certificate: after the plan, so that a --workers

@@ -36,9 +36,7 @@ class WorkersPlan:
     level: int
 
 
-def plan_workers(
-    requested: int, loaded: Loaded, *, replicate_watches: bool = False
-) -> WorkersPlan:
+def plan_workers(requested: int, loaded: Loaded, *, replicate_watches: bool = False) -> WorkersPlan:
     """The plan for `--workers requested` (> 1) over the backends of `loaded`;
     `replicate_watches`: `--workers-replicate-watches` was given."""
     held = [b for b in loaded.built if not is_replicable(b, watches=replicate_watches)]

@@ -141,18 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=1,
-        help="processes serving the port (default 1: this process serves it); with N > 1 "
-        "and every backend replicable, N worker processes serve it, each with its own "
-        "backends; with a backend that is not (kubernetes, pod-metrics without "
-        "--workers-replicate-watches), one process serves and a warning says why "
-        "(docs/operations.md, Workers)",
+        help="processes serving the port (default 1); with N > 1 and every backend "
+        "replicable, N workers serve it, each with its own backends; else one process serves "
+        "and a warning says why (docs/operations.md, Workers)",
     )
     serving.add_argument(
         "--workers-replicate-watches",
         action="store_true",
-        help="with --workers N, run the kubernetes and pod-metrics backends once in each "
-        "worker: every worker lists, watches and scrapes on its own, N times the load on the "
-        "API server and the kubelets or pods, as N replicas (docs/operations.md, Workers)",
+        help="--workers N: run kubernetes and pod-metrics in each worker (N x watches and scrapes)",
     )
     # A worker's end of the socket pair to its main process (workers.supervisor).
     serving.add_argument("--worker-link", type=int, help=argparse.SUPPRESS)

@@ -14,12 +14,11 @@ naming the call and the Role to bind (`kube.startup`), instead of a warning ever
 seconds. Later failures are logged once per distinct error (and every tenth repeat).
 
 The identity names the candidate, not the process: the workers of `serve --workers N
---workers-replicate-watches` in one pod each run an elector with the pod's identity (the
-host name, the same in every worker), so the pod holds
-the Lease and every one of its workers serves the series (a Prometheus scrape of the pod
-lands on any of them). Two such workers renewing at once: the one whose update loses (409)
-reads the Lease again and, finding its own identity freshly renewed, stays leader instead of
-stepping down for a round.
+--workers-replicate-watches` in one pod each run an elector with the pod's identity (the host
+name, the same in every worker), so the pod holds the Lease and every one of its workers
+serves the series (a Prometheus scrape of the pod lands on any of them). Two such workers
+writing at once: the one whose update or create loses (409) reads the Lease again and, finding
+its own identity there, stays leader instead of stepping down for a round.
 """
 
 from __future__ import annotations

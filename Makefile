@@ -131,7 +131,7 @@ bench-smoke: install
 	$(BIN)/python benchmarks/memory_phases.py --smoke  # what each envelope phase leaves in memory (~20 s)
 	$(BIN)/python benchmarks/pod_metrics.py --smoke  # pod-metrics rounds, 100 pods (~40 s)
 	$(BIN)/python benchmarks/passthrough.py --smoke  # the pass-through's added latency (~15 s)
-	$(BIN)/python benchmarks/workers.py --smoke  # 1 process against 2 workers (~35 s)
+	$(BIN)/python benchmarks/workers.py --smoke  # 1 process against 2 workers, demo and Kubernetes backend (~60 s)
 	$(BIN)/python benchmarks/resources_exposition.py --smoke  # /metrics/resources and pods/* in process, old vs new (~10 s)
 	$(BIN)/python benchmarks/object_queries.py --smoke  # HPA Object and Pods queries in process, old vs new (~5 s)
 	$(BIN)/python benchmarks/review_client.py --smoke  # a SubjectAccessReview's CPU, httpx vs lean (~5 s)

@@ -1,23 +1,36 @@
 """`serve --workers`: the single-object request path with 1 process against N workers (issue 17,
-item 6), alternated in one run.
+item 6; issue 28, item 1), alternated in one run.
 
-Starts the real `custom-metrics-server serve --demo` (1,000 simulated pods) for each case and
-loads one pod's custom metric with `wrk -t2 -c16 --latency` over TLS keep-alive:
+Starts the real `custom-metrics-server serve` for each case and loads one URL with
+`wrk -t2 -c16 --latency` over TLS keep-alive. Modes (`--modes`, default all):
 
-* demo: no delegated authentication (the demo gate);
-* token: delegated authentication and authorization against the fake kube-apiserver of the
-  tests (TokenReview and SubjectAccessReview in this process, everything allowed), with
-  `Authorization: Bearer`; a warm-up run fills each process's caches first, so the measured
-  run makes no review (the counts are reported).
+* demo: `--demo` (1,000 simulated pods), one pod's `http_requests_per_second`, no delegated
+  authentication (the demo gate);
+* token: the same with delegated authentication and authorization against the fake
+  kube-apiserver of the tests (TokenReview and SubjectAccessReview in this process,
+  everything allowed), with `Authorization: Bearer`; a warm-up run fills each process's caches
+  first, so the measured run makes (almost) no review (the counts are reported);
+* kube-pod, kube-object: the Kubernetes backend against the fake kube-apiserver of the tests
+  (`tests.fakes.kube_apiserver`, in this process, on a thread) holding `--nodes` nodes with
+  `--pods-per-node` pods each (`tests.fakes.cluster_process.load_world`: 1,000 pods in 10
+  namespaces by default) and a fake kubelet behind the node proxy of every node, delegated
+  auth as `token`: one pod's `kube_running_pod_resource_usage` (memory: from the kubelet
+  scrape), and the Object metric `kube_pod_resource_request` (cpu) of namespace `ns-0000`
+  (100 pods summed). The N-worker case adds `--workers-replicate-watches`: every worker lists,
+  watches and scrapes on its own. Reported beside the rest: what the API server received from
+  the server over its life, start to the end of the run: lists, watches, and the node-proxy
+  scrapes (what the kubelets receive; every node once per `--metric-resolution`, 15 s, from
+  every process that runs the backend).
 
-Each round runs every case with `--workers 1` (one process), then with `--workers N` (the demo
-is replicable: every worker serves the whole API with its own simulated cluster), so both share
-the machine's load. Whether a run got workers is read from the server's start-up line.
-Reported per run: req/s, p50/p99, the CPU of every server process per request (utime + stime
-from /proc), wrk's own CPU (the machine has 2 cores: what wrk burns, the server cannot use),
-RSS of every process, and the 1-minute load average before the run.
+Each round runs every case with `--workers 1` (one process), then with `--workers N` (every
+worker serves the whole API with its own backends), so both share the machine's load. Whether a
+run got workers is read from the server's start-up line. Reported per run: req/s, p50/p99, the
+CPU of every server process per request (utime + stime from /proc), wrk's own CPU (the machine
+has 2 cores: what wrk burns, the server cannot use), RSS of every process, and the 1-minute
+load average before the run. Workers only gain with a free core per worker.
 
-    python benchmarks/workers.py                 # 3 rounds, 10 s runs (~4 min)
+    python benchmarks/workers.py                 # 3 rounds, 10 s runs (~8 min)
+    python benchmarks/workers.py --modes kube-pod,kube-object --rounds 4
     python benchmarks/workers.py --workers 3 --rounds 5
     python benchmarks/workers.py --smoke         # 1 round, 1 s runs; fails on a non-2xx answer
                                                  # or a run without the workers it asked for
@@ -35,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +58,19 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.request_path import _ms, cpu_seconds, first_web_pod, machine, rss_mib  # noqa: E402
 from custom_metrics_server.testing.server_process import ServerProcess, start_server  # noqa: E402
 from tests.fakes.auth_webhooks import FakeAuthApiServer  # noqa: E402
+from tests.fakes.cluster_process import load_world, write_kubeconfig  # noqa: E402
+from tests.fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
 TOKEN = "bench-token"  # a fake credential for the fake kube-apiserver
 RESULTS = ROOT / "benchmarks" / "results"
+API = "/apis/custom.metrics.k8s.io/v1beta2"
+#: The Kubernetes backend's URLs (`load_world`'s names: pod p-00000-0 is in ns-0000).
+KUBE_URLS = {
+    "kube-pod": f"{API}/namespaces/ns-0000/pods/p-00000-0/kube_running_pod_resource_usage"
+    "?metricLabelSelector=resource%3Dmemory",
+    "kube-object": f"{API}/namespaces/ns-0000/metrics/kube_pod_resource_request"
+    "?metricLabelSelector=resource%3Dcpu",
+}
 
 
 def children(pid: int) -> list[int]:
@@ -123,15 +147,21 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="wrk -t")
     parser.add_argument("--connections", type=int, default=16, help="wrk -c")
     parser.add_argument("--pods", type=int, default=1000)
-    parser.add_argument("--modes", default="demo,token")
+    parser.add_argument("--nodes", type=int, default=100, help="kube modes: fake nodes")
+    parser.add_argument("--pods-per-node", type=int, default=10, help="kube modes")
+    parser.add_argument("--modes", default="demo,token,kube-pod,kube-object")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 2
     if args.smoke:
-        args.seconds, args.rounds, args.pods = 1.0, 1, 200
+        args.seconds, args.rounds, args.pods, args.nodes = 1.0, 1, 200, 20
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp, FakeAuthApiServer() as fake:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        FakeAuthApiServer() as fake,
+        FakeKubeApiServer() as cluster,
+    ):
         work = Path(tmp)
         fake.allow_all = True
         fake.tokens[TOKEN] = {"username": "bench", "groups": ["bench"]}
@@ -143,39 +173,39 @@ def main() -> int:
             str(auth),
             "--authentication-skip-lookup",
         ]
-        modes = {"demo": [], "token": delegated}
+        load_world(
+            cluster,
+            argparse.Namespace(
+                nodes=args.nodes,
+                pods_per_node=args.pods_per_node,
+                namespaces=10,
+                healthy_nodes=args.nodes,
+                hanging_nodes=0,
+            ),
+        )
+        write_kubeconfig(work / "kubeconfig", cluster.url)
         demo = ["--demo-pods", str(args.pods), "--demo-web-pods", str(min(1000, args.pods))]
-        variants = {
-            "1": (1, demo),
-            f"{args.workers}": (args.workers, demo),
+        kube = [*delegated, "--kubeconfig", str(work / "kubeconfig")]
+        modes = {
+            "demo": (demo, []),
+            "token": ([*delegated, *demo], []),
+            "kube-pod": (kube, ["--workers-replicate-watches"]),
+            "kube-object": (kube, ["--workers-replicate-watches"]),
         }
         path = os.environ.get("PYTHONPATH", "")
         env = {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), path)))}
         for round_ in range(args.rounds):
             for mode in args.modes.split(","):
-                for variant, (workers, backends) in variants.items():
-                    name = f"{round_}-{mode}-{variant}"
-                    flags = [*modes[mode], *backends]
-                    server = start_server(
-                        work / name, *flags, "--workers", str(workers), timeout=60, env=env
+                for variant, workers in (("1", 1), (f"{args.workers}", args.workers)):
+                    flags, replicate = modes[mode]
+                    flags = [*flags, *(replicate if workers > 1 else [])]
+                    result = run_case(
+                        Case(work / f"{round_}-{mode}-{variant}", mode, workers, flags),
+                        args,
+                        env,
+                        fake,
+                        cluster,
                     )
-                    try:
-                        pod = (
-                            first_web_pod(server.url, server.cert_dir / "apiserver.crt")
-                            if mode == "demo"
-                            else _pod(server)
-                        )
-                        url = f"{server.url}/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/{pod}/http_requests_per_second"
-                        headers = [f"Authorization: Bearer {TOKEN}"] if mode == "token" else []
-                        reviews = (len(fake.token_reviews), len(fake.access_reviews))
-                        result = measure(server, url, args, headers)
-                        result["workers_mode"] = _workers_mode(server)
-                        result["reviews_during_runs"] = [
-                            len(fake.token_reviews) - reviews[0],
-                            len(fake.access_reviews) - reviews[1],
-                        ]
-                    finally:
-                        server.stop()
                     rows.append({"round": round_, "mode": mode, "workers": variant, **result})
                     print(json.dumps(rows[-1]), file=sys.stderr)
     report(rows, args)
@@ -205,6 +235,90 @@ def _failures(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]
     return failed
 
 
+@dataclass(frozen=True)
+class Case:
+    """One server to start and load: its directory, mode, workers and flags."""
+
+    workdir: Path
+    mode: str
+    workers: int
+    flags: list[str]
+
+
+def run_case(
+    case: Case,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    fake: FakeAuthApiServer,
+    cluster: FakeKubeApiServer,
+) -> dict[str, Any]:
+    """Start the server of `case`, measure it (`measure`), stop it; the row's figures."""
+    kube = case.mode.startswith("kube")
+    calls = {kind: cluster.count(kind) for kind in ("list", "watch", "proxy")}
+    started = time.monotonic()
+    server = start_server(
+        case.workdir,
+        *case.flags,
+        "--workers",
+        str(case.workers),
+        timeout=120,
+        env=env,
+        demo=not kube,
+    )
+    try:
+        if kube:
+            _first_rounds(server, cluster, calls["proxy"], args.nodes)
+            url = f"{server.url}{KUBE_URLS[case.mode]}"
+        else:
+            pod = (
+                first_web_pod(server.url, server.cert_dir / "apiserver.crt")
+                if case.mode == "demo"
+                else _pod(server)
+            )
+            url = f"{server.url}{API}/namespaces/default/pods/{pod}/http_requests_per_second"
+        headers = [f"Authorization: Bearer {TOKEN}"] if case.mode != "demo" else []
+        reviews = (len(fake.token_reviews), len(fake.access_reviews))
+        result = measure(server, url, args, headers)
+        result["workers_mode"] = _workers_mode(server)
+        result["reviews_during_runs"] = [
+            len(fake.token_reviews) - reviews[0],
+            len(fake.access_reviews) - reviews[1],
+        ]
+        if kube:
+            result["api_server"] = _api_load(cluster, calls, started, args.nodes)
+    finally:
+        server.stop()
+    return result
+
+
+def _first_rounds(
+    server: ServerProcess, cluster: FakeKubeApiServer, before: int, nodes: int
+) -> None:
+    """Wait until every serving process has scraped every node once (its first round: the
+    pod's usage is there)."""
+    processes = max(1, len(children(server.pid))) if _workers_mode(server) == "workers" else 1
+    deadline = time.monotonic() + 120
+    while cluster.count("proxy") - before < nodes * processes:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the first scrape rounds did not end: {cluster.count('proxy')}")
+        time.sleep(0.1)
+
+
+def _api_load(
+    cluster: FakeKubeApiServer, before: dict[str, int], started: float, nodes: int
+) -> dict[str, float]:
+    """What the server asked of the fake API server over its life so far: lists, watches,
+    node-proxy scrapes (kubelet scrapes, `rounds` of every node) and the life's seconds."""
+    scrapes = cluster.count("proxy") - before["proxy"]
+    return {
+        "lists": cluster.count("list") - before["list"],
+        "watches": cluster.count("watch") - before["watch"],
+        "scrapes": scrapes,
+        "rounds": round(scrapes / max(1, nodes), 2),
+        "life_s": round(time.monotonic() - started, 1),
+    }
+
+
 def _workers_mode(server: ServerProcess) -> str:
     """Whether the server started workers, from its start-up line (workers.plan)."""
     return "workers" if " worker processes, each serving " in server.logs() else "one process"
@@ -214,15 +328,21 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     """The runs as Markdown tables on stdout."""
     print(f"machine: {json.dumps(machine())}")
     print(
-        "| round | mode | workers | how | load | req/s | p50 ms | p99 ms | server µs/req (per process) | server cores | wrk cores | RSS MiB (per process) | reviews | non-2xx |"
+        "| round | mode | workers | how | load | req/s | p50 ms | p99 ms | server µs/req (per process) | server cores | wrk cores | RSS MiB (per process) | reviews | API server over the life: lists, watches, kubelet scrapes (rounds), seconds | non-2xx |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         per = " + ".join(f"{v}" for v in row["cpu_us_per_request"].values())
         rss = " + ".join(f"{v}" for v in row["rss_mib"].values())
+        load = row.get("api_server")
+        api = (
+            f"{load['lists']}, {load['watches']}, {load['scrapes']} ({load['rounds']}), {load['life_s']}"
+            if load
+            else ""
+        )
         print(
             f"| {row['round']} | {row['mode']} | {row['workers']} | {row['workers_mode']} | {row['load1']} | {row['rps']:,.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
-            f"| {row['server_cpu_us_per_request']} ({per}) | {row['server_cores']} | {row['wrk_cores']} | {row['rss_total_mib']} ({rss}) | {row['reviews_during_runs']} | {row['non_2xx']} |"
+            f"| {row['server_cpu_us_per_request']} ({per}) | {row['server_cores']} | {row['wrk_cores']} | {row['rss_total_mib']} ({rss}) | {row['reviews_during_runs']} | {api} | {row['non_2xx']} |"
         )
     print(
         "\n| mode | workers | median req/s | ratio to 1 process | median server µs/req |"

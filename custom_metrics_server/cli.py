@@ -141,10 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=1,
-        help="processes serving the port (default 1: this process serves it); with N > 1 "
-        "and every backend replicable, N worker processes serve it, each with its own "
-        "backends; with a backend that is not (kubernetes, pod-metrics), one process serves "
+        help="processes serving the port (default 1); with N > 1 and every backend "
+        "replicable, N workers serve it, each with its own backends; else one process serves "
         "and a warning says why (docs/operations.md, Workers)",
+    )
+    serving.add_argument(
+        "--workers-replicate-watches",
+        action="store_true",
+        help="--workers N: run kubernetes and pod-metrics in each worker (N x watches and scrapes)",
     )
     # A worker's end of the socket pair to its main process (workers.supervisor).
     serving.add_argument("--worker-link", type=int, help=argparse.SUPPRESS)
@@ -277,7 +281,7 @@ def _serve(args: argparse.Namespace) -> None:
     worker = args.worker_link is not None
     supervising = False
     if args.workers > 1 and not worker:
-        plan = plan_workers(args.workers, loaded)
+        plan = plan_workers(args.workers, loaded, replicate_watches=args.workers_replicate_watches)
         logger.log(plan.level, "%s", plan.line)
         supervising = plan.workers > 1
     # The processes that share one serving certificate: after the plan, so that a --workers
@@ -306,6 +310,7 @@ def _serve(args: argparse.Namespace) -> None:
         digest=digest,
         reload_interval=args.backends_config_reload_interval,
         replicated=worker,
+        replicate_watches=args.workers_replicate_watches,
     )
     if not security.delegated and not worker:
         logger.warning(

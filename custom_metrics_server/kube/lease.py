@@ -12,6 +12,13 @@ The first round runs when the elector is entered, at start-up: a Lease the serve
 read or write (403), or a namespace that does not exist (404), fails start-up with one line
 naming the call and the Role to bind (`kube.startup`), instead of a warning every two
 seconds. Later failures are logged once per distinct error (and every tenth repeat).
+
+The identity names the candidate, not the process: the workers of `serve --workers N
+--workers-replicate-watches` in one pod each run an elector with the pod's identity (the host
+name, the same in every worker), so the pod holds the Lease and every one of its workers
+serves the series (a Prometheus scrape of the pod lands on any of them). Two such workers
+writing at once: the one whose update or create loses (409) reads the Lease again and, finding
+its own identity there, stays leader instead of stepping down for a round.
 """
 
 from __future__ import annotations
@@ -130,17 +137,42 @@ class LeaderElector:
         except KubeApiError as err:
             if err.code != 404:
                 raise
-            await self._client.post_json(self._path, self._lease(now, None))
+            try:
+                await self._client.post_json(self._path, self._lease(now, None))
+            except KubeApiError as lost:
+                return await self._after_conflict(lost, now)
             self._last_renew = now
             return True
-        spec = current.get("spec") or {}
+        if self._held_by_another(current, now):
+            return False
+        try:
+            await self._client.put_json(f"{self._path}/{self.name}", self._lease(now, current))
+        except KubeApiError as err:
+            return await self._after_conflict(err, now)
+        self._last_renew = now
+        return True
+
+    def _held_by_another(self, lease: dict[str, Any], now: float) -> bool:
+        spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         renewed = parse_time(spec.get("renewTime")) or 0.0
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
-        if holder and holder != self.identity and renewed + duration > now:
-            return False
-        await self._client.put_json(f"{self._path}/{self.name}", self._lease(now, current))
-        self._last_renew = now
+        return bool(holder) and holder != self.identity and renewed + duration > now
+
+    async def _after_conflict(self, err: KubeApiError, now: float) -> bool:
+        """A write lost to another writer (409): if that writer had our identity (another
+        worker of `serve --workers N` in this pod), the Lease is ours, renewed for us; else
+        it is the other's. Any other error is raised. One GET."""
+        if err.code != 409:
+            raise err
+        current = await self._client.get_json(f"{self._path}/{self.name}")
+        spec = current.get("spec") or {}
+        if spec.get("holderIdentity") != self.identity:
+            raise err
+        renewed = parse_time(spec.get("renewTime"))
+        if renewed is None:
+            raise err
+        self._last_renew = min(renewed, now)
         return True
 
     async def run(self, *, first_delay: float = 0.0) -> None:

@@ -95,6 +95,9 @@ class Provision:
     resource_usage: ResourceUsageSource | None = None
     #: One instance per worker process is safe (`sdk.Replicable`; plugins.replicas).
     replicable: bool = False
+    #: It lists, watches and scrapes a cluster: one instance per worker process repeats all
+    #: of that, which only the operator may accept (`--workers-replicate-watches`).
+    watches: bool = False
 
 
 class BuiltinSettings(BaseModel):
@@ -187,6 +190,7 @@ def kubernetes(settings: KubernetesPluginSettings, *, context: BackendContext) -
         cluster=backend.state,
         exposition=backend.resource_exposition_chunks,
         metrics_api=ResourceMetricsApi(backend.state, backend.usage_store),
+        watches=True,
     )
 
 

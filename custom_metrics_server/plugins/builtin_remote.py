@@ -42,6 +42,7 @@ def pod_metrics(settings: PodMetricsSettings, *, context: BackendContext) -> Pro
     return Provision(
         backend,
         what=f"pods' own metrics ({', '.join(chosen)}; {config.source} every {config.interval:g}s)",
+        watches=True,
     )
 
 

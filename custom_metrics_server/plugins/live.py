@@ -106,10 +106,13 @@ class LiveBackends:
         added: Callable[[MetricsBackend], None] | None = None,
         removed: Callable[[MetricsBackend], None] | None = None,
         replicated: bool = False,
+        replicate_watches: bool = False,
     ) -> None:
         self.engine = engine
         #: a worker of replicated `--workers N`: a reload may not add a non-replicable backend
         self.replicated = replicated
+        #: `--workers-replicate-watches`: in such a reload, watching backends are replicable
+        self.replicate_watches = replicate_watches
         self._added = added
         self._removed = removed
         self.loaded = loaded
@@ -254,7 +257,7 @@ class LiveBackends:
             cluster=old.cluster,
         )
         loaded.cluster_backend = provider
-        held = not_replicable(loaded) if self.replicated else []
+        held = not_replicable(loaded, watches=self.replicate_watches) if self.replicated else []
         if held:
             raise StartupFailure(
                 f"not replicable: {', '.join(held)}; every worker of serve --workers runs its "

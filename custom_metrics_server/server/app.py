@@ -94,6 +94,8 @@ class BackendsFileSource:
     reload_interval: float = 5.0
     #: a worker process of `serve --workers N` (reloads keep every backend replicable)
     replicated: bool = False
+    #: `--workers-replicate-watches`: watching backends count as replicable in those reloads
+    replicate_watches: bool = False
 
 
 class Server:
@@ -138,6 +140,7 @@ class Server:
             added=self._register_collector,
             removed=self._unregister_collector,
             replicated=source.replicated if source is not None else False,
+            replicate_watches=source.replicate_watches if source is not None else False,
         )
         # `/readyz` checks beyond the engine's; `shutdown` as upstream's (fails once SIGTERM came).
         self.extra_checks = {**settings.extra_checks, "shutdown": Readiness(ready=True)}

@@ -17,7 +17,7 @@ import orjson
 import pytest
 import uvicorn
 
-from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.client import KubeApiError, KubeClient
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.kube.lease import LeaderElector, parse_time
 from custom_metrics_server.runtime.startup import StartupError
@@ -34,6 +34,10 @@ class LeaseServer:
         self.down = False
         self.forbidden = False
         self.lock = threading.Lock()
+        #: GETs answered only once this many have arrived (staging two readers of one version)
+        self.gets_together = 0
+        self.conflicts = 0
+        self._gets: list[asyncio.Event] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -46,6 +50,15 @@ class LeaseServer:
                 break
         status, document = self.handle(scope["method"], scope["path"], body)
         payload = orjson.dumps(document)
+        if scope["method"] == "GET" and self.gets_together:
+            # Answered as read on arrival, sent once the others have read the same version.
+            arrived = asyncio.Event()
+            self._gets.append(arrived)
+            if len(self._gets) >= self.gets_together:
+                self.gets_together = 0
+                for event in self._gets:
+                    event.set()
+            await arrived.wait()
         await send(
             {
                 "type": "http.response.start",
@@ -85,6 +98,7 @@ class LeaseServer:
                 or document["metadata"].get("resourceVersion")
                 != current["metadata"]["resourceVersion"]
             ):
+                self.conflicts += 1
                 return self.status(409, "Conflict")
             self.version += 1
             document["metadata"]["resourceVersion"] = str(self.version)
@@ -150,6 +164,44 @@ async def test_exactly_one_of_two_candidates_leads(lease_server: tuple[LeaseServ
         assert first.is_leader != second.is_leader
         holder = server.leases["cms"]["spec"]["holderIdentity"]
         assert holder == ("a" if first.is_leader else "b")
+
+
+async def test_two_workers_of_one_pod_both_lead_when_their_renewals_collide(
+    lease_server: tuple[LeaseServer, str],
+) -> None:
+    # `serve --workers 2 --workers-replicate-watches`: both workers campaign as the pod.
+    server, url = lease_server
+    first, second = elector(url, "pod-a"), elector(url, "pod-a")
+    other = elector(url, "pod-b")
+    assert await first.try_acquire_or_renew()
+    assert await other.try_acquire_or_renew() is False
+    server.gets_together = 2  # both read the same version, then both write it: one loses
+    results = await asyncio.gather(first.try_acquire_or_renew(), second.try_acquire_or_renew())
+    assert server.conflicts == 1
+    assert results == [True, True]  # the loser found its own pod renewed, not another holder
+    assert server.leases["cms"]["spec"]["holderIdentity"] == "pod-a"
+    assert await other.try_acquire_or_renew() is False
+
+
+async def test_a_conflict_with_another_holder_is_still_lost(
+    lease_server: tuple[LeaseServer, str],
+) -> None:
+    server, url = lease_server
+    first, other = elector(url, "pod-a"), elector(url, "pod-b")
+    server.leases["cms"] = {
+        "metadata": {"name": "cms", "resourceVersion": "0"},
+        "spec": {"holderIdentity": "", "renewTime": "2020-01-01T00:00:00.000000Z"},
+    }
+    server.gets_together = 2  # both see a free Lease; one takes it
+    results = await asyncio.gather(
+        first.try_acquire_or_renew(), other.try_acquire_or_renew(), return_exceptions=True
+    )
+    assert server.conflicts == 1
+    lost = [r for r in results if isinstance(r, KubeApiError)]
+    assert [error.code for error in lost] == [409]  # `run` counts it as not leading
+    holder = server.leases["cms"]["spec"]["holderIdentity"]
+    assert holder == ("pod-a" if results[0] is True else "pod-b")
+    assert results.count(True) == 1
 
 
 async def test_successor_takes_over_after_release(lease_server: tuple[LeaseServer, str]) -> None:

@@ -16,6 +16,8 @@ from custom_metrics_server.plugins.live import LiveBackends, StartupFailure
 from custom_metrics_server.plugins.loader import load_backends
 from custom_metrics_server.query.engine import QueryEngine
 from tests.conftest import CONTRACT_FIXTURE
+from tests.fakes.cluster_process import write_kubeconfig
+from tests.fakes.kube_apiserver import FakeKubeApiServer
 
 P = "tests.fakes.plugins"
 BASE = f"""
@@ -171,6 +173,34 @@ async def test_a_replicated_worker_refuses_a_reload_adding_a_backend_that_is_not
         path.write_text(BASE + f"  - {{name: copied, type: '{P}:replicable_instant'}}\n")
         assert await backends.reload() is True
         assert served(backends) == ["contract", "copied"]
+
+
+async def test_a_worker_replicating_watches_may_reload_in_a_watching_backend(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `--workers-replicate-watches` holds for reloads too; without it the reload is refused.
+    api = FakeKubeApiServer()
+    api.start()
+    try:
+        write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        entry = f"  - {{name: cluster, type: kubernetes, settings: {{kubeconfig: '{tmp_path / 'kubeconfig'}'}}}}\n"
+        path = tmp_path / "held.yaml"
+        held, _ = live(path, BASE, replicated=True)
+        async with held:
+            path.write_text(BASE + entry)
+            assert await held.reload() is False
+            assert "not replicable: cluster; every worker of serve --workers" in caplog.text
+            assert served(held) == ["contract"]
+        assert api.count() == 0  # refused before it started
+        path = tmp_path / "copied.yaml"
+        copied, _ = live(path, BASE, replicated=True, replicate_watches=True)
+        async with copied:
+            path.write_text(BASE + entry)
+            assert await copied.reload() is True
+            assert served(copied) == ["contract", "cluster"]
+        assert api.count("list", "/api/v1/pods") >= 1  # started: its own lists
+    finally:
+        api.close()
 
 
 async def test_the_cluster_backend_cannot_change_without_a_restart(

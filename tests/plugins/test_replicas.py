@@ -10,7 +10,7 @@ import pytest
 
 from custom_metrics_server.plugins.config import parse_backends_file
 from custom_metrics_server.plugins.loader import load_backends
-from custom_metrics_server.plugins.replicas import is_replicable, not_replicable
+from custom_metrics_server.plugins.replicas import is_replicable, not_replicable, watching
 from tests.conftest import CONTRACT_FIXTURE
 from tests.fakes.cluster_process import write_kubeconfig
 
@@ -56,3 +56,21 @@ def test_the_built_in_types_that_watch_or_scrape_are_not(tmp_path: Path, kind: s
     loaded = load(DEMO + f"  - {{name: held, type: {kind}, settings: {settings}}}\n")
     assert [is_replicable(built) for built in loaded.built] == [True, False]
     assert not_replicable(loaded) == ["held"]
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "pod-metrics"])
+def test_the_operator_may_replicate_the_watching_ones(tmp_path: Path, kind: str) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    write_kubeconfig(kubeconfig, "https://127.0.0.1:1")
+    settings = f"{{kubeconfig: '{kubeconfig}'}}"
+    if kind == "pod-metrics":
+        settings = f"{{kubeconfig: '{kubeconfig}', scrape: [{{name: app, selector: 'a=b', port: 9090}}], metrics: [m]}}"
+    loaded = load(
+        DEMO
+        + f"  - {{name: copied, type: {kind}, settings: {settings}}}\n"
+        + f"  - {{name: held, type: '{P}:instant'}}\n"
+    )
+    assert [b.name for b in watching(loaded)] == ["copied"]
+    assert [is_replicable(built, watches=True) for built in loaded.built] == [True, True, False]
+    assert not_replicable(loaded, watches=True) == ["held"]
+    assert not_replicable(loaded) == ["copied", "held"]

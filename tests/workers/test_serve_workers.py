@@ -6,11 +6,14 @@ replaced, SIGTERM stopping every process, a stalled main process not stopping th
 is out of the request path), and a killed main process taking the workers along.
 
 A backend that is not replicable (the Kubernetes backend): one process serves, with the one
-warning line, and the backends start once (the same lists and watches on the fake
-kube-apiserver as `--workers 1`)."""
+warning line, and the backends start once (the same lists, watches and kubelet scrapes on the
+fake kube-apiserver as `--workers 1`). With `--workers-replicate-watches` two workers run it,
+each with its own lists, watches and scrapes (twice those of one process), and answer a pod's
+usage, an Object metric and `/metrics/resources` (the Lease held by the pod) as one process."""
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import os
 import signal
@@ -25,7 +28,7 @@ import pytest
 
 from custom_metrics_server.testing.server_process import ServerProcess, start_server, stop_server
 from tests.fakes.auth_webhooks import FakeAuthApiServer
-from tests.fakes.cluster_process import TOKEN, serve_flags, write_kubeconfig
+from tests.fakes.cluster_process import TOKEN, load_world, serve_flags, write_kubeconfig
 from tests.fakes.kube_apiserver import FakeKubeApiServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,28 +189,40 @@ def _server_end(port: int, client_port: int) -> int:
     raise AssertionError(f"no connection from port {client_port}")
 
 
-def _answers_by_worker(server: ServerProcess, path: str, count: int) -> dict[int, list[Any]]:
-    """`count` fresh connections, one GET each: the answers by the worker that served them
-    (found from /proc: nothing is exposed for it)."""
+def _bodies_by_process(
+    server: ServerProcess, path: str, count: int, headers: dict[str, str] | None = None
+) -> dict[int, list[tuple[int, bytes]]]:
+    """`count` fresh connections, one GET each: (status, body) by the process that served
+    them, a worker or, without workers, the server itself (found from /proc: nothing is
+    exposed for it)."""
     port = int(server.url.rsplit(":", 1)[1])
-    workers = _workers(server)
+    processes = _workers(server) or {server.pid}
     context = server.ssl_context()
-    found: dict[int, list[Any]] = {}
+    found: dict[int, list[tuple[int, bytes]]] = {}
     connections = []
     try:
         for _ in range(count):
             connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
             connections.append(connection)
-            connection.request("GET", path, headers={"Accept": "application/json"})
+            connection.request("GET", path, headers={"Accept": "*/*", **(headers or {})})
             response = connection.getresponse()
-            body = orjson.loads(response.read())
-            assert response.status == 200, body
+            answer = (response.status, response.read())
             assert connection.sock is not None
             inode = _server_end(port, connection.sock.getsockname()[1])
-            found.setdefault(_socket_owners(workers)[inode], []).append(body["items"])
+            found.setdefault(_socket_owners(processes)[inode], []).append(answer)
     finally:
         for connection in connections:
             connection.close()
+    return found
+
+
+def _answers_by_worker(server: ServerProcess, path: str, count: int) -> dict[int, list[Any]]:
+    """The items of `count` answers on fresh connections, by the worker that served them."""
+    found: dict[int, list[Any]] = {}
+    for pid, answers in _bodies_by_process(server, path, count).items():
+        for status, body in answers:
+            assert status == 200, body
+            found.setdefault(pid, []).append(orjson.loads(body)["items"])
     return found
 
 
@@ -271,18 +286,37 @@ def _state(pid: int) -> str:
         return "zombie"
 
 
+#: What the HPA asks of the Kubernetes backend in the fake cluster (one node, two pods in
+#: ns-0000): one pod's usage (from the kubelet's scrape) and an Object metric (the namespace).
+KUBE_URLS = (
+    f"{P}/namespaces/ns-0000/pods/p-00000-0/kube_running_pod_resource_usage"
+    "?metricLabelSelector=resource%3Dmemory",
+    f"{P}/namespaces/ns-0000/metrics/kube_pod_resource_request?metricLabelSelector=resource%3Dcpu",
+    "/metrics/resources",
+)
+
+
 def _requests_to_the_api_server(
-    tmp_path: Path, workers: int, expect_workers: int = 0
-) -> tuple[dict[tuple[str, str], int], str]:
-    """What one server with `--workers workers` asks the fake kube-apiserver for, while it
-    serves, and its log; it runs `expect_workers` worker processes."""
+    tmp_path: Path, workers: int, *flags: str, expect_workers: int = 0
+) -> tuple[dict[tuple[str, str], int], str, dict[str, bytes]]:
+    """What one server with `--workers workers` (and `flags`) asks the fake kube-apiserver
+    for while it serves, its log, and its answers to `KUBE_URLS` (the same from every
+    process: asserted); it runs `expect_workers` worker processes. The scrape interval is an
+    hour: each process scrapes the node once, when it is ready."""
     api = FakeKubeApiServer()
+    load_world(
+        api,
+        argparse.Namespace(
+            nodes=1, pods_per_node=2, namespaces=1, healthy_nodes=1, hanging_nodes=0
+        ),
+    )
     api.apply("namespaces", {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "a"}})
     api.start()
     auth = FakeAuthApiServer()
     auth.tokens[TOKEN] = {"username": "hpa", "groups": ["system:authenticated"]}
     auth.allow_all = True
     auth.up()
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
     try:
         kubeconfig, auth_kubeconfig = tmp_path / "kubeconfig", tmp_path / "auth"
         write_kubeconfig(kubeconfig, api.url)
@@ -290,32 +324,58 @@ def _requests_to_the_api_server(
         server = start_server(
             tmp_path / "server",
             *serve_flags(kubeconfig, auth_kubeconfig),
+            "--metric-resolution",
+            "1h",
             "--workers",
             str(workers),
+            *flags,
             demo=False,
             timeout=60,
         )
         try:
-            for _ in range(6):  # over new connections: every worker serves some
-                with server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
-                    answer = client.get(f"{P}/namespaces/a/pods/*/kube_pod_info")
-                    assert answer.status_code in (200, 404)
+            processes = _workers(server) or {server.pid}
             assert len(_workers(server)) == expect_workers
+            answers: dict[str, bytes] = {}
+
+            def every_process_answers(path: str) -> bool:
+                """Every process served the path (16 fresh connections) with 200 and the
+                same body, usage included (its first scrape round is over)."""
+                found = _bodies_by_process(server, path, 16, bearer)
+                bodies = {_normal(body) for answers in found.values() for _, body in answers}
+                statuses = {status for answers in found.values() for status, _ in answers}
+                if set(found) != processes or statuses != {200} or len(bodies) != 1:
+                    return False
+                answers[path] = bodies.pop()
+                return b'"items":[]' not in answers[path]
+
+            for path in KUBE_URLS:
+                assert _wait(lambda path=path: every_process_answers(path), 60), path
         finally:
             stop_server(server)
         paths = ("/api/v1/pods", "/api/v1/nodes")
         counts = {(kind, p): api.count(kind, p) for kind in ("list", "watch") for p in paths}
-        return counts, server.logs()
+        counts["scrape", "node-00000"] = api.count(
+            "proxy", "/api/v1/nodes/node-00000/proxy/metrics/resource"
+        )
+        return counts, server.logs(), answers
     finally:
         auth.down()
         api.close()
 
 
+def _normal(body: bytes) -> bytes:
+    """A JSON answer without the fields that move with the clock, or the text as it is."""
+    try:
+        return orjson.dumps(_strip_times(orjson.loads(body)), option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONDecodeError:
+        return body
+
+
 def test_a_backend_that_is_not_replicable_serves_from_one_process(tmp_path: Path) -> None:
     # A Deployment that sets --workers keeps running (no crash loop) with the Kubernetes
-    # backend, whose watches and scrapes must not run once per worker.
-    one, _ = _requests_to_the_api_server(tmp_path / "one", 1)
-    three, log = _requests_to_the_api_server(tmp_path / "three", 3, expect_workers=0)
+    # backend, whose watches and scrapes must not run once per worker unless asked to.
+    one, _, answers = _requests_to_the_api_server(tmp_path / "one", 1)
+    three, log, same = _requests_to_the_api_server(tmp_path / "three", 3, expect_workers=0)
     line = (
         "--workers 3 ignored: serving from this one process, since worker processes need every "
         "backend to be replicable and this one is not: kubernetes (kubernetes) "
@@ -324,7 +384,35 @@ def test_a_backend_that_is_not_replicable_serves_from_one_process(tmp_path: Path
     assert sum(line in entry for entry in log.splitlines()) == 1
     assert one[("list", "/api/v1/pods")] >= 1
     assert one[("watch", "/api/v1/pods")] >= 1
+    assert one[("scrape", "node-00000")] == 1
     assert three == one
+    assert same == answers
+
+
+def test_replicated_watches_run_the_kubernetes_backend_in_every_worker(tmp_path: Path) -> None:
+    # --workers-replicate-watches: each worker lists, watches and scrapes on its own (what
+    # two replicas cost the API server and the kubelets) and answers as one process does;
+    # with --leader-elect both workers campaign as the pod, so both serve the series.
+    lease = ("--leader-elect", "--leader-elect-resource-namespace", "ns-0000")
+    one, _, answers = _requests_to_the_api_server(tmp_path / "one", 1, *lease)
+    two, log, same = _requests_to_the_api_server(
+        tmp_path / "two", 2, "--workers-replicate-watches", *lease, expect_workers=2
+    )
+    assert (
+        "--workers 2: 2 worker processes, each serving the whole API with its own backends; "
+        "this process only supervises (every backend is replicable: kubernetes (kubernetes)); "
+        "--workers-replicate-watches: every worker lists, watches and scrapes for kubernetes "
+        "(kubernetes) on its own, 2 x what one process asks of the API server and the kubelets "
+        "or pods"
+    ) in log
+    assert one[("watch", "/api/v1/pods")] >= 1
+    assert one[("scrape", "node-00000")] == 1
+    assert two == {key: 2 * count for key, count in one.items()}
+    assert same == answers
+    series = same[KUBE_URLS[2]]  # not the standby's empty body, from either worker
+    assert b'kube_pod_resource_request{namespace="ns-0000",node="node-00000",pod="p-00000-0"' in (
+        series
+    )
 
 
 def test_a_killed_main_process_takes_the_workers_along(tmp_path: Path) -> None:

@@ -154,9 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument("--worker-link", type=int, help=argparse.SUPPRESS)
     add_security_flags(serve)
     add_backend_flags(serve)
-    serve.add_argument(
-        "-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (klog style)"
-    )
+    serve.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="klog verbosity")
     node_agent.add_parser(commands)
     explain_command.add_parser(commands)
     return parser
@@ -272,22 +270,23 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    worker = args.worker_link is not None
+    # Security flags fail before backends, but --workers N's plan says who shares the cert.
+    planned = args.workers > 1 and not worker
+    if not planned:
+        security = build_security(args, demo=args.demo, processes=args.workers if worker else 1)
     try:
         backends, base_dir, digest = backends_from_flags(args)
         loaded = load_backends(backends, base_dir=base_dir, default_timeout=args.backend_timeout)
         metrics_api = server_features(args, loaded)
     except (BackendsConfigError, PluginError, ConfigError) as err:
         raise _startup_error(err, args) from err
-    worker = args.worker_link is not None
     supervising = False
-    if args.workers > 1 and not worker:
+    if planned:
         plan = plan_workers(args.workers, loaded, replicate_watches=args.workers_replicate_watches)
         logger.log(plan.level, "%s", plan.line)
         supervising = plan.workers > 1
-    # The processes that share one serving certificate: after the plan, so that a --workers
-    # the plan serves from one process may still keep its certificate in memory.
-    processes = args.workers if worker or supervising else 1
-    security = build_security(args, demo=args.demo, processes=processes)
+        security = build_security(args, demo=args.demo, processes=plan.workers)
     bind = args.bind_address or ("127.0.0.1" if args.demo else "0.0.0.0")  # noqa: S104
     if not security.delegated and not _loopback(bind):
         raise StartupError(

@@ -173,6 +173,8 @@ def check(reply: Reply) -> None:
     assert status["message"]
 
 
+# Thousands of requests over TLS: minutes on a busy machine; the hang guard gets room for that.
+@pytest.mark.timeout(900)
 @settings(
     max_examples=8000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -253,6 +255,8 @@ header_paths = st.sampled_from(
 )
 
 
+# Thousands of requests over TLS: minutes on a busy machine; the hang guard gets room for that.
+@pytest.mark.timeout(900)
 @settings(
     max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

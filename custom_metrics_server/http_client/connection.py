@@ -3,10 +3,13 @@ whose responses `httptools` parses, one call at a time, with the errors and the 
 pool's callers see.
 
 Owns the framing (Content-Length, chunked, end of connection; no body for HEAD-like statuses),
-gzip decoding with the call's body `limit`, the silence timer and the stale keep-alive case
-(`Stale`: the server closed an idle connection before any byte of the answer, safe to send
-again). It must not choose connections or know the pool's waiters (`http11` does), nor any
-API above HTTP. Cost per call: O(answer bytes) in httptools' C parser and zlib.
+gzip decoding with the call's body `limit`, the limits on the answer's head (`MAX_HEAD_BYTES`
+of status line and header fields, trailers included, and `MAX_HEADERS` fields, as h11 and Go's
+`MaxResponseHeaderBytes` bound them: over either, :class:`HeadTooLarge`), the silence timer
+and the stale keep-alive case (`Stale`: the server closed an idle connection before any byte
+of the answer, safe to send again). It must not choose connections or know the pool's waiters
+(`http11` does), nor any API above HTTP. Cost per call: O(answer bytes) in httptools' C
+parser and zlib.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from typing import Final, Protocol
 import httptools
 
 __all__ = [
+    "MAX_HEADERS",
+    "MAX_HEAD_BYTES",
     "Answer",
     "BodyTooLarge",
+    "HeadTooLarge",
     "Http11Connection",
     "Stale",
     "TransportError",
@@ -39,6 +45,13 @@ class _Pool(Protocol):
 
     def dropped(self, connection: Http11Connection) -> None: ...
 
+
+#: An answer's head (status line and header fields, trailers counted too) beyond this many bytes
+#: is refused: h11's default is 16 KiB, Go's `MaxResponseHeaderBytes` 1 MiB; 64 KiB holds any
+#: head a Prometheus, kubelet or API server sends (a few hundred bytes) many times over.
+MAX_HEAD_BYTES: Final = 64 << 10
+#: An answer with more header fields than this is refused (httptools' parser has no bound).
+MAX_HEADERS: Final = 100
 
 #: Statuses whose answers have no body even without a Content-Length.
 _NO_BODY_STATUS: Final = frozenset({204, 304})
@@ -66,8 +79,16 @@ class Answer:
     body: bytes
 
 
+class HeadTooLarge(TransportError):
+    """The answer's head is over `MAX_HEAD_BYTES` or has over `MAX_HEADERS` fields."""
+
+
 class Stale(TransportError):
     """A reused connection closed before any byte of the answer: safe to send again."""
+
+
+def _head_too_large() -> HeadTooLarge:
+    return HeadTooLarge(f"the answer's head is over {MAX_HEAD_BYTES} bytes")
 
 
 class Http11Connection(asyncio.Protocol):
@@ -98,6 +119,9 @@ class Http11Connection(asyncio.Protocol):
         self.decoder: zlib._Decompress | None = None
         self.streaming = False
         self.header_error: str | None = None
+        self.head_size = 0  # bytes of status line and fields parsed so far
+        self.header_count = 0
+        self.unparsed = 0  # bytes fed while the head was not complete
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -110,6 +134,8 @@ class Http11Connection(asyncio.Protocol):
             return
         self.received = True
         self.last_activity = self.loop.time()
+        if not self.headers_done:
+            self.unparsed += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as err:
@@ -121,6 +147,10 @@ class Http11Connection(asyncio.Protocol):
             self._fail(cause if isinstance(cause, Exception) else TransportError(str(err)))
         except httptools.HttpParserError as err:
             self._fail(TransportError(f"malformed HTTP answer: {err}"))
+        else:
+            if not self.headers_done and self.unparsed > MAX_HEAD_BYTES:
+                # The parser buffers a field until it ends: bound it before it does.
+                self._fail(_head_too_large())
 
     def eof_received(self) -> bool | None:
         self._ended()
@@ -135,8 +165,10 @@ class Http11Connection(asyncio.Protocol):
 
     def on_status(self, status: bytes) -> None:
         self.reason += status
+        self.head_size += len(status)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._bound_head(name, value)
         lowered = name.lower()
         if lowered == b"content-length":
             self.content_length = value
@@ -207,6 +239,15 @@ class Http11Connection(asyncio.Protocol):
         waiter.set_result(answer)
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _bound_head(self, name: bytes, value: bytes) -> None:
+        """Count a header field (or trailer) against the head's limits. O(1)."""
+        self.header_count += 1
+        self.head_size += len(name) + len(value) + 4
+        if self.header_count > MAX_HEADERS:
+            raise HeadTooLarge(f"the answer has over {MAX_HEADERS} header fields")
+        if self.head_size > MAX_HEAD_BYTES:
+            raise _head_too_large()
 
     def _count(self, size: int, limit: int) -> None:
         self.size += size

@@ -34,12 +34,11 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, Self
-
-import httpx
 
 from custom_metrics_server.backends.kubernetes.metrics import ResourceMetricsBackend
 from custom_metrics_server.backends.kubernetes.state_exposition import (
@@ -65,7 +64,7 @@ from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.scraping.kubelet_scraper import DEFAULT_CONCURRENCY, KubeletScraper
 from custom_metrics_server.scraping.node_agents import (
     AgentDirectory,
-    agent_http_client,
+    agent_tls,
     template_address,
 )
 from custom_metrics_server.scraping.scraper_metrics import ScraperCollector
@@ -219,11 +218,12 @@ class KubernetesBackend(ResourceMetricsBackend):
             for gr in WATCHED
         ]
         self.agents: AgentDirectory | None = None
-        self._agent_client: httpx.AsyncClient | None = None
         watches = list(self.reflectors)
         source = self.settings.kubelet_source
         port = self.settings.kubelet_port
         target = "kubelet"
+        # Node agents' TLS, and no credentials sent to them (None: kubelets, the cluster's).
+        agent_context: ssl.SSLContext | None = None
 
         def internal_ip(node: str) -> str | None:
             record = state.nodes.get(node)
@@ -245,11 +245,9 @@ class KubernetesBackend(ResourceMetricsBackend):
                         page_size=self.settings.watch_page_size,
                     )
                 )
-            self._agent_client = agent_http_client(
+            agent_context = agent_tls(
                 ca_file=self.settings.node_agent_ca_file,
                 insecure=self.settings.node_agent_insecure_tls,
-                timeout=self.settings.scrape_timeout,
-                max_connections=self.settings.scrape_concurrency,
             )
             source, port, target = "direct", self.settings.node_agent_port, "node agent"
             if self.agents is not None:
@@ -270,7 +268,7 @@ class KubernetesBackend(ResourceMetricsBackend):
             kubelet_ca_file=self.settings.kubelet_ca_file,
             kubelet_insecure_tls=self.settings.kubelet_insecure_tls,
             node_address=address,
-            kubelet_client=self._agent_client,
+            agent_tls=agent_context,
             target=target,
         )
         self.elector: LeaderElector | None = None
@@ -351,8 +349,6 @@ class KubernetesBackend(ResourceMetricsBackend):
     ) -> None:
         await self._tasks.stop()
         await self._stack.aclose()
-        if self._agent_client is not None:
-            await self._agent_client.aclose()
         await self.lists.aclose()
         await self.client.aclose()
 

@@ -2,7 +2,8 @@
 whose responses `httptools` parses, one call at a time, with the errors and the answer type the
 pool's callers see.
 
-Owns the framing (Content-Length, chunked, end of connection; no body for HEAD-like statuses),
+Owns the framing (Content-Length, chunked, end of connection; no body for 204, 304 and
+answers to HEAD),
 gzip decoding with the call's body `limit`, the limits on the answer's head (`MAX_HEAD_BYTES`
 of status line and header fields, trailers included, and `MAX_HEADERS` fields, as h11 and Go's
 `MaxResponseHeaderBytes` bound them: over either, :class:`HeadTooLarge`), the silence timer
@@ -79,6 +80,10 @@ class Answer:
     body: bytes
 
 
+class _HeadAnswered(Exception):
+    """Raised in `on_headers_complete` to stop the parser at the end of a HEAD call's answer."""
+
+
 class HeadTooLarge(TransportError):
     """The answer's head is over `MAX_HEAD_BYTES` or has over `MAX_HEADERS` fields."""
 
@@ -104,6 +109,9 @@ class Http11Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[Answer] | None = None
         self.sink: Callable[[bytes], None] | None = None
         self.limit: int | None = None
+        #: The call is a HEAD request: its answer ends with its head, whatever the head says.
+        self.bodiless = False
+        self.last_bytes = b""  # a HEAD call's: the last 4 bytes received
         self.timer: asyncio.TimerHandle | None = None
         self.last_activity = 0.0
         self._reset()
@@ -117,6 +125,7 @@ class Http11Connection(asyncio.Protocol):
         self.content_length: bytes | None = None
         self.chunked = False
         self.decoder: zlib._Decompress | None = None
+        self.coded = False  # any byte of a gzip body received
         self.streaming = False
         self.header_error: str | None = None
         self.head_size = 0  # bytes of status line and fields parsed so far
@@ -136,12 +145,17 @@ class Http11Connection(asyncio.Protocol):
         self.last_activity = self.loop.time()
         if not self.headers_done:
             self.unparsed += len(data)
+        if self.bodiless:
+            self.last_bytes = (self.last_bytes + data[-4:])[-4:]
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as err:
             # One of the callbacks below raised: an unusable header, a corrupt gzip stream,
             # or the streaming sink's own error (passed on as it is).
             cause = err.__context__
+            if isinstance(cause, _HeadAnswered):
+                self._head_answered()
+                return
             if isinstance(cause, zlib.error):
                 cause = TransportError(f"corrupt gzip body: {cause}")
             self._fail(cause if isinstance(cause, Exception) else TransportError(str(err)))
@@ -186,10 +200,13 @@ class Http11Connection(asyncio.Protocol):
         if self.header_error is not None:
             raise TransportError(self.header_error)
         self.streaming = self.sink is not None and self.parser.get_status_code() == 200
+        if self.bodiless and self.parser.get_status_code() >= 200:
+            raise _HeadAnswered  # stops the parser, which would wait for a body
 
     def on_body(self, body: bytes) -> None:
         limit = self.limit
         if self.decoder is not None:
+            self.coded = True
             # Never inflate past the limit (a small gzip body can decode to gigabytes).
             body = self.decoder.decompress(body, 0 if limit is None else limit - self.size + 1)
         if limit is not None:
@@ -211,7 +228,7 @@ class Http11Connection(asyncio.Protocol):
             self.received = True
             return
         tail = b""
-        if self.decoder is not None:
+        if self.decoder is not None and self.coded:  # an empty body (a 304's) is empty
             tail = self.decoder.flush()
             if not self.decoder.eof:
                 self._fail(TransportError("truncated gzip body"))
@@ -239,6 +256,26 @@ class Http11Connection(asyncio.Protocol):
         waiter.set_result(answer)
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _head_answered(self) -> None:
+        """A HEAD call's answer is complete with its head: no body, and a fresh parser (the
+        old one waits for the body the head describes). The connection is kept only when the
+        head ended the bytes received; anything after it is out of step."""
+        waiter = self.waiter
+        status = self.parser.get_status_code()
+        keep = self.parser.should_keep_alive() and self.last_bytes == b"\r\n\r\n"
+        answer = Answer(status, self.reason.decode("latin-1").strip(), b"")
+        self.parser = httptools.HttpResponseParser(self)
+        self._reset()
+        self.waiter = None
+        self.sink = None
+        self.limit = None
+        self.bodiless = False
+        self.last_bytes = b""
+        if not keep:
+            self.close()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(answer)
 
     def _bound_head(self, name: bytes, value: bytes) -> None:
         """Count a header field (or trailer) against the head's limits. O(1)."""
@@ -276,6 +313,8 @@ class Http11Connection(asyncio.Protocol):
 
     def _fail(self, error: BaseException) -> None:
         waiter = self.waiter
+        self.bodiless = False
+        self.last_bytes = b""
         self.waiter = None
         self.sink = None
         self.limit = None

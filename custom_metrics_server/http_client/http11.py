@@ -48,6 +48,7 @@ from urllib.parse import SplitResult
 from custom_metrics_server.http_client.connection import (
     Answer,
     BodyTooLarge,
+    HeadTooLarge,
     Http11Connection,
     Stale,
     TransportError,
@@ -68,6 +69,7 @@ _requests = logging.getLogger(REQUEST_LOGGER)
 __all__ = [
     "Answer",
     "BodyTooLarge",
+    "HeadTooLarge",
     "Http11Pool",
     "TransportError",
     "TransportTimeout",
@@ -197,6 +199,7 @@ class Http11Pool:
         connection.waiter = waiter
         connection.sink = sink
         connection.limit = limit
+        connection.bodiless = head.startswith(b"HEAD ")
         connection.uses += 1
         connection.last_activity = loop.time()
         connection.timer = loop.call_later(self.timeout, connection.expire)

@@ -2,7 +2,7 @@
 workloads (issue 28: one HTTP client stack for every outbound call):
 
 * `scrape`: a kubelet scrape round at 5,000 nodes: 5,000 GETs of a ~41 KB kubelet body
-  (`tests/fakes/envelope_world.py`'s kubelet, 30 pods), 32 in flight (the scraper's default);
+  (`tests/fakes/envelope_world.py`'s kubelet, 34 pods, as the envelope's 41 KB bodies), 32 in flight (the scraper's default);
 * `list`: the pods' initial list at 150,000 pods: 300 GETs of a 500-pod page (~1.4 MB of the
   envelope world's pods), one at a time (a reflector pages sequentially);
 * `review`: SubjectAccessReview POSTs (a ~0.5 KB review in, the allowed review back), 16 in
@@ -98,7 +98,7 @@ def bodies() -> dict[str, bytes]:
     )
 
     plan = plan_world(scale_shape(150_000))
-    pods = [(f"ns-{i % 50:04d}", f"pod-{i:06d}") for i in range(30)]
+    pods = [(f"ns-{i % 50:04d}", f"pod-{i:06d}") for i in range(34)]  # ~41 KB, as measured
     kubelet = _NodeKubelet(7, pods).render(3, int(time.time() * 1e9))
     items = [make_pod(plan, i) for i in range(500)]
     page = {
@@ -310,7 +310,8 @@ async def run_workload(call: Call, workload: str, calls: int, in_flight: int) ->
         while next_index < calls:
             index = next_index
             next_index += 1
-            total += await call(workload, index)
+            read = await call(workload, index)
+            total += read  # not `total += await ...`: that loads `total` before the wait
 
     await asyncio.gather(*(worker() for _ in range(in_flight)))
     return total

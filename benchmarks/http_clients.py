@@ -1,8 +1,8 @@
 """httpx, the lean pool (`http_client/http11.py`) and aiohttp on the server's four outbound
 workloads (issue 28: one HTTP client stack for every outbound call):
 
-* `scrape`: a kubelet scrape round at 5,000 nodes: 5,000 GETs of a ~41 KB kubelet body
-  (`tests/fakes/envelope_world.py`'s kubelet, 34 pods, as the envelope's 41 KB bodies), 32 in flight (the scraper's default);
+* `scrape`: a kubelet scrape round at 5,000 nodes: 5,000 GETs of a 41 KB kubelet body
+  (`tests/fakes/envelope_world.py`'s kubelet, 34 pods), 32 in flight (the scraper's default);
 * `list`: the pods' initial list at 150,000 pods: 300 GETs of a 500-pod page (~1.4 MB of the
   envelope world's pods), one at a time (a reflector pages sequentially);
 * `review`: SubjectAccessReview POSTs (a ~0.5 KB review in, the allowed review back), 16 in

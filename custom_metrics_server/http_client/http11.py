@@ -57,6 +57,7 @@ from custom_metrics_server.http_client.connection import (
 from custom_metrics_server.http_client.proxy import (
     Proxy,
     ProxyError,
+    authority,
     environment_proxy,
     open_tunnel,
 )
@@ -137,8 +138,7 @@ class Http11Pool:
             self._proxy_problem = str(err)  # every call says it; the caller's constructor works
             return
         if self.proxy is not None and self.ssl_context is None:
-            host = f"[{self.host}]" if ":" in self.host else self.host
-            self._absolute = f"http://{host}:{self.port}".encode("idna")
+            self._absolute = f"http://{authority(self.host, self.port)}".encode("ascii")
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["Proxy", "ProxyError", "bypassed", "environment_proxy", "open_tunnel"]
+__all__ = ["Proxy", "ProxyError", "authority", "bypassed", "environment_proxy", "open_tunnel"]
 
 #: The CONNECT answer's head is read up to this many bytes (a proxy's answer is a few lines).
 MAX_CONNECT_HEAD: Final = 16 << 10
@@ -66,10 +66,14 @@ class Proxy:
     @property
     def shown(self) -> str:
         """The proxy as messages name it (never its credentials)."""
-        return f"{self.scheme}://{_netloc(self.host, self.port)}"
+        return f"{self.scheme}://{authority(self.host, self.port)}"
 
 
-def _netloc(host: str, port: int) -> str:
+def authority(host: str, port: int) -> str:
+    """`host:port` as a request line or Host header writes it: an IPv6 address in brackets,
+    an international name in its ASCII (IDNA) form."""
+    if not host.isascii():
+        host = host.encode("idna").decode("ascii")
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -234,9 +238,9 @@ async def open_tunnel(
         ssl=_proxy_context() if proxy.scheme == "https" else None,
     )
     try:
-        authority = _netloc(host, port)
+        where = authority(host, port)
         transport.write(
-            f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n".encode("idna")
+            f"CONNECT {where} HTTP/1.1\r\nHost: {where}\r\n".encode("ascii")
             + proxy.authorization
             + b"\r\n"
         )
@@ -246,7 +250,7 @@ async def open_tunnel(
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
             raise ProxyError(f"the proxy's answer is not HTTP: {status_line[:80]!r}")
         if not 200 <= int(parts[1]) < 300:
-            raise ProxyError(f"the proxy refused CONNECT {authority}: {status_line[9:].strip()}")
+            raise ProxyError(f"the proxy refused CONNECT {where}: {status_line[9:].strip()}")
         tls = await loop.start_tls(
             transport,
             protocol,

@@ -195,3 +195,21 @@ async def test_a_refused_tunnel_or_an_unusable_proxy_is_a_transport_error(
     with pytest.raises(TransportError, match=r"proxy: proxy socks5:// is not supported"):
         await pool.request(b"GET / HTTP/1.1\r\nHost: kubelet.test\r\n\r\n")
     await pool.aclose()
+
+
+async def test_a_pool_that_does_not_trust_the_environment_goes_direct(
+    serve: Callable[..., Awaitable[Server]], proxy: ConnectProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trust_env=False` (the pod scraper's direct pools): the proxy variables are not read."""
+    origin = await serve(keep_alive(ANSWER))
+    proxy.origin_port = origin.port
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+    pool = Http11Pool(host="metrics.test", port=origin.port, ssl_context=None, trust_env=False)
+    with pytest.raises(TransportError, match="cannot connect"):
+        await pool.request(b"GET / HTTP/1.1\r\nHost: metrics.test\r\n\r\n")
+    await pool.aclose()
+    assert proxy.heads == []
+    trusting = Http11Pool(host="metrics.test", port=origin.port, ssl_context=None)
+    assert (await trusting.request(b"GET / HTTP/1.1\r\nHost: metrics.test\r\n\r\n")).body == BODY
+    await trusting.aclose()
+    assert len(proxy.heads) == 1

@@ -2,11 +2,15 @@
 whose responses `httptools` parses, one call at a time, with the errors and the answer type the
 pool's callers see.
 
-Owns the framing (Content-Length, chunked, end of connection; no body for HEAD-like statuses),
-gzip decoding with the call's body `limit`, the silence timer and the stale keep-alive case
-(`Stale`: the server closed an idle connection before any byte of the answer, safe to send
-again). It must not choose connections or know the pool's waiters (`http11` does), nor any
-API above HTTP. Cost per call: O(answer bytes) in httptools' C parser and zlib.
+Owns the framing (Content-Length, chunked, end of connection; no body for 204, 304 and
+answers to HEAD),
+gzip decoding with the call's body `limit`, the limits on the answer's head (`MAX_HEAD_BYTES`
+of status line and header fields, trailers included, and `MAX_HEADERS` fields, as h11 and Go's
+`MaxResponseHeaderBytes` bound them: over either, :class:`HeadTooLarge`), the silence timer
+and the stale keep-alive case (`Stale`: the server closed an idle connection before any byte
+of the answer, safe to send again). It must not choose connections or know the pool's waiters
+(`http11` does), nor any API above HTTP. Cost per call: O(answer bytes) in httptools' C
+parser and zlib.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ from typing import Final, Protocol
 import httptools
 
 __all__ = [
+    "MAX_HEADERS",
+    "MAX_HEAD_BYTES",
     "Answer",
     "BodyTooLarge",
+    "HeadTooLarge",
     "Http11Connection",
     "Stale",
     "TransportError",
@@ -39,6 +46,13 @@ class _Pool(Protocol):
 
     def dropped(self, connection: Http11Connection) -> None: ...
 
+
+#: An answer's head (status line and header fields, trailers counted too) beyond this many bytes
+#: is refused: h11's default is 16 KiB, Go's `MaxResponseHeaderBytes` 1 MiB; 64 KiB holds any
+#: head a Prometheus, kubelet or API server sends (a few hundred bytes) many times over.
+MAX_HEAD_BYTES: Final = 64 << 10
+#: An answer with more header fields than this is refused (httptools' parser has no bound).
+MAX_HEADERS: Final = 100
 
 #: Statuses whose answers have no body even without a Content-Length.
 _NO_BODY_STATUS: Final = frozenset({204, 304})
@@ -66,8 +80,20 @@ class Answer:
     body: bytes
 
 
+class _HeadAnswered(Exception):
+    """Raised in `on_headers_complete` to stop the parser at the end of a HEAD call's answer."""
+
+
+class HeadTooLarge(TransportError):
+    """The answer's head is over `MAX_HEAD_BYTES` or has over `MAX_HEADERS` fields."""
+
+
 class Stale(TransportError):
     """A reused connection closed before any byte of the answer: safe to send again."""
+
+
+def _head_too_large() -> HeadTooLarge:
+    return HeadTooLarge(f"the answer's head is over {MAX_HEAD_BYTES} bytes")
 
 
 class Http11Connection(asyncio.Protocol):
@@ -85,6 +111,9 @@ class Http11Connection(asyncio.Protocol):
         #: Told the status and reason once an answer's head is in (a streamed answer's reader).
         self.on_head: Callable[[int, str], None] | None = None
         self.limit: int | None = None
+        #: The call is a HEAD request: its answer ends with its head, whatever the head says.
+        self.bodiless = False
+        self.last_bytes = b""  # a HEAD call's: the last 4 bytes received
         self.timer: asyncio.TimerHandle | None = None
         self.last_activity = 0.0
         self._reset()
@@ -98,8 +127,12 @@ class Http11Connection(asyncio.Protocol):
         self.content_length: bytes | None = None
         self.chunked = False
         self.decoder: zlib._Decompress | None = None
+        self.coded = False  # any byte of a gzip body received
         self.streaming = False
         self.header_error: str | None = None
+        self.head_size = 0  # bytes of status line and fields parsed so far
+        self.header_count = 0
+        self.unparsed = 0  # bytes fed while the head was not complete
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -112,17 +145,28 @@ class Http11Connection(asyncio.Protocol):
             return
         self.received = True
         self.last_activity = self.loop.time()
+        if not self.headers_done:
+            self.unparsed += len(data)
+        if self.bodiless:
+            self.last_bytes = (self.last_bytes + data[-4:])[-4:]
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as err:
             # One of the callbacks below raised: an unusable header, a corrupt gzip stream,
             # or the streaming sink's own error (passed on as it is).
             cause = err.__context__
+            if isinstance(cause, _HeadAnswered):
+                self._head_answered()
+                return
             if isinstance(cause, zlib.error):
                 cause = TransportError(f"corrupt gzip body: {cause}")
             self._fail(cause if isinstance(cause, Exception) else TransportError(str(err)))
         except httptools.HttpParserError as err:
             self._fail(TransportError(f"malformed HTTP answer: {err}"))
+        else:
+            if not self.headers_done and self.unparsed > MAX_HEAD_BYTES:
+                # The parser buffers a field until it ends: bound it before it does.
+                self._fail(_head_too_large())
 
     def eof_received(self) -> bool | None:
         self._ended()
@@ -137,8 +181,10 @@ class Http11Connection(asyncio.Protocol):
 
     def on_status(self, status: bytes) -> None:
         self.reason += status
+        self.head_size += len(status)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._bound_head(name, value)
         lowered = name.lower()
         if lowered == b"content-length":
             self.content_length = value
@@ -159,10 +205,13 @@ class Http11Connection(asyncio.Protocol):
         self.streaming = self.sink is not None and status == 200
         if self.on_head is not None and status >= 200:
             self.on_head(status, self.reason.decode("latin-1").strip())
+        if self.bodiless and status >= 200:
+            raise _HeadAnswered  # stops the parser, which would wait for a body
 
     def on_body(self, body: bytes) -> None:
         limit = self.limit
         if self.decoder is not None:
+            self.coded = True
             # Never inflate past the limit (a small gzip body can decode to gigabytes).
             body = self.decoder.decompress(body, 0 if limit is None else limit - self.size + 1)
         if limit is not None:
@@ -184,7 +233,7 @@ class Http11Connection(asyncio.Protocol):
             self.received = True
             return
         tail = b""
-        if self.decoder is not None:
+        if self.decoder is not None and self.coded:  # an empty body (a 304's) is empty
             tail = self.decoder.flush()
             if not self.decoder.eof:
                 self._fail(TransportError("truncated gzip body"))
@@ -213,6 +262,35 @@ class Http11Connection(asyncio.Protocol):
 
     # -- helpers ------------------------------------------------------------------------------
 
+    def _head_answered(self) -> None:
+        """A HEAD call's answer is complete with its head: no body, and a fresh parser (the
+        old one waits for the body the head describes). The connection is kept only when the
+        head ended the bytes received; anything after it is out of step."""
+        waiter = self.waiter
+        status = self.parser.get_status_code()
+        keep = self.parser.should_keep_alive() and self.last_bytes == b"\r\n\r\n"
+        answer = Answer(status, self.reason.decode("latin-1").strip(), b"")
+        self.parser = httptools.HttpResponseParser(self)
+        self._reset()
+        self.waiter = None
+        self.sink = None
+        self.limit = None
+        self.bodiless = False
+        self.last_bytes = b""
+        if not keep:
+            self.close()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(answer)
+
+    def _bound_head(self, name: bytes, value: bytes) -> None:
+        """Count a header field (or trailer) against the head's limits. O(1)."""
+        self.header_count += 1
+        self.head_size += len(name) + len(value) + 4
+        if self.header_count > MAX_HEADERS:
+            raise HeadTooLarge(f"the answer has over {MAX_HEADERS} header fields")
+        if self.head_size > MAX_HEAD_BYTES:
+            raise _head_too_large()
+
     def _count(self, size: int, limit: int) -> None:
         self.size += size
         if self.size > limit:
@@ -240,6 +318,8 @@ class Http11Connection(asyncio.Protocol):
 
     def _fail(self, error: BaseException) -> None:
         waiter = self.waiter
+        self.bodiless = False
+        self.last_bytes = b""
         self.waiter = None
         self.sink = None
         self.limit = None

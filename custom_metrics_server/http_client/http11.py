@@ -24,7 +24,12 @@ and `Content-Encoding: gzip` is decoded. A call may cap the (decoded) body: past
 it fails with :class:`BodyTooLarge` and the connection is closed, read no further.
 `stream` hands over an answer whose body is read as it arrives (:mod:`.stream`: kube-apiserver's
 watches); its connection comes back to the pool when the body ends.
-`connect_timeout` (default: `timeout`) bounds each connect and TLS handshake on its own. It
+`connect_timeout` (default: `timeout`) bounds each connect and TLS handshake on its own.
+
+Environment proxies (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`, ...) are honoured as Go's
+net/http honours them (:mod:`.proxy`), unless `trust_env=False`: an `https://` origin through a
+CONNECT tunnel with TLS to the origin inside, an `http://` origin by requests in absolute form
+to the proxy. The pool decides once, when it is made. It
 must not know any API: its callers (`prometheus.client`, `backends.passthrough`,
 `backends.pod_metrics`, `scraping.kubelet_client`, `kube.client`) build requests and read answers.
 
@@ -40,16 +45,22 @@ import logging
 import ssl
 from collections.abc import Callable
 from typing import Final
-from urllib.parse import SplitResult
-from urllib.request import getproxies, proxy_bypass
 
 from custom_metrics_server.http_client.connection import (
     Answer,
     BodyTooLarge,
+    HeadTooLarge,
     Http11Connection,
     Stale,
     TransportError,
     TransportTimeout,
+)
+from custom_metrics_server.http_client.proxy import (
+    Proxy,
+    ProxyError,
+    authority,
+    environment_proxy,
+    open_tunnel,
 )
 from custom_metrics_server.http_client.stream import BodyStream
 
@@ -62,21 +73,11 @@ __all__ = [
     "Answer",
     "BodyStream",
     "BodyTooLarge",
+    "HeadTooLarge",
     "Http11Pool",
     "TransportError",
     "TransportTimeout",
-    "names_a_proxy",
 ]
-
-
-def names_a_proxy(url: SplitResult) -> bool:
-    """Whether the environment names a proxy for `url` (`HTTP_PROXY`, `HTTPS_PROXY`,
-    `ALL_PROXY`, not bypassed by `NO_PROXY`): httpx honours it and this pool does not, so its
-    callers keep httpx for such a URL. O(environment)."""
-    proxies = getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
-        return False
-    return not proxy_bypass(url.hostname or "")
 
 
 class Http11Pool:
@@ -93,6 +94,7 @@ class Http11Pool:
         max_connections: int = 64,
         max_idle: int = 16,
         connect_timeout: float | None = None,
+        trust_env: bool = True,
     ) -> None:
         self.host = host
         self.port = port
@@ -110,6 +112,22 @@ class Http11Pool:
         )
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.proxy: Proxy | None = None
+        self._proxy_problem: str | None = None
+        #: An http:// origin through a proxy: the request target's prefix (absolute form).
+        self._absolute: bytes | None = None
+        if trust_env:
+            self._use_environment_proxy()
+
+    def _use_environment_proxy(self) -> None:
+        scheme = "https" if self.ssl_context is not None else "http"
+        try:
+            self.proxy = environment_proxy(scheme, self.host, self.port)
+        except ValueError as err:
+            self._proxy_problem = str(err)  # every call says it; the caller's constructor works
+            return
+        if self.proxy is not None and self.ssl_context is None:
+            self._absolute = f"http://{authority(self.host, self.port)}".encode("ascii")
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -160,6 +178,8 @@ class Http11Pool:
         if self._closed:
             raise TransportError("client closed")
         silence = self.timeout if silence is None else silence
+        if self._absolute is not None:
+            head = self._forwarded(head)
         connection = await self._acquire()
         stream = BodyStream(connection, self._release, timeout=silence, limit=limit)
         try:
@@ -200,10 +220,13 @@ class Http11Pool:
         connection.waiter = waiter
         connection.sink = sink
         connection.limit = limit
+        connection.bodiless = head.startswith(b"HEAD ")
         connection.uses += 1
         connection.last_activity = loop.time()
         connection.timer = loop.call_later(self.timeout, connection.expire)
         assert connection.transport is not None
+        if self._absolute is not None:
+            head = self._forwarded(head)
         try:
             connection.transport.write(head + body if body else head)
             answer = await waiter
@@ -218,6 +241,17 @@ class Http11Pool:
                 connection.timer = None
         self._release(connection)
         return answer
+
+    def _forwarded(self, head: bytes) -> bytes:
+        """`head` as a proxy takes it: the target in absolute form and the proxy's
+        credentials. O(len(head))."""
+        assert self._absolute is not None
+        assert self.proxy is not None
+        method, _, rest = head.partition(b" ")
+        line, _, headers = rest.partition(b"\r\n")
+        return b"".join(
+            (method, b" ", self._absolute, line, b"\r\n", self.proxy.authorization, headers)
+        )
 
     async def _acquire(self, *, fresh: bool = False) -> Http11Connection:
         idle = self._idle
@@ -256,13 +290,16 @@ class Http11Pool:
         self._connecting += 1
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, connection = await self.loop.create_connection(
-                    lambda: Http11Connection(self),
-                    self.host,
-                    self.port,
-                    ssl=self.ssl_context,
-                    server_hostname=self.server_hostname if self.ssl_context else None,
-                )
+                if self.proxy is not None or self._proxy_problem is not None:
+                    connection = await self._connect_through_proxy()
+                else:
+                    _, connection = await self.loop.create_connection(
+                        lambda: Http11Connection(self),
+                        self.host,
+                        self.port,
+                        ssl=self.ssl_context,
+                        server_hostname=self.server_hostname if self.ssl_context else None,
+                    )
         except TimeoutError:
             raise TransportTimeout(f"could not connect within {self.connect_timeout:g}s") from None
         except (OSError, ssl.SSLError) as err:
@@ -273,6 +310,37 @@ class Http11Pool:
             connection.close()
             raise TransportError("client closed")
         self._open.add(connection)
+        return connection
+
+    async def _connect_through_proxy(self) -> Http11Connection:
+        """A connection through the environment's proxy: a CONNECT tunnel with TLS to the
+        origin inside for https://, else a connection to the proxy itself."""
+        if self._proxy_problem is not None:
+            raise TransportError(f"cannot use the environment's proxy: {self._proxy_problem}")
+        proxy = self.proxy
+        assert proxy is not None
+        connection = Http11Connection(self)
+        try:
+            if self.ssl_context is not None:
+                await open_tunnel(
+                    self.loop,
+                    connection,
+                    proxy,
+                    (self.host, self.port),
+                    ssl_context=self.ssl_context,
+                    server_hostname=self.server_hostname,
+                )
+            else:
+                await self.loop.create_connection(
+                    lambda: connection,
+                    proxy.host,
+                    proxy.port,
+                    ssl=ssl.create_default_context() if proxy.scheme == "https" else None,
+                )
+        except ProxyError as err:
+            raise TransportError(f"proxy {proxy.shown}: {err}") from err
+        except (OSError, ssl.SSLError) as err:
+            raise TransportError(f"cannot connect through proxy {proxy.shown}: {err}") from err
         return connection
 
     def _release(self, connection: Http11Connection) -> None:

@@ -75,6 +75,7 @@ class BodyStream:
         connection.sink = self._feed
         connection.on_head = self._headed
         connection.limit = self._limit
+        connection.bodiless = False  # a watch is a GET; its body is the stream
         connection.uses += 1
         connection.last_activity = self._loop.time()
         self._end.add_done_callback(self._ended)

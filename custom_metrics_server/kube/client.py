@@ -26,12 +26,10 @@ a split of the piece it arrived in.
 from __future__ import annotations
 
 import http
-import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 from urllib.parse import SplitResult, quote, urlencode, urlsplit
-from urllib.request import getproxies
 
 import orjson
 
@@ -42,13 +40,11 @@ from custom_metrics_server.http_client.http11 import (
     Http11Pool,
     TransportError,
     TransportTimeout,
-    names_a_proxy,
 )
 from custom_metrics_server.kube.config import Connection
 
 __all__ = ["USER_AGENT", "GoneError", "KubeApiError", "KubeClient", "error_from_response"]
 
-logger = logging.getLogger(__name__)
 
 USER_AGENT = f"custom-metrics-server/v{__version__}"
 
@@ -110,34 +106,16 @@ def transport_failure(err: TransportError, what: str, *, call: str = "") -> Kube
 
 def open_pool_for(
     url: SplitResult, connection: Connection, *, timeout: float, max_connections: int, max_idle: int
-) -> tuple[Http11Pool | None, str]:
-    """The pool to the API server at `url` (None for a URL it cannot reach: not http or https)
-    and what goes before a request's path: "" to the API server itself, `http://host:port`
-    to a plain HTTP proxy the environment names for an `http://` API server (`HTTP_PROXY`,
-    not bypassed by `NO_PROXY`), which takes requests in absolute form.
-
-    The one place where the client's connections are made. An `https://` API server behind an
-    environment proxy needs HTTP CONNECT, which the lean pool does not speak yet: such a client
-    connects directly and says so once; CONNECT support in `http_client` plugs in here."""
+) -> Http11Pool | None:
+    """The pool to the API server at `url` (None for a URL it cannot reach: not http or https).
+    The one place where the client's connections are made; the pool honours environment
+    proxies itself (`http_client.proxy`: a CONNECT tunnel for https, absolute form for http)."""
     if url.scheme not in ("http", "https") or not url.hostname or not url.netloc.isascii():
-        return None, ""
+        return None
     https = url.scheme == "https"
-    host, port, origin = url.hostname, url.port or (443 if https else 80), ""
-    if names_a_proxy(url):
-        proxies = getproxies()
-        proxy = urlsplit(proxies.get(url.scheme) or proxies.get("all") or "")
-        if not https and proxy.scheme == "http" and proxy.hostname:
-            host, port = proxy.hostname, proxy.port or 80
-            origin = f"http://{url.netloc.rpartition('@')[2]}"
-        else:
-            logger.warning(
-                "the environment names a proxy for the API server %s; the client does not "
-                "tunnel through proxies and connects directly",
-                connection.host,
-            )
-    pool = Http11Pool(
-        host=host,
-        port=port,
+    return Http11Pool(
+        host=url.hostname,
+        port=url.port or (443 if https else 80),
         ssl_context=connection.ssl_context() if https else None,
         # The name verified is the URL's host: what a kubeconfig's server certificate names.
         server_hostname=url.hostname if https else None,
@@ -145,7 +123,6 @@ def open_pool_for(
         max_connections=max_connections,
         max_idle=max_idle,
     )
-    return pool, origin
 
 
 class KubeClient:
@@ -162,7 +139,7 @@ class KubeClient:
     ) -> None:
         self.connection = connection
         url = urlsplit(connection.host)
-        self._pool, origin = open_pool_for(
+        self._pool = open_pool_for(
             url,
             connection,
             timeout=timeout,
@@ -172,7 +149,6 @@ class KubeClient:
         netloc = url.netloc.rpartition("@")[2]
         self._host_line = f"Host: {netloc}\r\n".encode("ascii", "replace")
         self._prefix = url.path.rstrip("/")
-        self._target = origin + self._prefix  # before each path in the request line
         self._base = f"{url.scheme}://{netloc}{self._prefix}"
 
     async def aclose(self) -> None:
@@ -199,7 +175,7 @@ class KubeClient:
         if not _PLAIN_PATH(path):  # non-ASCII, spaces, control characters: escaped, as httpx did
             path = quote(path, safe="/%:@!$&'()*+,;=-._~")
         query = urlencode(params) if params else ""
-        target = self._target + path + ("?" + query if query else "")
+        target = self._prefix + path + ("?" + query if query else "")
         try:
             authorization = self.connection.authorization_line()
         except ValueError as err:

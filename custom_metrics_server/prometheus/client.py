@@ -12,7 +12,7 @@ problem, never retried).
 
 Bearer tokens are re-read from `token_file` when the file changes (projected tokens rotate).
 
-Owns sending: GET or POST, the request head, retries and the two transports; reading answers is
+Owns sending: GET or POST, the request head, retries and the connection pool; reading answers is
 `prometheus.answers`', the connection's settings `prometheus.connection`'s.
 """
 
@@ -21,20 +21,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import random
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import unquote, urlencode, urlsplit
-
-import httpx
 
 from custom_metrics_server import __version__
 from custom_metrics_server.http_client.http11 import (
     Http11Pool,
     TransportError,
     TransportTimeout,
-    names_a_proxy,
 )
 from custom_metrics_server.prometheus.answers import PrometheusError, SeriesReader, decode
 from custom_metrics_server.prometheus.connection import (
@@ -55,9 +51,8 @@ _ENCODED_CACHE: Final = 4096
 class PrometheusClient:
     """One Prometheus-compatible server.
 
-    Calls go through `http_client.http11.Http11Pool` (a lean keep-alive HTTP/1.1 pool) unless the
-    environment names a proxy for the server or a test passes an httpx `transport`; then
-    through httpx, as before.
+    Calls go through `http_client.http11.Http11Pool` (a lean keep-alive HTTP/1.1 pool), through
+    the environment's proxy when it names one for the server (`http_client.proxy`).
     """
 
     def __init__(
@@ -68,7 +63,6 @@ class PrometheusClient:
         retries: int = 2,
         verb: Literal["GET", "POST"] = "GET",
         observe: Callable[[str, str, str, float], None] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.server = server
         self.timeout = timeout
@@ -82,26 +76,13 @@ class PrometheusClient:
         self._base_path = url.path
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         headers.update(dict(server.headers))
-        self._http: httpx.AsyncClient | None = None
-        self._pool: Http11Pool | None = None
         self._problem: str | None = None
-        if transport is not None or names_a_proxy(url):
-            self._http = httpx.AsyncClient(
-                base_url=server.url.rstrip("/"),
-                verify=ssl_context(server),
-                headers=headers,
-                timeout=httpx.Timeout(timeout),
-                limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-                transport=transport,
-                follow_redirects=False,
-            )
-            return
         context = ssl_context(server)
         https = url.scheme == "https"
         self._pool = Http11Pool(
             host=url.hostname or "",
             port=url.port or (443 if https else 80),
-            ssl_context=context if isinstance(context, ssl.SSLContext) else None,
+            ssl_context=context,
             server_hostname=url.hostname,
             timeout=timeout,
             max_connections=64,
@@ -133,10 +114,7 @@ class PrometheusClient:
 
     async def aclose(self) -> None:
         """Close the connection pool."""
-        if self._http is not None:
-            await self._http.aclose()
-        if self._pool is not None:
-            await self._pool.aclose()
+        await self._pool.aclose()
 
     async def query(
         self, expression: str, *, at: float | None = None, compress: bool = True
@@ -189,12 +167,9 @@ class PrometheusClient:
         try:
             while True:
                 try:
-                    if self._pool is not None:
-                        result = await self._once_pool(
-                            path, encoded, use_post, stream=stream, compress=compress
-                        )
-                    else:
-                        result = await self._once_httpx(path, encoded, use_post, stream=stream)
+                    result = await self._once_pool(
+                        path, encoded, use_post, stream=stream, compress=compress
+                    )
                     outcome = "ok"
                     return result
                 except PrometheusError as err:
@@ -215,7 +190,6 @@ class PrometheusClient:
 
         Cost: the request head is one f-string over pre-encoded headers; then the pool's one
         write and one future (:meth:`.Http11Pool.request`) and one orjson decode."""
-        assert self._pool is not None
         if self._problem is not None:
             raise PrometheusError("unavailable", f"{self._where()}: {self._problem}")
         extra = b"Accept-Encoding: gzip\r\n" if compress or stream else b""
@@ -265,41 +239,6 @@ class PrometheusClient:
         if reader is not None and answer.status == 200:
             return reader.finish(self._where())
         return decode(answer.status, answer.reason, answer.body, self._where)
-
-    async def _once_httpx(self, path: str, encoded: str, use_post: bool, *, stream: bool) -> Any:
-        """One attempt through httpx (a proxy, or a test's transport)."""
-        assert self._http is not None
-        headers = {}
-        if self._token is not None and (token := self._token.token()):
-            headers["Authorization"] = f"Bearer {token}"
-        if use_post:
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
-            request = self._http.build_request("POST", path, content=encoded, headers=headers)
-        else:
-            request = self._http.build_request("GET", f"{path}?{encoded}", headers=headers)
-        try:
-            response = await self._http.send(request, stream=stream)
-            try:
-                if stream and response.status_code == 200:
-                    reader = SeriesReader()
-                    async for chunk in response.aiter_bytes():
-                        reader.feed(chunk)
-                    return reader.finish(self._where())
-                if stream:
-                    await response.aread()
-                return decode(
-                    response.status_code, response.reason_phrase, response.content, self._where
-                )
-            finally:
-                await response.aclose()
-        except httpx.TimeoutException as err:
-            raise PrometheusError(
-                "timeout", f"{self._where()} did not answer within {self.timeout:g}s"
-            ) from err
-        except httpx.HTTPError as err:
-            raise PrometheusError(
-                "unavailable", f"{self._where()} is unreachable: {err or type(err).__name__}"
-            ) from err
 
     def _where(self) -> str:
         return f"Prometheus server {self.server.name!r} ({self.server.url})"

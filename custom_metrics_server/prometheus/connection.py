@@ -1,5 +1,5 @@
-"""What a Prometheus client's connection needs from its `ServerConfig`: the TLS context, whether
-the environment routes the server through a proxy, the bearer token file (re-read when it
+"""What a Prometheus client's connection needs from its `ServerConfig`: the TLS context, the
+bearer token file (re-read when it
 changes: projected tokens rotate), and the check that a configured header can be written.
 
 Owns these settings; it must not send anything (`prometheus.client`). Cost: `TokenFile.token` is
@@ -45,10 +45,10 @@ class TokenFile:
         return self._token
 
 
-def ssl_context(server: ServerConfig) -> ssl.SSLContext | bool:
-    """The TLS context of an https server (True: httpx's default for http)."""
+def ssl_context(server: ServerConfig) -> ssl.SSLContext | None:
+    """The TLS context of an https server (None for http)."""
     if not server.url.startswith("https://"):
-        return True
+        return None
     return client_context(
         server.ca_file,
         insecure=server.insecure_skip_verify,

@@ -8,11 +8,9 @@
   changes, reloads, certificate rotations, leader election, warnings and errors). Never a line
   per request served or per call made. |
 | 3-5 | DEBUG too: per-request and per-node detail, and the traceback of a start-up failure. |
-| 6-7 | also one line per HTTP request the server makes (httpx and the lean pool of
-  `http_client/http11.py`, logger `custom_metrics_server.http`: TokenReview,
-  SubjectAccessReview, list, watch, Lease, node proxy, Prometheus), as kube components log
-  their requests from `-v=6`. |
-| 8+ | also the HTTP client's connection-level events (httpcore). |
+| 6+ | also one line per HTTP request the server makes (the one client, `http_client/http11.py`,
+  logger `custom_metrics_server.http`: TokenReview, SubjectAccessReview, list, watch, Lease,
+  node proxy, kubelets, Prometheus), as kube components log their requests from `-v=6`. |
 
 This module also owns `Throttle`, the "once per key per interval" rule for log lines that a
 request could otherwise repeat without bound. It must not log anything itself.
@@ -28,10 +26,8 @@ from typing import Final
 
 #: From this verbosity on, DEBUG records are logged.
 DEBUG_VERBOSITY: Final = 3
-#: From this verbosity on, every HTTP request the server makes is logged (httpx at INFO).
+#: From this verbosity on, every HTTP request the server makes is logged.
 REQUEST_VERBOSITY: Final = 6
-#: From this verbosity on, the HTTP client's connection events are logged (httpcore DEBUG).
-CONNECTION_VERBOSITY: Final = 8
 
 
 def configure_logging(verbosity: int) -> None:
@@ -43,19 +39,8 @@ def configure_logging(verbosity: int) -> None:
         format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
         force=True,
     )
-    # httpx logs every request at INFO ("HTTP Request: GET ... 200 OK"), httpcore every
-    # connection event at DEBUG: below their verbosity only their warnings get through.
-    logging.getLogger("httpx").setLevel(
-        logging.DEBUG
-        if verbosity >= CONNECTION_VERBOSITY
-        else logging.INFO
-        if verbosity >= REQUEST_VERBOSITY
-        else logging.WARNING
-    )
-    logging.getLogger("httpcore").setLevel(
-        logging.DEBUG if verbosity >= CONNECTION_VERBOSITY else logging.WARNING
-    )
-    # The lean HTTP/1.1 pool's request lines (reviews, kubelets, Prometheus, pass-through).
+    # The HTTP client's request lines ("HTTP Request: GET ... 200 OK"), INFO records: below
+    # their verbosity only its warnings get through.
     logging.getLogger("custom_metrics_server.http").setLevel(
         logging.INFO if verbosity >= REQUEST_VERBOSITY else logging.WARNING
     )

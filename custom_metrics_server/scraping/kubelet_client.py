@@ -4,7 +4,8 @@ pools, the body cap and the reason of every failure.
 This module owns :class:`KubeletFetcher`: a node's body through the API server's node proxy
 (``source="proxy"``, the default, over the fetcher's own pool so scrapes never queue behind the
 watches and reviews) or from the kubelet port directly (``source="direct"``, with the kubelets'
-serving CA and the cluster credentials, as metrics-server's ``--kubelet-*`` flags), read up to
+serving CA and the cluster credentials, as metrics-server's ``--kubelet-*`` flags; or, for node
+agents, with their CA and no credentials: ``agent_tls``), read up to
 ``max_body_bytes``. Every expected failure is a :class:`~.failure.ScrapeFailure` with a
 short reason (``timeout``, ``too_large``, ``http_<code>``, ``unreachable``, ``no_address``).
 It must not schedule, retry, log or parse: that is :mod:`.kubelet_scraper` and
@@ -18,10 +19,8 @@ client against httpx"). Through the node proxy that is one pool of at
 most ``concurrency`` connections to the API server, with its CA, client certificate and bearer
 token (re-read from a token file as :class:`~..kube.config.Connection` does). Direct, one small
 pool per kubelet address, at most ``concurrency`` of them kept (least recently used first out,
-as httpx's keep-alive limit did). httpx (the repo's :class:`~..kube.client.KubeClient` for the
-proxy, an httpx client for direct scrapes) stays only where the lean client cannot go: an
-environment proxy (``HTTPS_PROXY``, ...) that names the target, or an httpx client given by the
-caller (the node-agent source).
+as httpx's keep-alive limit did). An environment proxy (``HTTPS_PROXY``, ...) that names the
+target is the pool's business (:mod:`~custom_metrics_server.http_client.proxy`).
 
 Cost: one HTTP request per fetch, at most ``concurrency`` connections per pool; the body is
 read in pieces and never beyond the cap. Per scrape on a kept-alive connection: the request
@@ -32,22 +31,18 @@ from __future__ import annotations
 
 import collections
 import ssl
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Final, Literal
 from urllib.parse import SplitResult, quote, urlsplit
-
-import httpx
 
 from custom_metrics_server.http_client.http11 import (
     BodyTooLarge,
     Http11Pool,
     TransportError,
     TransportTimeout,
-    names_a_proxy,
 )
 from custom_metrics_server.kube.client import (
     USER_AGENT,
-    KubeApiError,
     KubeClient,
     error_from_response,
 )
@@ -55,7 +50,7 @@ from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.runtime.tls import client_context
 from custom_metrics_server.scraping.failure import ScrapeFailure
 
-__all__ = ["KUBELET_PATH", "MAX_BODY_BYTES", "KubeletFetcher", "Source", "kubelet_http_client"]
+__all__ = ["KUBELET_PATH", "MAX_BODY_BYTES", "KubeletFetcher", "Source"]
 
 KUBELET_PATH: Final = "/metrics/resource"
 #: A kubelet's answer beyond this is a `too_large` failure, read no further: a 110-pod node
@@ -69,55 +64,6 @@ Source = Literal["proxy", "direct"]
 _FIXED_HEADERS: Final = (
     f"User-Agent: {USER_AGENT}\r\nAccept: text/plain\r\nAccept-Encoding: gzip\r\n".encode()
 )
-
-
-class BearerAuth(httpx.Auth):
-    """Sets the current bearer token on every request (token files rotate)."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        token = self._connection.bearer_token()
-        if token:
-            request.headers["Authorization"] = f"Bearer {token}"
-        yield request
-
-
-async def read_capped(response: httpx.Response, limit: int | None, *, what: str) -> bytes:
-    """A streamed response's body, refused (`KubeApiError` reason `TooLarge`) past `limit`."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if limit is not None and size > limit:
-            raise KubeApiError(0, "TooLarge", f"{what}: the body is over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def kubelet_http_client(
-    connection: Connection,
-    *,
-    ca_file: str | None = None,
-    insecure: bool = False,
-    timeout: float = 10.0,
-    max_connections: int,
-) -> httpx.AsyncClient:
-    """An HTTP client for talking to kubelets directly: the kubelets' serving CA
-    (``ca_file``, else the cluster CA of ``connection``; ``insecure`` skips verification as
-    metrics-server's ``--kubelet-insecure-tls`` does), the bearer token and client
-    certificate of ``connection`` (the kubelet authorises them through the API server)."""
-    return httpx.AsyncClient(
-        verify=_kubelet_context(connection, ca_file, insecure),
-        timeout=timeout,
-        auth=BearerAuth(connection),
-        headers={"User-Agent": USER_AGENT, "Accept": "text/plain"},
-        follow_redirects=False,
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
-    )
 
 
 def _kubelet_context(connection: Connection, ca_file: str | None, insecure: bool) -> ssl.SSLContext:
@@ -172,7 +118,7 @@ class KubeletFetcher:
         kubelet_port: int = 10250,
         kubelet_scheme: str = "https",
         node_address: Callable[[str], str | None] | None = None,
-        kubelet_client: httpx.AsyncClient | None = None,
+        agent_tls: ssl.SSLContext | None = None,
         kubelet_ca_file: str | None = None,
         kubelet_insecure_tls: bool = False,
         max_body_bytes: int = MAX_BODY_BYTES,
@@ -189,9 +135,6 @@ class KubeletFetcher:
         self._port = kubelet_port
         self._scheme = kubelet_scheme
         self._node_address = node_address
-        self._kubelet_client = kubelet_client
-        self._owns_kubelet_client = False
-        self._proxy_client: KubeClient | None = None
         self._kubelet_ca_file = kubelet_ca_file
         self._kubelet_insecure_tls = kubelet_insecure_tls
         self.max_body_bytes = max_body_bytes
@@ -203,22 +146,17 @@ class KubeletFetcher:
         self._kubelets: collections.OrderedDict[tuple[str, int], _Origin] = (
             collections.OrderedDict()
         )
-        self._kubelet_context: ssl.SSLContext | None = None
-        self._given_client = kubelet_client is not None
+        # Node agents (`agent_tls`): their TLS context, and never the cluster's credentials (a
+        # compromised agent pod must not collect the server's token).
+        self._kubelet_context: ssl.SSLContext | None = agent_tls
+        self._credentials = agent_tls is None
 
     def open(self) -> None:
         """Nothing to make up front: every pool is made on first use (so :meth:`fetch` also
         works without it)."""
 
     async def aclose(self) -> None:
-        """Close the pools this fetcher made (a given kubelet client stays open)."""
-        if self._owns_kubelet_client and self._kubelet_client is not None:
-            await self._kubelet_client.aclose()
-            self._kubelet_client = None
-            self._owns_kubelet_client = False
-        if self._proxy_client is not None:
-            await self._proxy_client.aclose()
-            self._proxy_client = None
+        """Close the pools this fetcher made."""
         origins = list(self._kubelets.values())
         self._kubelets.clear()
         if self._proxy_origin is not None:
@@ -232,30 +170,17 @@ class KubeletFetcher:
 
     def _lean_proxy(self) -> _Origin | None:
         """The fetcher's own lean pool to the API server, made on first use; None when the
-        environment names a proxy for it (then httpx, which honours it)."""
+        API server's URL is not one an HTTP client can use (an unknown scheme, no host)."""
         if not self._proxy_checked:
             self._proxy_checked = True
             connection = self._client.connection
             url = urlsplit(connection.host)
-            if (
-                url.scheme in ("http", "https")
-                and url.hostname
-                and url.netloc.isascii()
-                and not names_a_proxy(url)
-            ):
+            if url.scheme in ("http", "https") and url.hostname and url.netloc.isascii():
                 context = connection.ssl_context() if url.scheme == "https" else None
                 self._proxy_origin = _origin(
                     url, context, timeout=self.timeout, connections=self.concurrency
                 )
         return self._proxy_origin
-
-    def _proxy(self) -> KubeClient:
-        """The fetcher's own httpx pool to the API server (environment proxies only)."""
-        if self._proxy_client is None:
-            self._proxy_client = KubeClient(
-                self._client.connection, timeout=self.timeout, max_connections=self.concurrency
-            )
-        return self._proxy_client
 
     async def fetch(self, name: str, deadline: float) -> bytes:
         """Node ``name``'s body within ``deadline`` seconds, or a :class:`ScrapeFailure`.
@@ -265,9 +190,12 @@ class KubeletFetcher:
         if self.source == "proxy":
             path = f"/api/v1/nodes/{quote(name, safe='')}/proxy{KUBELET_PATH}"
             origin = self._lean_proxy()
-            if origin is not None:
-                return await self._lean_get(origin, path)
-            return await self._httpx_proxy(path, deadline)
+            if origin is None:
+                raise ScrapeFailure(
+                    "unreachable",
+                    f"the API server URL {self._client.connection.host!r} is unusable",
+                )
+            return await self._lean_get(origin, path)
         address = self._node_address(name) if self._node_address else None
         if not address:
             if self.target == "kubelet":
@@ -275,24 +203,25 @@ class KubeletFetcher:
             raise ScrapeFailure("no_address", f"no {self.target} runs on the node")
         host = f"[{address}]" if ":" in address else address
         url = f"{self._scheme}://{host}:{self._port}{KUBELET_PATH}"
-        if not self._given_client and self._scheme in ("http", "https") and host.isascii():
-            origin = self._kubelet_origin(address, host)
-            if origin is not None:
-                origin.in_flight += 1
-                try:
-                    return await self._lean_get(origin, KUBELET_PATH, shown=url)
-                finally:
-                    origin.in_flight -= 1
-                    self._let_go()
-        return await self._httpx_direct(url, deadline)
+        if self._scheme not in ("http", "https") or not host.isascii():
+            raise ScrapeFailure("unreachable", f"GET {url}: not an http(s) URL of ASCII")
+        origin = self._kubelet_origin(address, host)
+        origin.in_flight += 1
+        try:
+            return await self._lean_get(origin, KUBELET_PATH, shown=url)
+        finally:
+            origin.in_flight -= 1
+            self._let_go()
 
     async def _lean_get(self, origin: _Origin, path: str, *, shown: str = "") -> bytes:
-        """One GET through a lean pool, with the errors mapped as the httpx paths map them."""
+        """One GET through a lean pool, every failure a :class:`ScrapeFailure`."""
         shown = shown or path
-        try:
-            authorization = self._connection.authorization_line()
-        except ValueError as err:
-            raise ScrapeFailure("unreachable", str(err)) from None
+        authorization = b""
+        if self._credentials:
+            try:
+                authorization = self._connection.authorization_line()
+            except ValueError as err:
+                raise ScrapeFailure("unreachable", str(err)) from None
         head = b"".join(
             (
                 f"GET {origin.prefix}{path} HTTP/1.1\r\n".encode(),
@@ -320,31 +249,16 @@ class KubeletFetcher:
             raise ScrapeFailure(f"http_{answer.status}", message)
         return answer.body
 
-    async def _httpx_proxy(self, path: str, deadline: float) -> bytes:
-        try:
-            return await self._proxy().get_bytes(path, deadline=deadline, limit=self.max_body_bytes)
-        except KubeApiError as err:
-            if err.reason == "TooLarge":
-                raise ScrapeFailure("too_large", err.message) from err
-            if isinstance(err.__cause__, (httpx.TimeoutException, TransportTimeout)):
-                raise ScrapeFailure("timeout", err.message) from err
-            if err.code:
-                raise ScrapeFailure(f"http_{err.code}", err.message) from err
-            raise ScrapeFailure("unreachable", err.message) from err
-
     # -- direct to the kubelets --
 
-    def _kubelet_origin(self, address: str, host: str) -> _Origin | None:
-        """The lean pool of one kubelet (made on first use, most recently used last); None
-        when the environment names a proxy for it."""
+    def _kubelet_origin(self, address: str, host: str) -> _Origin:
+        """The lean pool of one kubelet (made on first use, most recently used last)."""
         key = (address, self._port)
         origin = self._kubelets.get(key)
         if origin is not None:
             self._kubelets.move_to_end(key)
             return origin
         url = urlsplit(f"{self._scheme}://{host}:{self._port}")
-        if names_a_proxy(url):
-            return None
         if self._scheme == "https" and self._kubelet_context is None:
             self._kubelet_context = _kubelet_context(
                 self._client.connection, self._kubelet_ca_file, self._kubelet_insecure_tls
@@ -366,31 +280,3 @@ class KubeletFetcher:
         idle = [key for key, origin in self._kubelets.items() if not origin.in_flight][:excess]
         for key in idle:
             self._kubelets.pop(key).pool.close()
-
-    async def _httpx_direct(self, url: str, deadline: float) -> bytes:
-        if self._kubelet_client is None:
-            self._kubelet_client = kubelet_http_client(
-                self._client.connection,
-                ca_file=self._kubelet_ca_file,
-                insecure=self._kubelet_insecure_tls,
-                timeout=self.timeout,
-                max_connections=self.concurrency,
-            )
-            self._owns_kubelet_client = True
-        request = self._kubelet_client.build_request("GET", url, timeout=deadline)
-        try:
-            response = await self._kubelet_client.send(request, stream=True)
-            try:
-                if response.status_code >= 300:
-                    head = await anext(response.aiter_bytes(), b"")  # for the log, not all
-                    text = head[:300].decode("utf-8", "replace").strip()
-                    raise ScrapeFailure(f"http_{response.status_code}", f"GET {url}: {text}")
-                return await read_capped(response, self.max_body_bytes, what=f"GET {url}")
-            finally:
-                await response.aclose()
-        except KubeApiError as err:  # only read_capped's TooLarge
-            raise ScrapeFailure("too_large", err.message) from err
-        except httpx.TimeoutException as err:
-            raise ScrapeFailure("timeout", f"GET {url}: {err!r}") from err
-        except httpx.HTTPError as err:
-            raise ScrapeFailure("unreachable", f"GET {url}: {err!r}") from err

@@ -40,12 +40,11 @@ one HTTP request per node scraped; at most ``concurrency`` of them alive at once
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from types import TracebackType
 from typing import Final, Self
-
-import httpx
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeClient
@@ -84,7 +83,7 @@ class KubeletScraper:
         kubelet_port: int = 10250,
         kubelet_scheme: str = "https",
         node_address: Callable[[str], str | None] | None = None,
-        kubelet_client: httpx.AsyncClient | None = None,
+        agent_tls: ssl.SSLContext | None = None,
         kubelet_ca_file: str | None = None,
         kubelet_insecure_tls: bool = False,
         nodes_synced: Callable[[], Awaitable[None]] | None = None,
@@ -131,7 +130,7 @@ class KubeletScraper:
             kubelet_port=kubelet_port,
             kubelet_scheme=kubelet_scheme,
             node_address=node_address,
-            kubelet_client=kubelet_client,
+            agent_tls=agent_tls,
             kubelet_ca_file=kubelet_ca_file,
             kubelet_insecure_tls=kubelet_insecure_tls,
             max_body_bytes=max_body_bytes,

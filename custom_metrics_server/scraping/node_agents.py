@@ -18,21 +18,19 @@ It keeps two small strings per agent pod; every operation is O(1) except a relis
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Mapping
 from ipaddress import IPv6Address
 from string import Formatter
 from typing import Any, Final, NamedTuple
 from urllib.parse import urlsplit
 
-import httpx
-
-from custom_metrics_server.kube.client import USER_AGENT
 from custom_metrics_server.runtime.tls import client_context
 
 __all__ = [
     "ADDRESS_FIELDS",
     "AgentDirectory",
-    "agent_http_client",
+    "agent_tls",
     "check_address_template",
     "template_address",
 ]
@@ -191,23 +189,9 @@ class AgentDirectory:
             self._by_node.pop(node, None)
 
 
-def agent_http_client(
-    *,
-    ca_file: str | None = None,
-    insecure: bool = False,
-    timeout: float = 10.0,
-    max_connections: int = 100,
-) -> httpx.AsyncClient:
-    """The client for agents: their serving CA (``ca_file``; the system's otherwise), or no
-    verification with ``insecure``. No credentials are sent: agents need none, and a
-    compromised agent pod must not collect the server's token. At most `max_connections`
-    connections (the scraper's concurrency)."""
-    return httpx.AsyncClient(
-        verify=client_context(ca_file, insecure=insecure),
-        timeout=timeout,
-        headers={"User-Agent": USER_AGENT, "Accept": "text/plain"},
-        follow_redirects=False,
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
-    )
+def agent_tls(*, ca_file: str | None = None, insecure: bool = False) -> ssl.SSLContext:
+    """The TLS context for agents: their serving CA (``ca_file``; the system's otherwise), or
+    no verification with ``insecure``. The scraper sends agents no credentials with it
+    (:class:`~.kubelet_client.KubeletFetcher`'s ``agent_tls``): agents need none, and a
+    compromised agent pod must not collect the server's token."""
+    return client_context(ca_file, insecure=insecure)

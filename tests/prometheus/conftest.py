@@ -14,6 +14,7 @@ from custom_metrics_server.backends.memory import load_fixture
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.prometheus.backend import PrometheusBackend, PrometheusSettings
 from custom_metrics_server.prometheus.rules import DEFAULT_SERVER, ServerConfig
+from tests.http_client.connect_proxy import clean_environment, proxy  # noqa: F401 - fixtures
 from tests.prometheus.real_prometheus import CounterLine, Gauge, RealPrometheus
 from tests.prometheus.scripted import serve  # noqa: F401 - the scripted-server fixture
 from tests.tools import require

@@ -1,7 +1,8 @@
 """What the Prometheus client puts on the wire through its lean pool (the request line and
 headers httpx used to send: path prefix, Host, User-Agent, Accept, custom headers, bearer
-token, Basic auth from the URL, gzip only when asked, POST forms), and when it falls back
-to httpx (a proxy in the environment, a test's transport)."""
+token, Basic auth from the URL, gzip only when asked, POST forms), and through the
+environment's proxy (a real one, `tests/http_client/connect_proxy.py`) unless `NO_PROXY` says
+otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import parse_qs
 
-import httpx
 import pytest
 
 from custom_metrics_server.prometheus import client as client_module
@@ -23,6 +23,7 @@ from custom_metrics_server.prometheus.client import (
     PrometheusClient,
 )
 from custom_metrics_server.prometheus.rules import ServerConfig
+from tests.http_client.connect_proxy import ConnectProxy
 from tests.prometheus.scripted import Handler, Server
 
 VECTOR = json.dumps(
@@ -205,39 +206,45 @@ async def test_the_series_listing_streams_gzip(serve: Callable[..., Awaitable[Se
 
 
 @pytest.mark.parametrize(
-    ("environment", "through_httpx"),
+    ("environment", "through_proxy"),
     [
         ({}, False),
-        ({"HTTP_PROXY": "http://127.0.0.1:9"}, True),
-        ({"ALL_PROXY": "http://127.0.0.1:9"}, True),
-        ({"HTTPS_PROXY": "http://127.0.0.1:9"}, False),  # another scheme's proxy
-        ({"HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "prometheus.monitoring"}, False),
+        ({"HTTP_PROXY": "http://127.0.0.1:{port}"}, True),
+        ({"ALL_PROXY": "127.0.0.1:{port}"}, True),
+        ({"HTTPS_PROXY": "http://127.0.0.1:{port}"}, False),  # another scheme's proxy
+        ({"HTTP_PROXY": "http://127.0.0.1:{port}", "NO_PROXY": ".monitoring.test"}, False),
     ],
 )
-async def test_a_proxy_in_the_environment_goes_through_httpx(
-    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], through_httpx: bool
+async def test_a_proxy_in_the_environment_is_used_by_the_pool(
+    serve: Callable[..., Awaitable[Server]],
+    proxy: ConnectProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    environment: dict[str, str],
+    through_proxy: bool,
 ) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    client = PrometheusClient(ServerConfig(name="default", url="http://prometheus.monitoring:9090"))
-    assert (client._http is not None) is through_httpx
-    assert (client._pool is not None) is not through_httpx
-    await client.aclose()
-
-
-async def test_the_httpx_path_answers_alike(serve: Callable[..., Awaitable[Server]]) -> None:
     server = await serve(answering(VECTOR))
+    proxy.origin_port = server.port
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value.format(port=proxy.port))
+    # Only the proxy knows where prometheus.monitoring.test is.
     client = PrometheusClient(
-        ServerConfig(name="default", url=f"http://127.0.0.1:{server.port}"),
-        transport=httpx.AsyncHTTPTransport(),
+        ServerConfig(name="default", url="http://prometheus.monitoring.test:9090"), retries=0
     )
-    assert client._pool is None
-    data = await client.query("up")
-    await client.aclose()
-    assert data["result"][0]["value"] == [1, "2"]
+    try:
+        if through_proxy:
+            data = await client.query("up")
+            assert data["result"][0]["value"] == [1, "2"]
+            line = proxy.heads[0].split(b"\r\n")[0]
+            assert (
+                line == b"GET http://prometheus.monitoring.test:9090/api/v1/query?query=up HTTP/1.1"
+            )
+            assert server.heads == proxy.heads
+        else:
+            with pytest.raises(PrometheusError, match="is unreachable: cannot connect"):
+                await client.query("up")
+            assert proxy.heads == []
+    finally:
+        await client.aclose()
 
 
 async def test_encoded_queries_are_kept_within_a_bound(

@@ -1,8 +1,9 @@
 """Tests for custom_metrics_server.scraping.kubelet_client: the lean keep-alive client of the
 kubelet scrape (through the API server's node proxy and direct to kubelets) against scripted
 servers on real sockets: the request it sends (path, token, gzip), TLS with the cluster CA and
-a client certificate, keep-alive reuse, the failure reasons (as the httpx path gives them),
-the kubelet pools it keeps, and httpx where an environment proxy names the target."""
+a client certificate, keep-alive reuse, the failure reasons, the kubelet pools it keeps, node
+agents (their CA, no credentials), and an environment proxy that names the target (a real
+one, `tests/http_client/connect_proxy.py`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.scraping.failure import ScrapeFailure
 from custom_metrics_server.scraping.kubelet_client import KubeletFetcher
+from custom_metrics_server.scraping.node_agents import agent_tls
+from tests.http_client.connect_proxy import ConnectProxy
 from tests.prometheus.scripted import Handler, Server, keep_alive
 
 Serve = Callable[..., Awaitable[Server]]
@@ -146,7 +149,7 @@ async def test_tls_with_the_cluster_ca_and_a_client_certificate(
         ),
     ],
 )
-async def test_failures_have_the_reasons_of_the_httpx_path(
+async def test_failures_have_their_reasons(
     serve: Serve, reply: bytes, reason: str, message: str
 ) -> None:
     async def handler(
@@ -184,20 +187,68 @@ async def test_silence_is_a_timeout_and_a_refused_connection_unreachable(serve: 
     await dead.aclose()
 
 
-async def test_an_environment_proxy_sends_the_scrape_through_httpx(
-    serve: Serve, monkeypatch: pytest.MonkeyPatch
+async def test_an_environment_proxy_takes_the_node_proxy_scrape(
+    serve: Serve, proxy: ConnectProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """httpx honours HTTP(S)_PROXY and the lean pool does not: the proxy gets the request in
-    absolute form, as any HTTP proxy does."""
-    proxy = await serve(keep_alive(answer(200, TEXT)))
+    """An http:// API server through HTTP_PROXY: the request in absolute form, the token with
+    it (api.test is known to the proxy alone)."""
+    server = await serve(keep_alive(answer(200, TEXT)))
+    proxy.origin_port = server.port
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
-    monkeypatch.setenv("NO_PROXY", "")
-    fetcher = fetcher_for(Connection(host="http://api.invalid:6443", token="t"))
+    fetcher = fetcher_for(Connection(host="http://api.test:6443", token="t"))
     assert await fetcher.fetch("n1", 2.0) == TEXT
     await fetcher.aclose()
     assert proxy.heads[0].startswith(
-        b"GET http://api.invalid:6443/api/v1/nodes/n1/proxy/metrics/resource HTTP/1.1"
+        b"GET http://api.test:6443/api/v1/nodes/n1/proxy/metrics/resource HTTP/1.1\r\n"
     )
+    assert b"Authorization: Bearer t\r\n" in server.heads[0]
+
+
+async def test_node_agents_get_no_credentials_even_through_a_tunnel(
+    serve: Serve, proxy: ConnectProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A direct https scrape of an agent at 10.0.0.7 through HTTPS_PROXY's CONNECT tunnel:
+    TLS to the agent's address inside it, verified with the agents' CA, and no token sent
+    (the cluster's token is for kubelets only); NO_PROXY sends 10.0.0.0/8 direct instead."""
+    ca = trustme.CA()
+    agent_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("10.0.0.7").configure_cert(agent_context)
+    server = await serve(keep_alive(answer(200, TEXT)), ssl_context=agent_context)
+    proxy.origin_port = server.port
+    ca_file = tmp_path / "agents-ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.port}")
+    fetcher = fetcher_for(
+        Connection(host="https://api.test:6443", token="sa-token"),
+        source="direct",
+        kubelet_port=server.port,
+        node_address=lambda node: "10.0.0.7",
+        agent_tls=agent_tls(ca_file=str(ca_file)),
+        target="node agent",
+    )
+    for _ in range(2):
+        assert await fetcher.fetch("n1", 2.0) == TEXT
+    await fetcher.aclose()
+    assert proxy.heads == [
+        f"CONNECT 10.0.0.7:{server.port} HTTP/1.1\r\nHost: 10.0.0.7:{server.port}\r\n\r\n".encode()
+    ]
+    assert len(server.heads) == 2
+    assert all(b"authorization" not in head.lower() for head in server.heads)
+    monkeypatch.setenv("NO_PROXY", "10.0.0.0/8")
+    direct = fetcher_for(
+        Connection(host="https://api.test:6443"),
+        source="direct",
+        kubelet_port=server.port,
+        node_address=lambda node: "10.0.0.7",
+        agent_tls=agent_tls(ca_file=str(ca_file)),
+        timeout=0.5,
+    )
+    # 10.0.0.7 is nowhere here: direct, it fails (refused, unroutable or silent).
+    with pytest.raises(ScrapeFailure) as failure:
+        await direct.fetch("n1", 0.5)
+    await direct.aclose()
+    assert failure.value.reason in ("unreachable", "timeout")
+    assert len(proxy.heads) == 1
 
 
 async def test_direct_scrapes_keep_a_pool_per_kubelet_and_at_most_concurrency_of_them(

@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
@@ -62,7 +63,7 @@ from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.scraping.kubelet_scraper import DEFAULT_CONCURRENCY, KubeletScraper
 from custom_metrics_server.scraping.node_agents import (
     AgentDirectory,
-    agent_http_client,
+    agent_tls,
     template_address,
 )
 from custom_metrics_server.scraping.scraper_metrics import ScraperCollector
@@ -218,6 +219,8 @@ class KubernetesBackend(ResourceMetricsBackend):
         source = self.settings.kubelet_source
         port = self.settings.kubelet_port
         target = "kubelet"
+        # Node agents' TLS, and no credentials sent to them (None: kubelets, the cluster's).
+        agent_context: ssl.SSLContext | None = None
 
         def internal_ip(node: str) -> str | None:
             record = state.nodes.get(node)
@@ -225,8 +228,6 @@ class KubernetesBackend(ResourceMetricsBackend):
 
         address: Callable[[str], str | None] = internal_ip
 
-        # The scraper's client for node agents (None: kubelets, over the scraper's own pool).
-        agent_client = None
         if self.settings.usage_source == "node-agent":
             template = self.settings.node_agent_address
             if template is None:
@@ -241,11 +242,9 @@ class KubernetesBackend(ResourceMetricsBackend):
                         page_size=self.settings.watch_page_size,
                     )
                 )
-            agent_client = agent_http_client(
+            agent_context = agent_tls(
                 ca_file=self.settings.node_agent_ca_file,
                 insecure=self.settings.node_agent_insecure_tls,
-                timeout=self.settings.scrape_timeout,
-                max_connections=self.settings.scrape_concurrency,
             )
             source, port, target = "direct", self.settings.node_agent_port, "node agent"
             if self.agents is not None:
@@ -266,10 +265,9 @@ class KubernetesBackend(ResourceMetricsBackend):
             kubelet_ca_file=self.settings.kubelet_ca_file,
             kubelet_insecure_tls=self.settings.kubelet_insecure_tls,
             node_address=address,
-            kubelet_client=agent_client,
+            agent_tls=agent_context,
             target=target,
         )
-        self._agent_client = agent_client
         self.elector: LeaderElector | None = None
         if self.settings.leader_elect:
             self.elector = LeaderElector(
@@ -348,8 +346,6 @@ class KubernetesBackend(ResourceMetricsBackend):
     ) -> None:
         await self._tasks.stop()
         await self._stack.aclose()
-        if self._agent_client is not None:
-            await self._agent_client.aclose()
         await self.client.aclose()
 
     def collector(self) -> ScraperCollector:

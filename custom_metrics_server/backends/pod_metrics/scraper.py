@@ -252,6 +252,9 @@ class PodScraper:
             timeout=self.config.timeout,
             max_connections=1,
             max_idle=1,
+            # A pod's address is inside the cluster network: direct, whatever the environment's
+            # proxy (as Prometheus scrapes without `proxy_from_environment`).
+            trust_env=False,
         )
 
     # -- reporting --

@@ -13,7 +13,9 @@ What goes, and why it is never loaded (docs/performance.md, "The image"):
   which the loaders never make; the package `__init__` files stay.
 * aiohttp and what only it and kubernetes.aio need (aiohttp-retry, aiohappyeyeballs,
   aiosignal, attrs, frozenlist, multidict, propcache, yarl).
-* test suites shipped inside packages.
+* test suites shipped inside packages, and the package's own test kit
+  (`custom_metrics_server/testing`: for plugin authors' tests, with the `test` extra's httpx,
+  which the image does not install).
 
 tests/deployment/test_image.py proves it in the built image: every module of custom_metrics_server
 imports, the kubeconfig loader runs, and the served server answers. Prints what it removed
@@ -57,6 +59,7 @@ TOP_LEVEL = (
     "kubernetes/aio",
     "websocket/tests",
     "certifi/tests",
+    "custom_metrics_server/testing",
 )
 #: Packages whose modules are imported lazily: everything but `__init__.py` goes.
 LAZY_PACKAGES = ("kubernetes/client/api", "kubernetes/client/models")

@@ -25,6 +25,7 @@ from tests.chart.conftest import (
     render,
     select,
 )
+from tests.chart.test_render import schema_version
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
@@ -59,8 +60,6 @@ def test_helm_installs_the_crd_before_the_templates() -> None:
 
 
 def test_the_crd_matches_the_kubernetes_1_37_schemas() -> None:
-    from tests.chart.test_render import schema_version
-
     assert schema_version() == "1.37"
     (crd,) = chart_crds()
     kubernetes_validate.validate(crd, schema_version(), strict=True)

@@ -35,10 +35,10 @@ import yaml
 from tests.chart.conftest import (
     CHART,
     MANIFESTS,
-    chart_crds,
     NAME,
     NAMESPACE,
     Obj,
+    chart_crds,
     example,
     kustomize,
     one,

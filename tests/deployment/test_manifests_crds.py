@@ -13,11 +13,12 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import get_args
 
 import pytest
 import yaml
 
+from custom_metrics_server.plugins.config import PolicyAnswer, RouteEntry
 from tests.deployment.test_manifests import MANIFESTS, Obj, kustomize, one
 
 CRD_FILE = MANIFESTS / "crds" / "custom-resource-definition-metric-definitions.yaml"
@@ -151,10 +152,6 @@ def test_printer_columns_show_source_ready_value_and_age() -> None:
 
 def test_the_failure_policy_has_the_backends_file_words() -> None:
     """absent, failure and maxAge mean what they mean on a route of the backends file."""
-    from typing import get_args
-
-    from custom_metrics_server.plugins.config import PolicyAnswer, RouteEntry
-
     spec = schema(crd())["properties"]["spec"]["properties"]
     for key in ("absent", "failure"):
         assert spec[key]["enum"] == list(get_args(PolicyAnswer))
@@ -163,15 +160,14 @@ def test_the_failure_policy_has_the_backends_file_words() -> None:
     assert "maxAge" in spec
 
 
-kubernetes_validate: Any = pytest.importorskip("kubernetes_validate")
-
-
 def test_the_crd_matches_the_kubernetes_1_37_schemas() -> None:
+    # The lint extra installs it (`make install`); the other checks here do not need it.
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
     assert kubernetes_validate.latest_version().startswith("1.37")
     kubernetes_validate.validate(crd(), "1.37", strict=True)
     broken = copy.deepcopy(crd())
-    broken["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
-        "properties"
-    ]["interval"]["maxLenght"] = 32
+    broken["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "interval"
+    ]["maxLenght"] = 32
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, "1.37", strict=True)

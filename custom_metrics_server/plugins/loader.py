@@ -281,6 +281,7 @@ def build_entry(
         routes=routes,
         timeout=timeout,
         dynamic=kind.dynamic,
+        yields=kind.yields,
         gates_readiness=_gates(entry, kind),
     )
     return Built(entry=entry, kind=kind, host=host, provision=provision)
@@ -329,7 +330,12 @@ def load_backends(
             problems += route_problems
             timeout = entry.timeout if entry.timeout is not None else config.defaults.timeout
             host = Host(
-                backend=kept.host.backend, routes=routes, timeout=timeout, dynamic=kept.kind.dynamic
+                backend=kept.host.backend,
+                routes=routes,
+                timeout=timeout,
+                dynamic=kept.kind.dynamic,
+                yields=kept.kind.yields,
+                gates_readiness=_gates(entry, kept.kind),
             )
             built[index] = Built(entry=entry, kind=kept.kind, host=host, provision=kept.provision)
         else:

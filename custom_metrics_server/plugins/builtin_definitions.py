@@ -1,0 +1,89 @@
+"""The built-in `metric-definitions` backend type: application teams' `MetricDefinition`s,
+served in their namespaces, with the platform's policy as its settings (docs/metric-definitions.md,
+"For the platform team"). Off unless the backends file has an entry of this type.
+
+    backends:
+      - name: kubernetes
+        type: kubernetes
+      - name: metric-definitions
+        type: metric-definitions
+        settings:
+          allowedSources: [Pods, Schedule]
+          limits: {definitions: 50, scrapeTargets: 100, minInterval: 15s}
+          namespaces:
+            batch: {definitions: 200, scrapeTargets: 500, minInterval: 5s}
+
+It yields to every other backend (`registry`: `yields`), so the platform's routes and listings
+win over a team's definition of the same metric name; its listing is discovered at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
+from custom_metrics_server.backends.definitions.pods_source import make_pods
+from custom_metrics_server.backends.definitions.policy import Limits, Platform
+from custom_metrics_server.backends.definitions.schedule import make_schedule
+from custom_metrics_server.backends.definitions.source import SourceMaker, SourceTools
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.config import load_connection
+from custom_metrics_server.plugins.builtin import BuiltinSettings, Provision, Seconds, resolve_path
+from custom_metrics_server.sdk import BackendContext, factory
+
+__all__ = ["MAKERS", "DefinitionsSettings", "LimitSettings", "metric_definitions"]
+
+SourceName = Literal["Pods", "Prometheus", "Formula", "Schedule", "HTTP"]
+
+#: The source types this server serves, by `source.type`.
+MAKERS: dict[str, SourceMaker] = {"Pods": make_pods, "Schedule": make_schedule}
+
+
+class LimitSettings(BuiltinSettings):
+    """Limits of a namespace (see `backends.definitions.policy.Limits`)."""
+
+    definitions: int = Field(50, ge=0)
+    scrape_targets: int = Field(100, alias="scrapeTargets", ge=0)
+    min_interval: Seconds = Field(15.0, alias="minInterval", ge=5)
+
+    def limits(self) -> Limits:
+        """As the policy's value."""
+        return Limits(self.definitions, self.scrape_targets, self.min_interval)
+
+
+class DefinitionsSettings(BuiltinSettings):
+    """The platform's policy over definitions, and how the server reaches the cluster."""
+
+    kubeconfig: str | None = None
+    allowed_sources: tuple[SourceName, ...] = Field(("Pods", "Schedule"), alias="allowedSources")
+    limits: LimitSettings = Field(default_factory=lambda: LimitSettings.model_validate({}))
+    namespaces: dict[str, LimitSettings] = Field(default_factory=dict)
+    #: how pods' `/metrics` are reached: at the pod IP, or through the API server's pod proxy
+    pod_source: Literal["direct", "proxy"] = Field("direct", alias="podSource")
+    scrape_timeout: Seconds = Field(10.0, alias="scrapeTimeout", gt=0)
+    max_body_bytes: int = Field(10 << 20, alias="maxBodyBytes", ge=1024)
+
+
+@factory(settings=DefinitionsSettings)
+def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext) -> Provision:
+    """`MetricDefinition`s of every namespace, watched through the kubeconfig's (or the pod's
+    account's) API server."""
+    connection = load_connection(resolve_path(context.base_dir, settings.kubeconfig))
+    client = KubeClient(connection)
+    platform = Platform(
+        allowed=frozenset(settings.allowed_sources),
+        limits=settings.limits.limits(),
+        namespaces={name: limits.limits() for name, limits in settings.namespaces.items()},
+    )
+    backend = DefinitionsBackend(client, makers=MAKERS, platform=platform, name=context.name)
+    backend.catalog.tools = SourceTools(
+        client=client,
+        external_value=backend.external_value,
+        settings={"podSource": settings.pod_source},
+        scrape_timeout=settings.scrape_timeout,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    allowed = ", ".join(sorted(platform.allowed))
+    return Provision(backend, what=f"MetricDefinitions of every namespace (sources: {allowed})")

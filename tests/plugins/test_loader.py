@@ -101,7 +101,8 @@ def test_an_unknown_type_lists_what_is_known() -> None:
     (line,) = failure("backends: [{name: x, type: nosuch}]")
     assert line.startswith("backends[0] 'x' (type nosuch): no backend type 'nosuch' (built-in: ")
     assert (
-        "demo, fixture, kubernetes, memory, passthrough, pod-metrics, prometheus, simulated" in line
+        "demo, fixture, kubernetes, memory, metric-definitions, passthrough, pod-metrics, "
+        "prometheus, simulated" in line
     )
 
 

@@ -211,6 +211,14 @@ class Catalog:
                 continue
             first = winners.get(definition.metric)
             if first is not None:
+                if state.reason != "Shadowed":
+                    logger.info(
+                        "metric definition %s/%s shadowed: %s is served by the older %s",
+                        namespace,
+                        definition.name,
+                        definition.metric,
+                        first.definition.name,
+                    )
                 state.shadowed_by = f"{namespace}/{first.definition.name}"
                 state.reason = "Shadowed"
                 state.message = (

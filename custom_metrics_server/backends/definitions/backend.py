@@ -315,6 +315,32 @@ class DefinitionsBackend:
             )
         return answers
 
+    async def explain_fetch(
+        self, request: BackendRequest | ExternalBackendRequest
+    ) -> dict[str, object]:
+        """`?explain=1`: the definitions of the metric in the request's namespace, the serving
+        one first, each with its state (valid, ready, reason, last value and error). O(the
+        namespace's definitions)."""
+        if isinstance(request, ExternalBackendRequest):
+            namespace, metric = request.namespace, request.metric
+        else:
+            metric = request.metric.metric
+            namespace = request.objects[0][0] if request.objects else ""
+        serving = self._serving(namespace, metric)
+        found = sorted(
+            (
+                state
+                for key, state in self.catalog.states.items()
+                if key[0] == namespace and state.definition.metric == metric
+            ),
+            key=lambda state: (state is not serving, state.definition.age_order),
+        )
+        return {
+            "namespace": namespace,
+            "servedBy": None if serving is None else serving.definition.name,
+            "definitions": [state.describe() for state in found],
+        }
+
     def states(self) -> list[dict[str, object]]:
         """Every definition's state (explanations, the metric status page, tests)."""
         return [state.describe() for _, state in sorted(self.catalog.states.items())]

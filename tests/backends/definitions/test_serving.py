@@ -124,6 +124,29 @@ async def test_of_two_definitions_of_one_metric_the_older_serves() -> None:
     assert await external(made, "expected_load") == [2.0]
 
 
+async def test_explain_names_the_serving_definition_and_the_shadowed_one() -> None:
+    made = backend()
+    made.catalog.event("ADDED", obj(constant(2), "newer", created="2026-12-02T00:00:00Z"))
+    made.catalog.event("ADDED", obj(constant(1), "older", created="2026-12-01T00:00:00Z"))
+    await made.tick()
+    request = ExternalBackendRequest(
+        metric="expected_load", namespace="shop", metric_selector=EVERYTHING
+    )
+    explained = await made.explain_fetch(request)
+    assert explained["servedBy"] == "older"
+    definitions = explained["definitions"]
+    assert isinstance(definitions, list)
+    assert [(d["name"], d["reason"], d["lastValue"]) for d in definitions] == [
+        ("older", "Serving", 1.0),
+        ("newer", "Shadowed", None),
+    ]
+    elsewhere = await made.explain_fetch(
+        ExternalBackendRequest(metric="expected_load", namespace="b", metric_selector=EVERYTHING)
+    )
+    assert elsewhere["servedBy"] is None
+    assert elsewhere["definitions"] == []
+
+
 async def test_the_same_creation_time_is_decided_by_name() -> None:
     made = backend()
     made.catalog.event("ADDED", obj(constant(2), "b"))

@@ -89,8 +89,9 @@ UNUSED: dict[Permission, str] = {
             ("create", "events.k8s.io", "events"),
             ("patch", "events.k8s.io", "events"),
         ],
-        "MetricDefinitions are not served yet (issue 30's later slices: their controller and "
-        "status writer; docs/metric-definitions.md)",
+        "the deployed files do not enable the metric-definitions backend (off unless the "
+        "backends file has its entry), and its status writer and Events are issue 30's later "
+        "slices (docs/metric-definitions.md)",
     ),
 }
 

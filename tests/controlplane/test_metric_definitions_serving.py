@@ -74,13 +74,19 @@ def server(
             {
                 "backends": [
                     {
+                        # The cluster view (pods, workloads) the Pods and Object forms need.
+                        "name": "kubernetes",
+                        "type": "kubernetes",
+                        "settings": {"kubeconfig": str(control_plane.admin_kubeconfig)},
+                    },
+                    {
                         "name": "metric-definitions",
                         "type": "metric-definitions",
                         "settings": {
                             "kubeconfig": str(control_plane.admin_kubeconfig),
                             "limits": {"minInterval": "5s"},
                         },
-                    }
+                    },
                 ]
             }
         )
@@ -266,3 +272,72 @@ def test_a_pods_definition_never_reaches_another_namespaces_pods(
     # Nothing of namespace a's definitions answers in namespace b.
     for index in range(4):
         assert values(external(server, b, f"inflight_{index}")) == []
+    # The same pods as a Pods metric: a's pod has its value; b's pod, asked by name in b,
+    # has none (404), and the listing of b's pods is empty.
+    source = {"type": "Pods", "pods": {"selector": {}, "port": "metrics", "metric": "inflight"}}
+    per_pod = definition(a, "per-pod", "inflight_per_pod", source, interval="5s")
+    per_pod["spec"]["servedAs"] = {"type": "Pods"}
+    control_plane.apply([per_pod])
+
+    def pod_value() -> list[str] | None:
+        response = custom(server, f"namespaces/{a}/pods/web-a/inflight_per_pod")
+        return values(response) if response.status_code == 200 else None
+
+    assert control_plane.wait_until(pod_value, "web-a's value") == ["3"]
+    assert custom(server, f"namespaces/{b}/pods/web-b/inflight_per_pod").status_code == 404
+    assert values(custom(server, f"namespaces/{b}/pods/*/inflight_per_pod")) == []
+    assert theirs.scrapes == 0
+
+
+def custom(server: ServerProcess, path: str) -> httpx.Response:
+    with server.client() as client:
+        return client.get(f"/apis/custom.metrics.k8s.io/v1beta2/{path}")
+
+
+def test_an_object_metric_averages_its_workloads_pods_only(
+    control_plane: ControlPlane, server: ServerProcess, exporters: tuple[Exporter, Exporter]
+) -> None:
+    three, outsider = exporters
+    five = Exporter(5)
+    try:
+        team = control_plane.create_namespace("mdef-obj")
+        owner = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "web-rs",
+            "uid": "00000000-0000-0000-0000-000000000001",
+            "controller": True,
+        }
+        labels = {"app": "web"}
+        pods = [
+            running_pod(team, "web-1", labels, three.port),
+            running_pod(team, "web-2", labels, five.port),
+            running_pod(team, "stray", labels, outsider.port),  # selected, but not web-rs's
+        ]
+        for pod in pods[:2]:
+            pod["metadata"]["ownerReferences"] = [owner]
+        control_plane.apply(pods)
+        for pod in pods:
+            set_running(control_plane, pod)
+        source = {
+            "type": "Pods",
+            "pods": {"selector": {"matchLabels": labels}, "port": "metrics", "metric": "inflight"},
+        }
+        made = definition(team, "rs-average", "inflight_rs", source, interval="5s")
+        made["spec"]["servedAs"] = {
+            "type": "Object",
+            "describedObject": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-rs"},
+            "podValues": "average",
+        }
+        control_plane.apply([made])
+
+        def workload_value() -> list[str] | None:
+            response = custom(server, f"namespaces/{team}/replicasets.apps/web-rs/inflight_rs")
+            found = values(response) if response.status_code == 200 else None
+            # Both pods scraped: until then the average is of the one answered so far.
+            return found if found == ["4"] else None
+
+        assert control_plane.wait_until(workload_value, "web-rs's average") == ["4"]
+        assert outsider.scrapes > 0  # it was selected and scraped, and left out of web-rs's
+    finally:
+        five.close()

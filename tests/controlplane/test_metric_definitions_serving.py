@@ -123,9 +123,9 @@ def values(response: httpx.Response) -> list[str]:
 def served(server: ServerProcess, plane: ControlPlane, namespace: str, metric: str) -> list[str]:
     """The metric's values once it is served (the watch delivers the definition first)."""
 
-    def found() -> list[str] | None:
+    def found() -> list[str]:  # no items (falsy) until the definition is served
         response = external(server, namespace, metric)
-        return values(response) if response.status_code == 200 else None
+        return values(response) if response.status_code == 200 else []
 
     return plane.wait_until(found, f"{namespace}/{metric} served", process=None)
 

@@ -59,10 +59,12 @@ BUILTIN_TYPES: Final[dict[str, _Builtin]] = {
     "passthrough": _Builtin(
         "custom_metrics_server.plugins.builtin_remote:passthrough", dynamic=True, gates=False
     ),
-    # Application teams' MetricDefinitions: the platform's backends win over them.
+    # Application teams' MetricDefinitions: the platform's backends win over them, and their
+    # watch not syncing (the CRD not installed) fails their own metrics, not the replica.
     "metric-definitions": _Builtin(
         "custom_metrics_server.plugins.builtin_definitions:metric_definitions",
         dynamic=True,
+        gates=False,
         yields=True,
     ),
 }

@@ -177,6 +177,15 @@ def test_of_two_definitions_of_one_name_the_older_serves(
     control_plane.apply([definition(team, "second", "queue_depth", constant(2))])
     logged(control_plane, server, f"metric definition {team}/second shadowed")
     assert values(external(server, team, "queue_depth")) == ["1"]
+    # `?explain=1` says which serves, and why the other does not.
+    with server.client() as client:
+        explained = client.get(f"{EXTERNAL}/{team}/queue_depth", params={"explain": "1"}).json()
+    query = explained["backend"]["query"]
+    assert query["servedBy"] == "first"
+    assert [(d["name"], d["reason"], d["shadowedBy"]) for d in query["definitions"]] == [
+        ("first", "Serving", None),
+        ("second", "Shadowed", f"{team}/first"),
+    ]
     # The older one deleted, the newer serves, with no restart.
     delete(control_plane, team, "first")
     logged(control_plane, server, f"metric definition {team}/first deleted")

@@ -20,7 +20,8 @@ in its own namespace from its source (docs/metric-definitions.md).
 The router gives this backend the lowest precedence (`Host.yields`): a metric name that a
 platform backend routes or lists is the platform's, and a definition of it serves nothing.
 
-Cost of a request: O(1) to find the definition, plus the source's `values` (O(series)).
+Cost of a request: O(1) to find the definition, plus the source's `values` once per namespace
+of the request (O(series)) and O(objects) to answer from them.
 """
 
 from __future__ import annotations
@@ -277,25 +278,27 @@ class DefinitionsBackend:
         ]
 
     async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
-        """Pods: each requested pod's value; Object: its workload's (see the module)."""
+        """Pods: each requested pod's value; Object: its workload's (see the module). The
+        definition's values are read once per namespace of the request and grouped by pod:
+        O(objects + values)."""
         resource = request.metric.group_resource
         metric = request.metric.metric
         now = self._clock()
         answers: list[Sample] = []
-        states: dict[str, State | None] = {}
+        grouped: dict[str, tuple[State, dict[str, list[Value]], list[Value]] | None] = {}
         for key in request.objects:
             namespace, name = key
-            if namespace not in states:
-                states[namespace] = self._serving(namespace, metric)
-            state = states[namespace]
-            if state is None:
+            if namespace not in grouped:
+                grouped[namespace] = self._grouped(namespace, metric, now)
+            found = grouped[namespace]
+            if found is None:
                 continue
+            state, by_pod, owned = found
             served = state.definition.served_as
-            values = self._values(state, now)
             if served.type == "Pods" and resource == PODS:
-                mine = [value for value in values if value.pod == name]
+                mine = by_pod.get(name, [])
             elif served.workload == (resource, name):
-                mine = [value for value in values if served.workload in value.workloads]
+                mine = owned
             else:
                 continue
             if not mine:
@@ -314,6 +317,24 @@ class DefinitionsBackend:
                 )
             )
         return answers
+
+    def _grouped(
+        self, namespace: str, metric: str, now: float
+    ) -> tuple[State, dict[str, list[Value]], list[Value]] | None:
+        """The serving definition of (namespace, metric), its values by pod, and those of its
+        described workload's pods. O(values)."""
+        state = self._serving(namespace, metric)
+        if state is None:
+            return None
+        workload = state.definition.served_as.workload
+        by_pod: dict[str, list[Value]] = {}
+        owned: list[Value] = []
+        for value in self._values(state, now):
+            if value.pod is not None:
+                by_pod.setdefault(value.pod, []).append(value)
+            if workload is not None and workload in value.workloads:
+                owned.append(value)
+        return state, by_pod, owned
 
     async def explain_fetch(
         self, request: BackendRequest | ExternalBackendRequest

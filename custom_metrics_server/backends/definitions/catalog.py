@@ -179,10 +179,11 @@ class Catalog:
         self._resolve(key[0])
 
     def _retire(self, state: State) -> None:
-        if state.source is not None:
+        # Only an entered source has work to stop; one made and never entered is dropped.
+        if state.source is not None and state.entered:
             self.retired.append(state.source)
-            state.source = None
-            state.entered = False
+        state.source = None
+        state.entered = False
 
     def _resolve(self, namespace: str) -> None:
         """Re-decide which definitions of `namespace` serve (see the module)."""

@@ -55,12 +55,14 @@ class Fixed:
     def __init__(self, values: list[Value], failing: str | None = None) -> None:
         self._values = values
         self.failing = failing
+        self.entered = self.exited = 0
 
     async def __aenter__(self) -> Fixed:
+        self.entered += 1
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None
+        self.exited += 1
 
     async def refresh(self) -> None:
         if self.failing:
@@ -308,3 +310,37 @@ def test_definition_value_tools_are_what_makers_receive() -> None:
     made.catalog.event("ADDED", obj(constant(5, metricName="other"), "c"))
     assert tools.external_value("shop", "other", NOW) == 5.0
     assert tools.external_value("elsewhere", "other", NOW) is None
+
+
+async def test_a_sources_work_starts_with_serving_and_stops_with_its_definition() -> None:
+    made_sources: list[Fixed] = []
+
+    def maker(definition: Definition, tools: SourceTools) -> Fixed:
+        made_sources.append(Fixed(list(POD_VALUES)))
+        return made_sources[-1]
+
+    made = backend(Pods=maker)
+    made.catalog.event("ADDED", obj(pods_definition({"type": "Pods"}), "p"))
+    await made.tick()
+    (first,) = made_sources
+    assert (first.entered, first.exited) == (1, 0)
+    # A changed spec is a new source: the old one's work stops.
+    changed = obj({**pods_definition({"type": "Pods"}), "interval": "1m"}, "p")
+    changed["metadata"]["generation"] = 4
+    made.catalog.event("MODIFIED", changed)
+    await made.tick()
+    assert len(made_sources) == 2
+    assert first.exited == 1
+    assert made_sources[1].entered == 1
+    # The same object again (a status write, a relist) changes nothing.
+    made.catalog.event("MODIFIED", changed)
+    await made.tick()
+    assert len(made_sources) == 2
+    # Deleted: stopped at the next tick; made and deleted between two ticks: never entered.
+    made.catalog.event("DELETED", changed)
+    await made.tick()
+    assert made_sources[1].exited == 1
+    made.catalog.event("ADDED", obj(pods_definition({"type": "Pods"}), "brief"))
+    made.catalog.event("DELETED", obj(pods_definition({"type": "Pods"}), "brief"))
+    await made.tick()
+    assert (made_sources[2].entered, made_sources[2].exited) == (0, 0)

@@ -351,8 +351,8 @@ class DefinitionsBackend:
         found = sorted(
             (
                 state
-                for key, state in self.catalog.states.items()
-                if key[0] == namespace and state.definition.metric == metric
+                for state in self.catalog.by_namespace.get(namespace, {}).values()
+                if state.definition.metric == metric
             ),
             key=lambda state: (state is not serving, state.definition.age_order),
         )

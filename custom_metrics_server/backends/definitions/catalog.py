@@ -104,6 +104,10 @@ class Catalog:
         self.makers = dict(makers)
         self.tools = tools
         self.states: dict[tuple[str, str], State] = {}
+        #: namespace -> name -> state (the same states, for per-namespace decisions)
+        self.by_namespace: dict[str, dict[str, State]] = {}
+        #: namespace -> the metrics it has in `serving`
+        self._served: dict[str, set[str]] = {}
         #: (namespace, metric) -> the state serving it
         self.serving: dict[tuple[str, str], State] = {}
         #: sources of definitions that changed or left, for the backend to close
@@ -158,6 +162,7 @@ class Catalog:
         if old is not None:
             self._retire(old)
         state = self.states[key] = State(definition)
+        self.by_namespace.setdefault(key[0], {})[key[1]] = state
         state.own_refusal = definition.refusal or self.platform.admit(
             definition, frozenset(self.makers)
         )
@@ -170,6 +175,10 @@ class Catalog:
         state = self.states.pop(key, None)
         if state is None:
             return
+        namespace = self.by_namespace.get(key[0], {})
+        namespace.pop(key[1], None)
+        if not namespace:
+            self.by_namespace.pop(key[0], None)
         self._retire(state)
         logger.info(
             "metric definition %s/%s deleted: %s no longer served by it",
@@ -188,7 +197,7 @@ class Catalog:
     def _resolve(self, namespace: str) -> None:
         """Re-decide which definitions of `namespace` serve (see the module)."""
         states = sorted(
-            (state for key, state in self.states.items() if key[0] == namespace),
+            self.by_namespace.get(namespace, {}).values(),
             key=lambda state: state.definition.age_order,
         )
         limit = self.platform.namespace_limits(namespace).definitions
@@ -231,11 +240,13 @@ class Catalog:
             winners[definition.metric] = state
             if state.source is None:
                 self._start(state)
-        for key in [key for key in self.serving if key[0] == namespace]:
-            del self.serving[key]
-        for metric, state in winners.items():
-            if state.serving:
-                self.serving[(namespace, metric)] = state
+        for metric in self._served.pop(namespace, ()):
+            self.serving.pop((namespace, metric), None)
+        served = {metric for metric, state in winners.items() if state.serving}
+        for metric in served:
+            self.serving[(namespace, metric)] = winners[metric]
+        if served:
+            self._served[namespace] = served
         self.generation += 1
         self.changed()
 
@@ -281,6 +292,7 @@ class Catalog:
                     "scrape targets",
                 )
                 del self.serving[(namespace, state.definition.metric)]
+                self._served[namespace].discard(state.definition.metric)
                 self.generation += 1
                 continue
             totals[namespace] = total

@@ -7,7 +7,8 @@ its `source.type` (`SourceMaker`, in the backend's `makers`), enters it (`async 
 background work, such as a scraper), calls `refresh()` once per `interval` (a source whose
 values come from a request it makes: a query, an HTTP GET; a source that reads on its own
 cadence, or computes, does nothing there), and reads `values(now)` on every request, from
-memory. When the definition changes or is deleted the backend exits it.
+memory (also before it is entered: a schedule serves from the event that made it). When the
+definition changes or is deleted the backend exits it, if it entered it.
 
 * `values(now)` never does I/O and never raises: what the source has now, each a `Value`.
   `External` serves the values as series (their `labels`); `Pods` the values with a `pod`

@@ -37,7 +37,9 @@ __all__ = ["MAKERS", "DefinitionsSettings", "LimitSettings", "metric_definitions
 
 SourceName = Literal["Pods", "Prometheus", "Formula", "Schedule", "HTTP"]
 
-#: The source types this server serves, by `source.type`.
+#: The source types this server serves, by `source.type`: a new source is a module of
+#: `backends/definitions/` implementing `source.Source`, its maker added here, and its
+#: platform settings (if any) added to `DefinitionsSettings` and passed in `SourceTools.settings`.
 MAKERS: dict[str, SourceMaker] = {"Pods": make_pods, "Schedule": make_schedule}
 
 
@@ -57,7 +59,11 @@ class DefinitionsSettings(BuiltinSettings):
     """The platform's policy over definitions, and how the server reaches the cluster."""
 
     kubeconfig: str | None = None
-    allowed_sources: tuple[SourceName, ...] = Field(("Pods", "Schedule"), alias="allowedSources")
+    #: the source types the platform allows (default: all; those without a maker in `MAKERS`
+    #: are refused as not served yet)
+    allowed_sources: tuple[SourceName, ...] = Field(
+        ("Pods", "Prometheus", "Formula", "Schedule", "HTTP"), alias="allowedSources"
+    )
     limits: LimitSettings = Field(default_factory=lambda: LimitSettings.model_validate({}))
     namespaces: dict[str, LimitSettings] = Field(default_factory=dict)
     #: how pods' `/metrics` are reached: at the pod IP, or through the API server's pod proxy

@@ -231,6 +231,12 @@ def build_entry(
             f"{__version__} (same major, not a newer minor)"
         )
     routes, problems = _routes(entry, cluster, where)
+    if kind.yields and routes is not None:
+        # A route is a claim that wins over listings: it would undo the yielding.
+        problems.append(
+            f"{where}: a {entry.type} backend takes no routes (it answers only what no other "
+            "backend routes or lists)"
+        )
     model = getattr(factory, "settings_model", None)
     settings: object = MappingProxyType(dict(entry.settings))
     if model is not None:

@@ -315,3 +315,13 @@ def test_the_demo_composite_is_routed_to_its_members_once_per_decision() -> None
     assert isinstance(app.backend, SimulatedCluster)
     assert isinstance(external.backend, SimulatedCluster)
     assert kep.host is app.host  # one backend of the file, two members
+
+
+def test_a_metric_definitions_backend_takes_no_routes() -> None:
+    (line,) = failure(
+        "backends: [{name: teams, type: metric-definitions, routes: [{metric: '*'}]}]"
+    )
+    assert line == (
+        "backends[0] 'teams' (type metric-definitions): a metric-definitions backend takes no "
+        "routes (it answers only what no other backend routes or lists)"
+    )

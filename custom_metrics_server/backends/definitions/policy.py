@@ -19,10 +19,11 @@ from typing import Final
 
 from custom_metrics_server.backends.definitions.spec import Definition
 
-__all__ = ["SERVED_SOURCES", "Limits", "Platform"]
+__all__ = ["SOURCE_TYPES", "Limits", "Platform"]
 
-#: The source types this version can serve (the others are refused with SourceNotAllowed).
-SERVED_SOURCES: Final = frozenset({"Pods", "Schedule"})
+#: Every source type of the CRD. Which of them this server serves is what has a maker
+#: (`admit`'s `served`); the platform allows all of them unless it says otherwise.
+SOURCE_TYPES: Final = frozenset({"Pods", "Prometheus", "Formula", "Schedule", "HTTP"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class Limits:
 class Platform:
     """Allowed source types and limits (see the module)."""
 
-    allowed: frozenset[str] = SERVED_SOURCES
+    allowed: frozenset[str] = SOURCE_TYPES
     limits: Limits = Limits()
     #: namespace -> its own limits (instead of `limits`)
     namespaces: Mapping[str, Limits] = field(default_factory=dict)

@@ -19,6 +19,11 @@ definition changes or is deleted the backend exits it, if it entered it.
 * `targets()`: how many endpoints or series the source reads now, for the platform's
   per-namespace limits (a definition over a limit is refused, its source closed).
 
+A new source type plugs in as one module of this room: its class implementing `Source`, a
+`SourceMaker` that reads `Definition.source_spec` (the CRD's member for the type, as written)
+and raises `spec.Refused(reason, message)` for what it cannot serve (`InvalidQuery`,
+`InvalidFormula`, `UnknownServer`, ...), and one line in `plugins.builtin_definitions.MAKERS`.
+
 PURE: no I/O (the protocol only).
 """
 

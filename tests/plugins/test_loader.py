@@ -325,3 +325,16 @@ def test_a_metric_definitions_backend_takes_no_routes() -> None:
         "backends[0] 'teams' (type metric-definitions): a metric-definitions backend takes no "
         "routes (it answers only what no other backend routes or lists)"
     )
+
+
+def test_a_kept_backend_keeps_its_readiness_gate_across_a_reload() -> None:
+    text = f"backends: [{{name: jobs, type: '{P}:instant', gatesReadiness: false}}]"
+    first = load(text)
+    again = load(
+        text.replace("gatesReadiness: false", "gatesReadiness: false, routes: [{metric: x}]"),
+        keep={"jobs": first.built[0]},
+    )
+    (built,) = again.built
+    assert built.host.backend is first.built[0].host.backend  # kept, not made again
+    assert built.host.routes is not None
+    assert not built.host.gates_readiness

@@ -344,3 +344,21 @@ async def test_a_sources_work_starts_with_serving_and_stops_with_its_definition(
     made.catalog.event("DELETED", obj(pods_definition({"type": "Pods"}), "brief"))
     await made.tick()
     assert (made_sources[2].entered, made_sources[2].exited) == (0, 0)
+
+
+async def test_a_namespace_past_its_scrape_targets_refuses_the_newer_pods_definition() -> None:
+    made = backend(Platform(limits=Limits(scrape_targets=4)), Pods=fixed_maker(POD_VALUES))
+    older = pods_definition({"type": "External"})
+    made.catalog.event("ADDED", obj(older, "older", created="2026-12-01T00:00:00Z"))
+    newer = {**pods_definition({"type": "External"}), "metricName": "other"}
+    made.catalog.event("ADDED", obj(newer, "newer", created="2026-12-02T00:00:00Z"))
+    elsewhere = {**pods_definition({"type": "External"}), "metricName": "other"}
+    made.catalog.event("ADDED", obj(elsewhere, "theirs", namespace="team-b"))
+    await made.tick()  # each source has 3 targets: 3 + 3 > 4 in shop, 3 in team-b
+    assert await external(made, "inflight") == [15.0]
+    assert await external(made, "other") == []  # refused whole, not the first pod or two
+    assert await external(made, "other", namespace="team-b") == [15.0]
+    states = {state["name"]: state for state in made.states()}
+    assert states["newer"]["reason"] == "OverLimit"
+    assert "4 scrape targets" in str(states["newer"]["message"])
+    assert made.list_external_metrics() == frozenset({"inflight", "other"})  # team-b's

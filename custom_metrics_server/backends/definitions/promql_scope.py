@@ -26,8 +26,10 @@ exactly one matcher on the label, `="<ns>"`. A printer's fault is a refusal, nev
 The series cap (`Confined.series_refusal`) is the caller's to apply to the answer: a query
 may select no more series than the platform allows the namespace.
 
-Cost: O(query length) per confinement (three parses and two walks, each linear), done once per
-definition generation; nothing per read.
+Cost: O(length x depth^2) per confinement (three parses, three walks, a parse per selector),
+the depth bounded by `MAX_OPERATORS`: about 0.15 s of CPU for the worst query let through, well
+under a millisecond for real ones (docs/performance.md, "MetricDefinition sources"); done once
+per definition generation, nothing per read.
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ import promql_parser as promql
 #: The CRD's cap on `spec.source.prometheus.query`, enforced here too for callers that
 #: build a spec by other means.
 MAX_QUERY_LENGTH: Final = 4096
+#: Operators, parentheses and brackets a query may hold. The binding's tree costs about
+#: O(n x depth^2) to build, walk and rebuild (each node's Python object holds a copy of its
+#: subtree), and a 4,096-character chain of unary minus or `+` is 2,000 levels deep: minutes of
+#: CPU. Counted on the text before parsing (strings included, which can only over-count), the
+#: count bounds the depth: 64 costs at most about 0.15 s of CPU, 128 already 1.4 s. Real
+#: queries hold a dozen or two.
+MAX_OPERATORS: Final = 64
+_OPERATOR: Final = re.compile(r"[-+*/%^<>(\[]|==|!=|\b(?:and|or|unless|atan2)\b")
 #: Series a confined query may answer with when the platform sets no cap.
 DEFAULT_MAX_SERIES: Final = 1000
 
@@ -115,6 +125,9 @@ def confine(
         return Refused(f"{label!r} is not a label name")
     if len(query) > MAX_QUERY_LENGTH:
         return Refused(f"the query is {len(query)} characters, over {MAX_QUERY_LENGTH}")
+    operators = len(_OPERATOR.findall(query))
+    if operators > MAX_OPERATORS:
+        return Refused(f"the query has {operators} operators and parentheses, over {MAX_OPERATORS}")
     try:
         tree = _parse(query)
         _check_selectors(tree, namespace, label)

@@ -5,6 +5,7 @@ that try to reach namespace `b`'s series."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from custom_metrics_server.backends.definitions.promql_scope import (
+    MAX_OPERATORS,
     MAX_QUERY_LENGTH,
     Confined,
     Refused,
@@ -80,6 +82,8 @@ REFUSED = [
     ("foo{", "does not parse"),
     ("rate(foo)", "does not parse"),
     ("x" * (MAX_QUERY_LENGTH + 1), "over 4096"),
+    ("-" * 4000 + "foo", "over 64"),
+    ("a + " * 70 + "a", "over 64"),
 ]
 
 
@@ -107,6 +111,21 @@ def test_another_label_name_and_bad_namespaces() -> None:
     for bad in ("", "A", 'a"} or foo{x="', "a" * 64):
         assert isinstance(confine("foo", bad), Refused)
     assert isinstance(confine("foo", "a", label="bad-label"), Refused)
+
+
+def test_the_deepest_query_let_through_costs_a_bounded_cpu_time() -> None:
+    """The binding's cost grows with the tree's depth cubed (minutes for a 4 KiB chain of
+    unary minus); the operator cap keeps the worst admitted query near 0.15 s of CPU, and
+    the bound here (5 s, CPU) sits far from both that and the defect."""
+    worst = [
+        "a + " * (MAX_OPERATORS - 1) + "a",
+        "abs(" * (MAX_OPERATORS - 1) + "a" + ")" * (MAX_OPERATORS - 1),
+        "-" * MAX_OPERATORS + "a",
+    ]
+    for query in worst:
+        started = time.process_time()
+        assert isinstance(confine(query, "a"), Confined)
+        assert time.process_time() - started < 5.0
 
 
 def test_the_series_cap_is_the_caller_s_to_apply() -> None:

@@ -28,13 +28,17 @@ evaluate O(length), under 10 us for the formulas of the docs.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Final
+from types import ModuleType
+from typing import TYPE_CHECKING, Final
 
-import cel
+if TYPE_CHECKING:
+    import cel
 
 #: The CRD's cap on `spec.source.formula.expression`, enforced here too.
 MAX_EXPRESSION_LENGTH: Final = 1024
@@ -84,6 +88,14 @@ _FUNCTIONS: Final = {"min": _min, "max": _max, "abs": _abs}
 ALLOWED_FUNCTIONS: Final = frozenset(_FUNCTIONS) | _NUMERIC_FUNCTIONS
 
 
+@functools.cache
+def _cel() -> ModuleType:
+    """The interpreter, imported at the first formula: `import cel` also loads the package's
+    command line (rich, typer, prompt-toolkit, pygments: 200 ms of CPU and 28 MB), which a
+    server without formulas should not pay (docs/performance.md, "MetricDefinition sources")."""
+    return importlib.import_module("cel")
+
+
 @dataclass(frozen=True, slots=True)
 class Formula:
     """A compiled formula: `evaluate` it with its inputs' values."""
@@ -118,7 +130,7 @@ def compile_formula(expression: str, inputs: Collection[str]) -> Formula | str:
             "calls are not part of a formula"
         )
     try:
-        program = cel.compile(expression)
+        program: cel.Program = _cel().compile(expression)
     except ValueError as error:
         return f"the formula does not parse: {_message(error)}"
     names = frozenset(inputs)
@@ -146,7 +158,7 @@ class _Failed:
 
 
 def _run(program: cel.Program, variables: dict[str, float]) -> object:
-    context = cel.Context(variables, _FUNCTIONS)
+    context = _cel().Context(variables, _FUNCTIONS)
     try:
         result: object = program.execute(context)
     except ZeroDivisionError:

@@ -10,7 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import promql_parser
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from custom_metrics_server.backends.definitions.promql_scope import (
     MAX_OPERATORS,
@@ -136,6 +139,106 @@ def test_the_series_cap_is_the_caller_s_to_apply() -> None:
     assert reason is not None
     assert "3 series" in reason
     assert "limit of 2" in reason
+
+
+TOKENS = [
+    "foo", "bar", "{", "}", "namespace", "job", "__name__", "=", "=~", "!=", "!~", '"a"', '"b"',
+    '".*"', '"a\\"b"', "(", ")", "[5m]", "[5m:1m]", "[5m:]", "sum", "rate", "by", "(namespace)",
+    "or", "unless", "and", "on()", "group_left", "+", "-", "/", ">", "bool", "offset 1m",
+    "@ end()", "@ 100", ",", "label_replace", "vector(1)", "1", "topk", "absent", "max_over_time",
+]  # fmt: skip
+
+
+def _confined_independently(text: str, namespace: str) -> bool:
+    """Every vector selector of `text` has exactly one namespace matcher, `="<namespace>"`."""
+    ok = True
+
+    def visit(node: promql_parser.Expr) -> None:
+        nonlocal ok
+        if isinstance(node, promql_parser.VectorSelector):
+            on_namespace = [
+                (m.op, m.value) for m in node.matchers.matchers if m.name == "namespace"
+            ]
+            ok = ok and on_namespace == [(promql_parser.MatchOp.Equal, namespace)]
+
+    promql_parser.walk(promql_parser.parse(text), visit)
+    return ok
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(TOKENS), min_size=1, max_size=14).map(" ".join))
+def test_any_query_is_confined_or_refused_never_an_exception(query: str) -> None:
+    result = confine(query, "a")
+    if isinstance(result, Confined):
+        assert _confined_independently(result.query, "a")
+    else:
+        assert result.reason
+
+
+_VALUES = st.sampled_from(["a", "b", "", ".*", 'x"} or vector(1) or y{z="', "a\\.b", "é\n"])
+_MATCHERS = st.lists(
+    st.tuples(
+        st.sampled_from(["job", "pod", "namespace"]),
+        st.sampled_from(["=", "!=", "=~", "!~"]),
+        _VALUES,
+    ),
+    max_size=3,
+)
+
+
+def _matcher(name: str, op: str, value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'{name}{op}"{escaped}"'
+
+
+_MODIFIERS = st.sampled_from(["", " offset 5m", " @ end()", " @ 100 offset -1m"])
+
+
+@st.composite
+def _selector(draw: st.DrawFn) -> tuple[str, bool]:
+    """A selector's text (no modifiers), and whether it may be confined (no namespace matcher
+    but ="a")."""
+    name = draw(st.sampled_from(["foo", "bar_total", ""]))
+    matchers = draw(_MATCHERS)
+    if not name:
+        matchers.append(("__name__", "=~", ".+"))
+    text = name + "{" + ",".join(_matcher(*m) for m in matchers) + "}"
+    return text, all(n != "namespace" or (op, v) == ("=", "a") for n, op, v in matchers)
+
+
+def _queries() -> st.SearchStrategy[tuple[str, bool]]:
+    def extend(
+        inner: st.SearchStrategy[tuple[str, bool]],
+    ) -> st.SearchStrategy[tuple[str, bool]]:
+        pairs = st.tuples(inner, inner)
+        return st.one_of(
+            inner.map(lambda q: (f"sum by (namespace) ({q[0]})", q[1])),
+            inner.map(lambda q: (f"-({q[0]})", q[1])),
+            inner.map(lambda q: (f"max_over_time(({q[0]})[10m:1m])", q[1])),
+            inner.map(lambda q: (f'label_replace({q[0]}, "namespace", "b", "", "")', q[1])),
+            pairs.map(lambda p: (f"{p[0][0]} or {p[1][0]}", p[0][1] and p[1][1])),
+            pairs.map(lambda p: (f"{p[0][0]} unless on() {p[1][0]}", p[0][1] and p[1][1])),
+            pairs.map(lambda p: (f"({p[0][0]}) / ignoring(job) ({p[1][0]})", p[0][1] and p[1][1])),
+        )
+
+    instant = st.tuples(_selector(), _MODIFIERS).map(lambda t: (t[0][0] + t[1], t[0][1]))
+    ranged = st.tuples(_selector(), _MODIFIERS, st.sampled_from(["rate", "max_over_time"])).map(
+        lambda t: (f"{t[2]}({t[0][0]}[5m]{t[1]})", t[0][1])
+    )
+    return st.recursive(st.one_of(instant, ranged), extend, max_leaves=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_queries())
+def test_generated_queries_are_confined_exactly_when_they_may_be(query: tuple[str, bool]) -> None:
+    text, may = query
+    result = confine(text, "a")
+    if may:
+        assert isinstance(result, Confined), (text, result)
+        assert _confined_independently(result.query, "a")
+    else:
+        assert isinstance(result, Refused), (text, result)
+        assert "namespace" in result.reason
 
 
 # -- against real Prometheus servers -------------------------------------------------------------

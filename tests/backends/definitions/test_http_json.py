@@ -7,6 +7,7 @@ Service's slices never connected to."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -186,6 +187,13 @@ HANDLERS: dict[str, Handler] = {
     "/html": answer("200 OK", b"<html>"),
     "/error": answer("503 Service Unavailable", b"{}"),
     "/slow": dribble,
+    # 2 MB of zeros in about 2 KB: the cap counts the decoded body.
+    "/bomb": answer(
+        "200 OK",
+        gzip.compress(b'{"v": 1, "pad": "' + b"0" * 2_000_000 + b'"}'),
+        "Content-Encoding: gzip\r\n",
+    ),
+    "/gzip": answer("200 OK", gzip.compress(b'{"v": 3}'), "Content-Encoding: gzip\r\n"),
 }
 
 
@@ -254,6 +262,8 @@ async def test_failures_are_reasons(servers: tuple[Server, Server]) -> None:
         f"{where} answered a body over 1000 bytes"
     )
     assert await fetch(target, "/big", "v") == 1.0  # the same body under the default cap
+    assert await fetch(target, "/bomb", "v") == f"{where} answered a body over 1048576 bytes"
+    assert await fetch(target, "/gzip", "v") == 3.0
     assert await fetch(target, "/text") == "queues.0.pending is 'many', not a number"
     assert str(await fetch(target, "/html")).startswith(f"{where} answered a body that is not JSON")
     assert await fetch(target, "/error") == f"{where} answered 503 Service Unavailable"

@@ -76,8 +76,13 @@ def _rules(objects: list[Obj], name: str) -> list[Obj]:
 
 
 def _group_rules(rules: list[Obj]) -> list[Obj]:
-    """The rules of the server's ClusterRole about MetricDefinitions and Events."""
-    return [r for r in rules if GROUP in r["apiGroups"] or "events" in r["resources"]]
+    """The rules of the server's ClusterRole about MetricDefinitions, the EndpointSlices of
+    their `http` sources, and Events."""
+    return [
+        r
+        for r in rules
+        if GROUP in r["apiGroups"] or "events" in r["resources"] or "endpointslices" in r["resources"]
+    ]
 
 
 def test_the_metric_definition_rbac_is_the_manifests_rbac() -> None:
@@ -97,6 +102,11 @@ def test_the_metric_definition_rbac_is_the_manifests_rbac() -> None:
     server_rules = _group_rules(_rules(ours, NAME))
     assert server_rules == _group_rules(_rules(theirs, NAME))
     assert server_rules == [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["list", "watch"],
+        },
         {"apiGroups": [GROUP], "resources": ["metricdefinitions"], "verbs": ["list", "watch"]},
         {
             "apiGroups": [GROUP],

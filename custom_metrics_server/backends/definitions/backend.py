@@ -87,7 +87,12 @@ class DefinitionsBackend:
         self.catalog = Catalog(
             platform,
             makers,
-            tools or SourceTools(client=client, external_value=self.external_value),
+            tools
+            or SourceTools(
+                client=client,
+                external_value=self.external_value,
+                namespace_limits=platform.namespace_limits,
+            ),
         )
         self.catalog.changed = self._wake
         self.watch = Reflector(client, path=COLLECTION, sink=self.catalog, name=name)
@@ -121,6 +126,11 @@ class DefinitionsBackend:
         ]
         for source in sources:
             await self._close(source)
+        # The clients sources share (the Prometheus servers'), made by the platform's settings.
+        for shared in self.catalog.tools.settings.values():
+            close = getattr(shared, "aclose", None)
+            if close is not None:
+                await close()
         await self.client.aclose()
 
     def ready(self) -> Readiness:

@@ -7,7 +7,8 @@ Per namespace, on every event in it (`_resolve`), oldest first (creationTimestam
    refuses (`policy.Platform.admit`: source type, shortest interval) is not valid;
 2. the valid ones past the namespace's `definitions` limit are refused `OverLimit`;
 3. of two valid definitions of one metric name, the older serves and the newer is
-   `Shadowed` by it (`shadowed_by`);
+   `Shadowed` by it (`shadowed_by`); the formulas among those that serve whose inputs form a
+   cycle are refused `InvalidFormula` (`formula_source.formula_cycles`);
 4. a serving `pods` source past the namespace's `scrape_targets` limit (its targets added to
    the older ones') is refused `OverLimit` by `check_targets`, run by the backend's tick.
 
@@ -26,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from custom_metrics_server.backends.definitions.formula_source import formula_cycles
 from custom_metrics_server.backends.definitions.policy import Platform
 from custom_metrics_server.backends.definitions.source import (
     Source,
@@ -238,7 +240,11 @@ class Catalog:
                 self._retire(state)
                 continue
             winners[definition.metric] = state
-            if state.source is None:
+        cycles = formula_cycles(state.definition for state in winners.values())
+        for metric, state in winners.items():
+            if metric in cycles:
+                self._refuse(state, "InvalidFormula", cycles[metric])
+            elif state.source is None:
                 self._start(state)
         for metric in self._served.pop(namespace, ()):
             self.serving.pop((namespace, metric), None)

@@ -1,7 +1,7 @@
 """The platform's policy over `MetricDefinition`s, from the server's configuration (the
 `metric-definitions` entry of the backends file; docs/metric-definitions.md, "For the platform
 team"): which source types are allowed, and the limits per namespace (definitions, scrape
-targets, the shortest interval), with per-namespace overrides.
+targets, series per query, the shortest interval), with per-namespace overrides.
 
 A definition over a limit is refused whole, with the reason `OverLimit` (`SourceNotAllowed`
 for a type the platform did not allow), never half-served: `admit` checks one definition's own
@@ -36,6 +36,8 @@ class Limits:
     scrape_targets: int = 100
     #: the shortest `interval` a definition may ask for, in seconds
     min_interval: float = 15.0
+    #: series one `prometheus` query may answer (an answer over it is refused whole)
+    series_per_query: int = 1000
 
 
 @dataclass(frozen=True, slots=True)

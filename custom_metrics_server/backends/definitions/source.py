@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
 
+from custom_metrics_server.backends.definitions.policy import Limits
 from custom_metrics_server.backends.definitions.spec import Definition
 from custom_metrics_server.domain import GroupResource
 
@@ -85,7 +86,8 @@ class Source(Protocol):
         ...
 
     def targets(self) -> int:
-        """Endpoints or series read now (the platform's limits count them)."""
+        """Endpoints read now, counted against the namespace's `scrapeTargets` (a query's
+        series are capped per query instead: `seriesPerQuery`)."""
         ...
 
 
@@ -93,13 +95,15 @@ class Source(Protocol):
 class SourceTools:
     """What a maker may use besides the definition: the API server client (for sources that
     watch or read objects of the definition's namespace), the values of other definitions of a
-    namespace (formulas), and the platform's settings of the source type (its mapping in the
-    backend's settings, such as the Prometheus servers)."""
+    namespace (formulas), the platform's settings of the source types (by type: `prometheus`,
+    the configured servers; `http`, its caps) and the platform's limits of a namespace."""
 
     client: object
     #: (namespace, metric) -> that External metric's value now (the sum of its series), or None
     external_value: Callable[[str, str, float], float | None]
     settings: Mapping[str, object] = field(default_factory=dict)
+    #: namespace -> the platform's limits there (`seriesPerQuery` for a prometheus source)
+    namespace_limits: Callable[[str], Limits] = lambda _namespace: Limits()
     #: scraping: the pod scrape deadline and body cap
     scrape_timeout: float = 10.0
     max_body_bytes: int = 10 << 20

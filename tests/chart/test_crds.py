@@ -81,7 +81,9 @@ def _group_rules(rules: list[Obj]) -> list[Obj]:
     return [
         r
         for r in rules
-        if GROUP in r["apiGroups"] or "events" in r["resources"] or "endpointslices" in r["resources"]
+        if GROUP in r["apiGroups"]
+        or "events" in r["resources"]
+        or "endpointslices" in r["resources"]
     ]
 
 

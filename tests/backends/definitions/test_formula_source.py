@@ -52,7 +52,9 @@ def tools(values: dict[tuple[str, str], float], asked: list[Any] | None = None) 
 
 async def test_the_formula_reads_its_own_namespaces_inputs_only() -> None:
     made = parse_definition(
-        definition(formula_spec("per_worker", "orders / max(workers, 1.0)", orders="q", workers="w"))
+        definition(
+            formula_spec("per_worker", "orders / max(workers, 1.0)", orders="q", workers="w")
+        )
     )
     asked: list[Any] = []
     values = {("shop", "q"): 42.0, ("shop", "w"): 4.0, ("other", "q"): 1e9, ("other", "w"): 1.0}
@@ -71,7 +73,9 @@ async def test_a_missing_input_and_a_failed_evaluation_are_reasons_without_a_val
     await source.refresh()
     assert [v.value for v in source.values(source.clock())] == [0.5]
     del values[("shop", "qb")]
-    with pytest.raises(SourceError, match=r"no value for the input\(s\) b \(qb\) in namespace shop"):
+    with pytest.raises(
+        SourceError, match=r"no value for the input\(s\) b \(qb\) in namespace shop"
+    ):
         await source.refresh()
     assert source.values(source.clock()) == []  # never the last value of a failed read
     values[("shop", "qb")] = 0.0

@@ -137,8 +137,6 @@ class HttpSourceSettings(BuiltinSettings):
 
     timeout: Seconds = Field(5.0, gt=0, le=60)
     max_body_bytes: int = Field(1 << 20, alias="maxBodyBytes", ge=1024, le=16 << 20)
-    #: endpoints at loopback addresses are read: a single-host test only, never in a cluster
-    allow_loopback: bool = Field(False, alias="allowLoopback")
 
 
 class DefinitionsSettings(BuiltinSettings):
@@ -180,9 +178,7 @@ def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext
         settings={
             "podSource": settings.pod_source,
             "prometheus": settings.prometheus.servers_of(context.base_dir),
-            "http": HttpSettings(
-                settings.http.timeout, settings.http.max_body_bytes, settings.http.allow_loopback
-            ),
+            "http": HttpSettings(settings.http.timeout, settings.http.max_body_bytes),
         },
         namespace_limits=platform.namespace_limits,
         scrape_timeout=settings.scrape_timeout,

@@ -263,6 +263,9 @@ class Catalog:
         except Refused as err:
             state.own_refusal = (err.reason, err.message)
             state.valid, state.reason, state.message = False, err.reason, err.message
+            logger.info(
+                "metric definition %s/%s refused (%s): %s", *definition.key, err.reason, err.message
+            )
             return
         state.reason, state.message = "Serving", ""
         logger.info(

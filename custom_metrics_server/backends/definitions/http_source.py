@@ -8,8 +8,7 @@ services`, `fieldSelector=metadata.name=<service>`) and its EndpointSlices
 `labelSelector=kubernetes.io/service-name=<service>`), so the API server itself confines what
 the addresses can come from. Each `interval`, `http_json.ready_targets` picks the ready,
 non-terminating endpoints at the slice port carrying the named Service port (loopback,
-link-local, unspecified and multicast addresses skipped unless the platform allows loopback,
-for a single-host test), `choose` takes one by turn, and `fetch_value` GETs it with no
+link-local, unspecified and multicast addresses skipped), `choose` takes one by turn, and `fetch_value` GETs it with no
 credentials, redirects refused, the body and the deadline capped by the platform's `http`
 settings. No ready endpoint, a failed GET, no number at `valuePath`: the source's error.
 
@@ -49,7 +48,8 @@ class HttpSettings:
 
     deadline: float = DEFAULT_DEADLINE
     max_body: int = DEFAULT_MAX_BODY
-    #: endpoints at loopback addresses are used (a single-host test; never in a cluster)
+    #: endpoints at loopback addresses are used: unit tests only, not a platform setting (the
+    #: API server refuses loopback addresses in EndpointSlices anyway)
     allow_loopback: bool = False
 
 

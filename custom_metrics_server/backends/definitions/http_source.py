@@ -10,7 +10,8 @@ the addresses can come from. Each `interval`, `http_json.ready_targets` picks th
 non-terminating endpoints at the slice port carrying the named Service port (loopback,
 link-local, unspecified and multicast addresses skipped), `choose` takes one by turn, and
 `fetch_value` GETs it with no credentials, redirects refused, the body and the deadline capped
-by the platform's `http` settings. No ready endpoint, a failed GET, no number at `valuePath`: the source's error.
+by the platform's `http` settings. No ready endpoint, a failed GET, no number at `valuePath`:
+the source's error.
 
 Cost: two watches per definition; a refresh O(endpoints) and one GET.
 """

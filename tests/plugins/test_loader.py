@@ -338,3 +338,15 @@ def test_a_kept_backend_keeps_its_readiness_gate_across_a_reload() -> None:
     assert built.host.backend is first.built[0].host.backend  # kept, not made again
     assert built.host.routes is not None
     assert not built.host.gates_readiness
+
+
+def test_the_prometheus_servers_of_definitions_are_checked_naming_the_field() -> None:
+    entry = "backends: [{name: teams, type: metric-definitions, settings: {prometheus: %s}}]"
+    (line,) = failure(entry % "{servers: [{name: main, url: 'http://p:9090'}], defaultServer: x}")
+    assert line.startswith("backends[0] 'teams' (type metric-definitions): ")
+    assert "prometheus.defaultServer 'x' is not a server" in line
+    (line,) = failure(entry % "{servers: [{name: main, url: 'p:9090'}]}")
+    assert "settings.prometheus.servers[0].url: String should match pattern" in line
+    twice = "{servers: [{name: m, url: 'http://a'}, {name: m, url: 'http://b'}]}"
+    (line,) = failure(entry % twice)
+    assert "a name is given twice" in line

@@ -17,7 +17,8 @@ the backend enters and exits sources, which needs the event loop). Deleting a de
 takes it out of `serving` in the event itself: its metric stops being served at once, and its
 source is left in `retired` for the backend to close.
 
-PURE: no I/O. Cost: an event O(definitions of its namespace x log); a lookup O(1).
+PURE: no I/O. Cost: an event O(definitions of its namespace x log), plus O(formulas^2 x inputs)
+of its serving formulas for the cycle check; a lookup O(1).
 """
 
 from __future__ import annotations

@@ -149,3 +149,14 @@ async def test_the_catalog_refuses_a_cycle_and_serves_once_it_is_broken() -> Non
         clock[0] += 30
     assert await external(made, "half") == [3.0]
     assert await external(made, "twice") == [6.0]
+
+
+async def test_a_read_is_served_until_three_intervals_have_passed() -> None:
+    made = parse_definition(definition(formula_spec("r", "a * 1.0", a="qa")))
+    source = make_formula(made, tools({("shop", "qa"): 4.0}))
+    now = [1000.0]
+    source.clock = lambda: now[0]
+    assert source.values(now[0]) == []  # nothing read yet
+    await source.refresh()
+    assert [v.value for v in source.values(now[0] + 90)] == [4.0]  # interval 30s: 3 intervals
+    assert source.values(now[0] + 91) == []

@@ -1,8 +1,9 @@
 """The `prometheus`, `formula` and `http` sources of MetricDefinitions, served by the real server
 process watching a real kube-apiserver (docs/metric-definitions.md, "What is served"): a
 prometheus definition of namespace `a` answers from a real Prometheus that also holds namespace
-`b`'s series, and crafted PromQL never brings b's into the answer (refused or confined); a
-formula over a schedule definition; an http definition reading a local server (at this host's
+`b`'s series, and crafted PromQL never brings b's into the answer (refused or confined), also
+as Pods (by the `pod` label) and Object (a ReplicaSet's pods averaged) metrics; a formula over
+a schedule definition; an http definition reading a local server (at this host's
 address: the API server refuses loopback ones in EndpointSlices) that a real EndpointSlice of
 its Service names ready, while the endpoint a slice names not ready is never called (each
 server counts the requests it answered).
@@ -27,10 +28,13 @@ from tests.controlplane.cluster import ControlPlane
 from tests.controlplane.test_metric_definitions import CRD_DIR, CRD_NAME
 from tests.controlplane.test_metric_definitions_serving import (
     constant,
+    custom,
     definition,
     external,
     logged,
+    running_pod,
     served,
+    set_running,
     values,
 )
 from tests.prometheus.real_prometheus import Gauge, RealPrometheus
@@ -46,6 +50,7 @@ class Setup:
     server: ServerProcess
     a: str
     b: str
+    prometheus: RealPrometheus
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +71,10 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
             Gauge("queue_depth", {"namespace": a, "queue": "emails"}, 2),
             Gauge("queue_depth", {"namespace": b, "queue": "orders"}, 9000),
             Gauge("secret_gauge", {"namespace": b}, 7000),
+            Gauge("inflight", {"namespace": a, "pod": "web-1"}, 3),
+            Gauge("inflight", {"namespace": a, "pod": "web-2"}, 5),
+            Gauge("inflight", {"namespace": a, "pod": "stray"}, 100),
+            Gauge("inflight", {"namespace": b, "pod": "web-1"}, 1000),
         ],
     )
     prometheus.backfill()
@@ -75,6 +84,12 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
         yaml.safe_dump(
             {
                 "backends": [
+                    {
+                        # The cluster view (pods, workloads) the Pods and Object forms need.
+                        "name": "kubernetes",
+                        "type": "kubernetes",
+                        "settings": {"kubeconfig": str(control_plane.admin_kubeconfig)},
+                    },
                     {
                         "name": "metric-definitions",
                         "type": "metric-definitions",
@@ -94,7 +109,7 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
     except BaseException:
         prometheus.stop()
         raise
-    yield Setup(process, a, b)
+    yield Setup(process, a, b, prometheus)
     stop_server(process)
     prometheus.stop()
 
@@ -109,8 +124,8 @@ def test_a_prometheus_definition_reads_its_own_namespaces_series_only(
     a, server = setup.a, setup.server
     queries = {
         "queue_sum": "sum(queue_depth)",
-        # Crafted to reach b: by every name, by a join against b's series, renaming namespace.
-        "everything": 'sum({__name__=~".+"})',
+        # Crafted to reach b: by names (b has both), a join on b's series, a renamed label.
+        "everything": 'sum({__name__=~"queue_depth|secret_gauge"})',
         "joined": "sum(queue_depth) + on() group_left sum(secret_gauge or vector(0))",
         "renamed": 'sum(label_replace(queue_depth, "namespace", "x", "", ""))',
         # Cannot be confined: refused, never sent.
@@ -125,6 +140,12 @@ def test_a_prometheus_definition_reads_its_own_namespaces_series_only(
     )
     for metric in ("queue_sum", "everything", "joined", "renamed"):
         assert served(server, control_plane, a, metric) == ["15"], metric
+    # Unconfined, the crafted queries do reach b (so the answers above are the confinement's).
+    for metric in ("everything", "joined"):
+        (row,) = setup.prometheus.query(queries[metric])
+        value = row["value"]
+        assert isinstance(value, list)
+        assert float(value[1]) > 15, metric
     # The refusal is logged with its reason (and kept in the definition's state).
     logged(control_plane, server, f"metric definition {a}/named-b refused (InvalidQuery)")
     logged(control_plane, server, f"metric definition {a}/any-namespace refused (InvalidQuery)")
@@ -133,6 +154,50 @@ def test_a_prometheus_definition_reads_its_own_namespaces_series_only(
         assert values(external(server, a, metric)) == []
     # Nothing of a's definitions answers in b.
     assert values(external(server, setup.b, "queue_sum")) == []
+
+
+def test_a_prometheus_definition_as_pods_and_object_metrics(
+    control_plane: ControlPlane, setup: Setup
+) -> None:
+    """Per pod by the `pod` label (b's pod of the same name never counted), and over the pods a
+    ReplicaSet owns (the stray pod's series left out of its average)."""
+    a, server = setup.a, setup.server
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "web-rs",
+        "uid": "00000000-0000-0000-0000-000000000002",
+        "controller": True,
+    }
+    pods = [running_pod(a, name, {"app": "web"}, 9) for name in ("web-1", "web-2", "stray")]
+    for pod in pods[:2]:
+        pod["metadata"]["ownerReferences"] = [owner]
+    control_plane.apply(pods)
+    for pod in pods:
+        set_running(control_plane, pod)
+    per_pod = definition(a, "inflight-pods", "inflight_pods", prometheus_source("inflight"))
+    per_pod["spec"]["servedAs"] = {"type": "Pods"}
+    per_pod["spec"]["interval"] = "5s"
+    workload = definition(a, "inflight-rs", "inflight_rs", prometheus_source("inflight"))
+    workload["spec"]["servedAs"] = {
+        "type": "Object",
+        "describedObject": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-rs"},
+        "podValues": "average",
+    }
+    workload["spec"]["interval"] = "5s"
+    control_plane.apply([per_pod, workload])
+
+    def answered(path: str) -> list[str] | None:
+        response = custom(server, f"namespaces/{a}/{path}")
+        return values(response) or None if response.status_code == 200 else None
+
+    assert control_plane.wait_until(lambda: answered("pods/web-1/inflight_pods"), "web-1") == ["3"]
+    every = control_plane.wait_until(lambda: answered("pods/*/inflight_pods"), "every pod's value")
+    assert sorted(every) == ["100", "3", "5"]
+    average = control_plane.wait_until(
+        lambda: answered("replicasets.apps/web-rs/inflight_rs"), "web-rs's average"
+    )
+    assert average == ["4"]
 
 
 def test_a_formula_over_a_schedule_definition(control_plane: ControlPlane, setup: Setup) -> None:

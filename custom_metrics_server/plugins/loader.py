@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -231,6 +231,8 @@ def build_entry(
             f"{__version__} (same major, not a newer minor)"
         )
     routes, problems = _routes(entry, cluster, where)
+    if kind.yields and routes is not None:  # a route would win over the others' listings
+        problems.append(f"{where}: a {entry.type} backend takes no routes {_YIELDS}")
     model = getattr(factory, "settings_model", None)
     settings: object = MappingProxyType(dict(entry.settings))
     if model is not None:
@@ -281,9 +283,13 @@ def build_entry(
         routes=routes,
         timeout=timeout,
         dynamic=kind.dynamic,
+        yields=kind.yields,
         gates_readiness=_gates(entry, kind),
     )
     return Built(entry=entry, kind=kind, host=host, provision=provision)
+
+
+_YIELDS = "(it answers only what no other backend routes or lists)"
 
 
 def _gates(entry: BackendEntry, kind: BackendType) -> bool:
@@ -328,9 +334,8 @@ def load_backends(
             )
             problems += route_problems
             timeout = entry.timeout if entry.timeout is not None else config.defaults.timeout
-            host = Host(
-                backend=kept.host.backend, routes=routes, timeout=timeout, dynamic=kept.kind.dynamic
-            )
+            gates = _gates(entry, kept.kind)
+            host = replace(kept.host, routes=routes, timeout=timeout, gates_readiness=gates)
             built[index] = Built(entry=entry, kind=kept.kind, host=host, provision=kept.provision)
         else:
             try:

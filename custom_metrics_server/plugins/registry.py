@@ -40,6 +40,8 @@ class _Builtin:
     cluster: bool = False
     #: its readiness gates `/readyz` unless the entry says otherwise
     gates: bool = True
+    #: it yields to every other backend (`query.routes.Host.yields`)
+    yields: bool = False
 
 
 #: The built-in types. Other built-ins register here the same way.
@@ -57,6 +59,14 @@ BUILTIN_TYPES: Final[dict[str, _Builtin]] = {
     "passthrough": _Builtin(
         "custom_metrics_server.plugins.builtin_remote:passthrough", dynamic=True, gates=False
     ),
+    # Application teams' MetricDefinitions: the platform's backends win over them, and their
+    # watch not syncing (the CRD not installed) fails their own metrics, not the replica.
+    "metric-definitions": _Builtin(
+        "custom_metrics_server.plugins.builtin_definitions:metric_definitions",
+        dynamic=True,
+        gates=False,
+        yields=True,
+    ),
 }
 
 
@@ -71,6 +81,7 @@ class BackendType:
     dynamic: bool = False
     cluster: bool = False
     gates: bool = False
+    yields: bool = False
 
 
 def _import(target: str) -> Callable[..., Any]:
@@ -108,6 +119,7 @@ def find_type(name: str, *, where: str) -> BackendType:
             dynamic=builtin.dynamic,
             cluster=builtin.cluster,
             gates=builtin.gates,
+            yields=builtin.yields,
         )
     points = [
         point

@@ -2,6 +2,9 @@
 routes: a metric listed by one such backend is claimed by it; listed by two or more, it is
 contested (a `Conflict` unless a route decides it).
 
+A backend that `yields` (`Host.yields`: the metric definitions of application teams) claims
+only what no other backend lists, after them, and is never part of a conflict.
+
 Between backends whose listings are known at start-up a conflict is a start-up error naming both
 (`Router.start()`); one involving a listing discovered at run time (Prometheus series) goes to
 the first in file order, with one warning naming both (docs/backends.md, "Routing").
@@ -89,7 +92,11 @@ def claim(hosts: Sequence[Host], listings: Sequence[Listing]) -> Claims:
     custom: dict[tuple[GroupResource, str], int] = {}
     external: dict[str, int] = {}
     conflicts: Contested = {}
+    yielding = []
     for index, host in enumerate(hosts):
+        if host.yields:
+            yielding.append(index)
+            continue
         if host.routes is not None:
             continue
         listing = listings[index]
@@ -101,4 +108,12 @@ def claim(hosts: Sequence[Host], listings: Sequence[Listing]) -> Claims:
             first = external.setdefault(name, index)
             if first != index:
                 conflicts.setdefault((EXTERNAL, None, name), [first]).append(index)
+    # Backends that yield take what nobody else lists, never contesting it; routes are
+    # matched before claims, so a platform route wins over them too.
+    for index in yielding:
+        listing = listings[index]
+        for key in listing.custom:
+            custom.setdefault(key, index)
+        for name in listing.external:
+            external.setdefault(name, index)
     return Claims(custom, external, conflicts)

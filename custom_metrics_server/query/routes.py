@@ -131,14 +131,17 @@ class Route:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Host:
     """A backend as the router sees it: its routes (None: it claims what it lists), its
-    deadline (None: the server's), whether its listing is discovered at run time, and whether
-    its readiness gates the server's `/readyz` (else a not-ready backend only fails its own
+    deadline (None: the server's), whether its listing is discovered at run time, whether it
+    yields (claims only the metrics no other backend lists, never in a conflict, so routes and
+    other listings win over it: application teams' metric definitions), and whether its
+    readiness gates the server's `/readyz` (else a not-ready backend only fails its own
     metrics, with 503, and `/readyz?verbose` notes it)."""
 
     backend: MetricsBackend
     routes: tuple[Route, ...] | None = None
     timeout: float | None = None
     dynamic: bool = False
+    yields: bool = False
     gates_readiness: bool = True
 
     @property

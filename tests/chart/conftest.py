@@ -106,6 +106,18 @@ def render_fails(
     return result.stderr
 
 
+def chart_crds() -> list[Obj]:
+    """The CRDs of the chart's `crds/` directory, as `helm install` creates them (Helm applies
+    them as they are, before the templates, and `helm template` leaves them out unless asked
+    with `--include-crds`)."""
+    return [
+        doc
+        for path in sorted((CHART / "crds").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+
+
 def example(name: str) -> Path:
     path = EXAMPLES / f"{name}.yaml"
     assert path.is_file(), path

@@ -7,7 +7,9 @@ after normalizing only what differs on purpose (docs/deployment.md, "What differ
 kustomize manifests"):
 
 * names: RENAMED (cluster-wide and node-agent names carry the release's full name);
-* objects: KUSTOMIZE_ONLY (the Namespace) and CHART_ONLY (the generated CA's Secret);
+* objects: KUSTOMIZE_ONLY (the Namespace) and CHART_ONLY (the generated CA's Secret); the
+  chart's side also holds the CRDs of its `crds/` directory, which `helm install` creates
+  before the templates (kustomize builds them from manifests/crds);
 * labels and annotations: the chart's are a superset of kustomize's;
 * label selectors: the chart's also hold app.kubernetes.io/instance; each must select the
   same pods (server or node agent) as kustomize's;
@@ -36,6 +38,7 @@ from tests.chart.conftest import (
     NAME,
     NAMESPACE,
     Obj,
+    chart_crds,
     example,
     kustomize,
     one,
@@ -100,7 +103,7 @@ PAIRS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 
 def builds(manifests: Path, setup: str) -> tuple[list[Obj], list[Obj]]:
     directory, examples, sets = PAIRS[setup]
-    ours = render(*(example(name) for name in examples), sets=sets)
+    ours = render(*(example(name) for name in examples), sets=sets) + chart_crds()
     return ours, kustomize(manifests / directory)
 
 
@@ -155,7 +158,9 @@ def _parsed_args(args: list[str]) -> dict[str, Any]:
 
 def normalize(obj: Obj) -> Obj:
     """The object minus what differs on purpose (see the module docstring)."""
-    out: Obj = _replace_selectors(copy.deepcopy(obj))
+    # A CRD's schema describes label selectors (matchLabels) rather than holding one.
+    crd = obj["kind"] == "CustomResourceDefinition"
+    out: Obj = copy.deepcopy(obj) if crd else _replace_selectors(copy.deepcopy(obj))
     metadata = out["metadata"]
     metadata.pop("labels", None)
     metadata.pop("annotations", None)
@@ -254,7 +259,8 @@ def test_the_default_render_is_the_production_overlay_in_kinds_names_rbac_and_ap
 
 
 def test_a_difference_is_caught(manifests: Path) -> None:
-    """The comparison fails on a change in any field (here: one verb, one flag, one port)."""
+    """The comparison fails on a change in any field (here: one verb, one flag, one port, one
+    required field of the CRD's schema)."""
     ours, theirs = builds(manifests, "default")
     chart_only = CHART_ONLY_GENERATED
     changed = copy.deepcopy(ours)
@@ -270,6 +276,13 @@ def test_a_difference_is_caught(manifests: Path) -> None:
     changed = copy.deepcopy(ours)
     one(changed, "Service")["spec"]["ports"][0]["port"] = 8443
     with pytest.raises(AssertionError, match="Service"):
+        assert_equivalent(changed, theirs, chart_only)
+    changed = copy.deepcopy(ours)
+    crd = one(changed, "CustomResourceDefinition")
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "required"
+    ].remove("servedAs")
+    with pytest.raises(AssertionError, match="CustomResourceDefinition"):
         assert_equivalent(changed, theirs, chart_only)
     with pytest.raises(AssertionError, match="only kustomize"):
         assert_equivalent(

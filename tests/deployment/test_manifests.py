@@ -146,7 +146,10 @@ def serve_parser() -> argparse.ArgumentParser:
 
 def test_base_has_one_object_per_file_and_lists_every_file() -> None:
     base_dir = MANIFESTS / "base"
-    listed = yaml.safe_load((base_dir / "kustomization.yaml").read_text())["resources"]
+    resources = yaml.safe_load((base_dir / "kustomization.yaml").read_text())["resources"]
+    # The CRDs come from manifests/crds (tests/deployment/test_manifests_crds.py).
+    listed = [r for r in resources if not r.startswith("../")]
+    assert [r for r in resources if r.startswith("../")] == ["../crds"]
     on_disk = sorted(p.name for p in base_dir.glob("*.yaml") if p.name != "kustomization.yaml")
     assert sorted(listed) == on_disk
     for name in on_disk:
@@ -583,7 +586,22 @@ def test_cluster_role_reads_the_inventory_and_nothing_more(base: list[Obj]) -> N
     assert _allows(rules, "", "nodes/metrics", "get")
     assert _allows(rules, "", "nodes/proxy", "get")
     own = one(base, "ClusterRole", NAME)["rules"]
+    # The one kind it writes: MetricDefinitions' status, and Events about them; never their spec.
+    writes = [
+        {
+            "apiGroups": ["metrics.custom-metrics-server.io"],
+            "resources": ["metricdefinitions/status"],
+            "verbs": ["update", "patch"],
+        },
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    assert [r for r in own if r in writes] == writes
+    assert _allows(rules, "metrics.custom-metrics-server.io", "metricdefinitions", "watch")
+    for verb in ("get", "create", "update", "patch", "delete"):
+        assert not _allows(rules, "metrics.custom-metrics-server.io", "metricdefinitions", verb)
     for rule in own:
+        if rule in writes:
+            continue
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
         assert "*" not in rule["resources"]
         assert "*" not in rule["apiGroups"]
@@ -619,7 +637,37 @@ def test_metrics_reading_is_aggregated_into_view_edit_and_admin(base: list[Obj])
         rules = [rule for role in roles for rule in role["rules"]]
         for group in ("custom.metrics.k8s.io", "external.metrics.k8s.io"):
             assert _allows(rules, group, "*", "get")
-        assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in rules)
+        metric_rules = [r for r in rules if "custom.metrics.k8s.io" in r["apiGroups"]]
+        assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in metric_rules)
+
+
+def test_metric_definitions_are_managed_by_admin_and_edit_and_read_by_view(
+    base: list[Obj],
+) -> None:
+    """No binding of ours: the aggregation labels put the rules into Kubernetes' own admin,
+    edit and view ClusterRoles (kube-controller-manager's clusterrole-aggregation)."""
+    group, resource = "metrics.custom-metrics-server.io", "metricdefinitions"
+    write = ("create", "update", "patch", "delete", "deletecollection")
+    for level, may_write in (("admin", True), ("edit", True), ("view", False)):
+        label = f"rbac.authorization.k8s.io/aggregate-to-{level}"
+        rules = [
+            rule
+            for role in select(base, "ClusterRole")
+            if role["metadata"].get("labels", {}).get(label) == "true"
+            for rule in role["rules"]
+        ]
+        for verb in ("get", "list", "watch"):
+            assert _allows(rules, group, resource, verb), (level, verb)
+            assert _allows(rules, group, f"{resource}/status", verb), (level, verb)
+        for verb in write:
+            assert _allows(rules, group, resource, verb) is may_write, (level, verb)
+        for verb in ("update", "patch"):  # the status is the server's to write
+            assert not _allows(rules, group, f"{resource}/status", verb), level
+    assert not [
+        b
+        for b in select(base, "ClusterRoleBinding") + select(base, "RoleBinding")
+        if b["roleRef"]["name"].startswith(f"{NAME}:metric-definitions")
+    ]
 
 
 # --- Dockerfile -------------------------------------------------------------------------------

@@ -101,7 +101,8 @@ def test_an_unknown_type_lists_what_is_known() -> None:
     (line,) = failure("backends: [{name: x, type: nosuch}]")
     assert line.startswith("backends[0] 'x' (type nosuch): no backend type 'nosuch' (built-in: ")
     assert (
-        "demo, fixture, kubernetes, memory, passthrough, pod-metrics, prometheus, simulated" in line
+        "demo, fixture, kubernetes, memory, metric-definitions, passthrough, pod-metrics, "
+        "prometheus, simulated" in line
     )
 
 
@@ -314,3 +315,38 @@ def test_the_demo_composite_is_routed_to_its_members_once_per_decision() -> None
     assert isinstance(app.backend, SimulatedCluster)
     assert isinstance(external.backend, SimulatedCluster)
     assert kep.host is app.host  # one backend of the file, two members
+
+
+def test_a_metric_definitions_backend_takes_no_routes() -> None:
+    (line,) = failure(
+        "backends: [{name: teams, type: metric-definitions, routes: [{metric: '*'}]}]"
+    )
+    assert line == (
+        "backends[0] 'teams' (type metric-definitions): a metric-definitions backend takes no "
+        "routes (it answers only what no other backend routes or lists)"
+    )
+
+
+def test_a_kept_backend_keeps_its_readiness_gate_across_a_reload() -> None:
+    text = f"backends: [{{name: jobs, type: '{P}:instant', gatesReadiness: false}}]"
+    first = load(text)
+    again = load(
+        text.replace("gatesReadiness: false", "gatesReadiness: false, routes: [{metric: x}]"),
+        keep={"jobs": first.built[0]},
+    )
+    (built,) = again.built
+    assert built.host.backend is first.built[0].host.backend  # kept, not made again
+    assert built.host.routes is not None
+    assert not built.host.gates_readiness
+
+
+def test_the_prometheus_servers_of_definitions_are_checked_naming_the_field() -> None:
+    entry = "backends: [{name: teams, type: metric-definitions, settings: {prometheus: %s}}]"
+    (line,) = failure(entry % "{servers: [{name: main, url: 'http://p:9090'}], defaultServer: x}")
+    assert line.startswith("backends[0] 'teams' (type metric-definitions): ")
+    assert "prometheus.defaultServer 'x' is not a server" in line
+    (line,) = failure(entry % "{servers: [{name: main, url: 'p:9090'}]}")
+    assert "settings.prometheus.servers[0].url: String should match pattern" in line
+    twice = "{servers: [{name: m, url: 'http://a'}, {name: m, url: 'http://b'}]}"
+    (line,) = failure(entry % twice)
+    assert "a name is given twice" in line

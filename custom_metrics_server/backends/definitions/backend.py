@@ -1,0 +1,377 @@
+"""The `metric-definitions` backend: `MetricDefinition`s watched across namespaces, each served
+in its own namespace from its source (docs/metric-definitions.md).
+
+* **Watch**: one list+watch (`kube.watcher.Reflector`) of
+  `/apis/metrics.custom-metrics-server.io/v1alpha1/metricdefinitions` into the `Catalog`, which
+  decides per namespace what serves (conflicts, limits) on each event.
+* **Tick**: every second (and at once after a change) the backend enters the sources of new
+  serving definitions, closes retired ones, refreshes each due source (`Source.refresh`, once
+  per `interval`, at most `CONCURRENCY` at a time), records each definition's last value and
+  error, and checks the scrape-target limits.
+* **Serving**, from memory (`Source.values`), in the request's namespace only:
+  External `GET .../namespaces/<ns>/<metric>`: the serving definition of (ns, metric), its
+  values as series, filtered by the request's metric selector; a `pods` source's pods summed or
+  averaged (`podValues`) into one series. Pods: each requested pod's value. Object: the
+  described workload's pods' values summed or averaged. Values older than `maxAge` are absent;
+  with `absent: zero` an External metric without a value is 0; with `failure: last-good` a
+  failing source's last values serve while younger than `maxAge`; with `failure: error`
+  (the default) a failing source is a 503 naming the definition.
+
+The router gives this backend the lowest precedence (`Host.yields`): a metric name that a
+platform backend routes or lists is the platform's, and a definition of it serves nothing.
+
+Cost of a request: O(1) to find the definition, plus the source's `values` once per namespace
+of the request (O(series)) and O(objects) to answer from them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import TracebackType
+from typing import Final, Self
+
+from custom_metrics_server.backends.definitions.catalog import PODS, Catalog, State
+from custom_metrics_server.backends.definitions.policy import Platform
+from custom_metrics_server.backends.definitions.source import (
+    SourceError,
+    SourceMaker,
+    SourceTools,
+    Value,
+)
+from custom_metrics_server.domain import (
+    BackendRequest,
+    ExternalBackendRequest,
+    ExternalSample,
+    MetricInfo,
+    Readiness,
+    Sample,
+)
+from custom_metrics_server.errors import BackendUnavailable
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.watcher import Reflector
+from custom_metrics_server.runtime.tasks import BackgroundTasks
+from custom_metrics_server.sdk import external_sample, sample
+
+__all__ = ["COLLECTION", "DefinitionsBackend"]
+
+logger = logging.getLogger(__name__)
+
+COLLECTION: Final = "/apis/metrics.custom-metrics-server.io/v1alpha1/metricdefinitions"
+#: Source refreshes in flight at once.
+CONCURRENCY: Final = 16
+#: Seconds between ticks when nothing changed.
+TICK: Final = 1.0
+
+
+class DefinitionsBackend:
+    """Metrics defined by `MetricDefinition`s (see the module)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        makers: Mapping[str, SourceMaker],
+        platform: Platform,
+        tools: SourceTools | None = None,
+        name: str = "metric-definitions",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self._clock = clock
+        self.catalog = Catalog(
+            platform,
+            makers,
+            tools
+            or SourceTools(
+                client=client,
+                external_value=self.external_value,
+                namespace_limits=platform.namespace_limits,
+            ),
+        )
+        self.catalog.changed = self._wake
+        self.watch = Reflector(client, path=COLLECTION, sink=self.catalog, name=name)
+        self._tasks = BackgroundTasks()
+        self._woken = asyncio.Event()
+        self._limit = asyncio.Semaphore(CONCURRENCY)
+
+    def _wake(self) -> None:
+        self._woken.set()
+
+    # -- lifecycle --
+
+    async def __aenter__(self) -> Self:
+        self._tasks.start(self.watch.run(), name=f"watch-{self.name}")
+        self._tasks.start(self._run(), name=f"{self.name}-tick")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._tasks.stop()
+        sources = list(self.catalog.retired)
+        self.catalog.retired.clear()
+        sources += [
+            state.source
+            for state in self.catalog.states.values()
+            if state.entered and state.source is not None
+        ]
+        for source in sources:
+            await self._close(source)
+        # The clients sources share (the Prometheus servers'), made by the platform's settings.
+        for shared in self.catalog.tools.settings.values():
+            close = getattr(shared, "aclose", None)
+            if close is not None:
+                await close()
+        await self.client.aclose()
+
+    def ready(self) -> Readiness:
+        """Ready once the definitions have been listed."""
+        return self.watch.readiness()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except Exception:  # a bug: logged, and the next tick tries again
+                logger.exception("metric definitions: the tick failed")
+            self._woken.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), TICK)
+
+    async def tick(self) -> None:
+        """Close retired sources, enter new ones, refresh the due ones, check limits."""
+        catalog = self.catalog
+        while catalog.retired:
+            await self._close(catalog.retired.pop())
+        now = self._clock()
+        due = []
+        for state in list(catalog.serving.values()):
+            source = state.source
+            if source is None:
+                continue
+            if not state.entered:
+                state.entered = True
+                try:
+                    await source.__aenter__()
+                except Exception as err:
+                    self._failed(state, f"starting the source: {err}", now)
+                    continue
+            if state.next_refresh <= now:
+                state.next_refresh = now + state.definition.interval
+                due.append(state)
+        if due:
+            await asyncio.gather(*(self._refresh(state) for state in due))
+        catalog.check_targets()
+        now = self._clock()
+        for state in catalog.serving.values():
+            self._record(state, now)
+
+    async def _refresh(self, state: State) -> None:
+        source = state.source
+        if source is None:
+            return
+        async with self._limit:
+            try:
+                await source.refresh()
+            except SourceError as err:
+                self._failed(state, str(err), self._clock())
+            except Exception as err:
+                logger.exception(
+                    "metric definition %s/%s: the source raised", *state.definition.key
+                )
+                self._failed(state, f"{type(err).__name__}: {err}", self._clock())
+            else:
+                state.last_error = None
+
+    def _failed(self, state: State, message: str, now: float) -> None:
+        if state.last_error is None:
+            logger.info(
+                "metric definition %s/%s: source failing: %s", *state.definition.key, message
+            )
+        state.last_error, state.last_error_time = message, now
+
+    async def _close(self, source: object) -> None:
+        exit_ = getattr(source, "__aexit__", None)
+        if exit_ is None:
+            return
+        try:
+            await exit_(None, None, None)
+        except Exception:
+            logger.exception("metric definitions: closing a source raised")
+
+    def _record(self, state: State, now: float) -> None:
+        try:
+            values = self._values(state, now)
+        except BackendUnavailable:
+            return
+        if values:
+            state.last_good = values
+            state.last_value = math.fsum(value.value for value in values)
+            state.last_value_time = max(value.timestamp for value in values)
+            state.value_count = len(values)
+
+    # -- values --
+
+    def _values(self, state: State, now: float) -> list[Value]:
+        """The definition's values now, after maxAge and the failure policy."""
+        definition = state.definition
+        source = state.source
+        values = source.values(now) if source is not None else []
+        if definition.max_age is not None:
+            values = [value for value in values if now - value.timestamp <= definition.max_age]
+        if state.last_error is not None and not values:
+            if definition.failure == "last-good" and definition.max_age is not None:
+                return [v for v in state.last_good if now - v.timestamp <= definition.max_age]
+            if definition.failure == "zero":
+                return [Value(0.0, now)]
+            raise BackendUnavailable(
+                f"metric definition {definition.namespace}/{definition.name}: {state.last_error}"
+            )
+        return values
+
+    def _serving(self, namespace: str, metric: str) -> State | None:
+        return self.catalog.serving.get((namespace, metric))
+
+    def external_value(self, namespace: str, metric: str, now: float) -> float | None:
+        """The sum of an External metric's values in `namespace` now (formula inputs)."""
+        state = self._serving(namespace, metric)
+        if state is None or state.definition.served_as.type != "External":
+            return None
+        try:
+            values = self._external_values(state, now)
+        except BackendUnavailable:
+            return None
+        return math.fsum(value.value for value in values) if values else None
+
+    def _external_values(self, state: State, now: float) -> list[Value]:
+        definition = state.definition
+        values = self._values(state, now)
+        if values and any(value.pod is not None for value in values):
+            total = math.fsum(value.value for value in values)
+            if definition.served_as.pod_values == "average":
+                total /= len(values)
+            values = [Value(total, min(value.timestamp for value in values))]
+        if not values and definition.absent == "zero":
+            values = [Value(0.0, now)]
+        return values
+
+    # -- the backend contract --
+
+    def list_metrics(self) -> Collection[MetricInfo]:
+        """Pods and Object metrics of the serving definitions."""
+        return self.catalog.listing()[0]
+
+    def list_external_metrics(self) -> Collection[str]:
+        """External metric names of the serving definitions (of any namespace)."""
+        return self.catalog.listing()[1]
+
+    async def fetch_external(self, request: ExternalBackendRequest) -> Sequence[ExternalSample]:
+        """The serving definition of the metric in the request's namespace, or nothing."""
+        state = self._serving(request.namespace, request.metric)
+        if state is None or state.definition.served_as.type != "External":
+            return ()
+        selector = request.metric_selector
+        everything = selector.is_everything()
+        return [
+            external_sample(request, value.value, labels=value.labels, timestamp=value.timestamp)
+            for value in self._external_values(state, self._clock())
+            if everything or selector.matches(value.labels)
+        ]
+
+    async def fetch(self, request: BackendRequest) -> Sequence[Sample]:
+        """Pods: each requested pod's value; Object: its workload's (see the module). The
+        definition's values are read once per namespace of the request and grouped by pod:
+        O(objects + values)."""
+        resource = request.metric.group_resource
+        metric = request.metric.metric
+        now = self._clock()
+        answers: list[Sample] = []
+        grouped: dict[str, tuple[State, dict[str, list[Value]], list[Value]] | None] = {}
+        for key in request.objects:
+            namespace, name = key
+            if namespace not in grouped:
+                grouped[namespace] = self._grouped(namespace, metric, now)
+            found = grouped[namespace]
+            if found is None:
+                continue
+            state, by_pod, owned = found
+            served = state.definition.served_as
+            if served.type == "Pods" and resource == PODS:
+                mine = by_pod.get(name, [])
+            elif served.workload == (resource, name):
+                mine = owned
+            else:
+                continue
+            if not mine:
+                continue
+            total = math.fsum(value.value for value in mine)
+            if served.type == "Object" and served.pod_values == "average":
+                total /= len(mine)
+            windows = [value.window for value in mine if value.window]
+            answers.append(
+                sample(
+                    request,
+                    key,
+                    total,
+                    timestamp=min(value.timestamp for value in mine),
+                    window=max(1, round(max(windows))) if windows else None,
+                )
+            )
+        return answers
+
+    def _grouped(
+        self, namespace: str, metric: str, now: float
+    ) -> tuple[State, dict[str, list[Value]], list[Value]] | None:
+        """The serving definition of (namespace, metric), its values by pod, and those of its
+        described workload's pods. O(values)."""
+        state = self._serving(namespace, metric)
+        if state is None:
+            return None
+        workload = state.definition.served_as.workload
+        by_pod: dict[str, list[Value]] = {}
+        owned: list[Value] = []
+        for value in self._values(state, now):
+            if value.pod is not None:
+                by_pod.setdefault(value.pod, []).append(value)
+            if workload is not None and workload in value.workloads:
+                owned.append(value)
+        return state, by_pod, owned
+
+    async def explain_fetch(
+        self, request: BackendRequest | ExternalBackendRequest
+    ) -> dict[str, object]:
+        """`?explain=1`: the definitions of the metric in the request's namespace, the serving
+        one first, each with its state (valid, ready, reason, last value and error). O(the
+        namespace's definitions)."""
+        if isinstance(request, ExternalBackendRequest):
+            namespace, metric = request.namespace, request.metric
+        else:
+            metric = request.metric.metric
+            namespace = request.objects[0][0] if request.objects else ""
+        serving = self._serving(namespace, metric)
+        found = sorted(
+            (
+                state
+                for state in self.catalog.by_namespace.get(namespace, {}).values()
+                if state.definition.metric == metric
+            ),
+            key=lambda state: (state is not serving, state.definition.age_order),
+        )
+        return {
+            "namespace": namespace,
+            "servedBy": None if serving is None else serving.definition.name,
+            "definitions": [state.describe() for state in found],
+        }
+
+    def states(self) -> list[dict[str, object]]:
+        """Every definition's state (explanations, the metric status page, tests)."""
+        return [state.describe() for _, state in sorted(self.catalog.states.items())]

@@ -1,0 +1,330 @@
+"""The definitions the server knows, which of them serve, and the state of each: the
+`WatchSink` of the list+watch of `metricdefinitions` across namespaces.
+
+Per namespace, on every event in it (`_resolve`), oldest first (creationTimestamp, then name):
+
+1. a definition the spec check refused (`spec.parse_definition`) or the platform's policy
+   refuses (`policy.Platform.admit`: source type, shortest interval) is not valid;
+2. the valid ones past the namespace's `definitions` limit are refused `OverLimit`;
+3. of two valid definitions of one metric name, the older serves and the newer is
+   `Shadowed` by it (`shadowed_by`); the formulas among those that serve whose inputs form a
+   cycle are refused `InvalidFormula` (`formula_source.formula_cycles`);
+4. a serving `pods` source past the namespace's `scrape_targets` limit (its targets added to
+   the older ones') is refused `OverLimit` by `check_targets`, run by the backend's tick.
+
+A serving definition has a source (made here, at the event, so that a schedule serves at once;
+the backend enters and exits sources, which needs the event loop). Deleting a definition
+takes it out of `serving` in the event itself: its metric stops being served at once, and its
+source is left in `retired` for the backend to close.
+
+PURE: no I/O. Cost: an event O(definitions of its namespace x log), plus O(formulas^2 x inputs)
+of its serving formulas for the cycle check; a lookup O(1).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from custom_metrics_server.backends.definitions.formula_source import formula_cycles
+from custom_metrics_server.backends.definitions.policy import Platform
+from custom_metrics_server.backends.definitions.source import (
+    Source,
+    SourceMaker,
+    SourceTools,
+    Value,
+)
+from custom_metrics_server.backends.definitions.spec import Definition, Refused, parse_definition
+from custom_metrics_server.domain import GroupResource, MetricInfo
+
+__all__ = ["PODS", "Catalog", "State"]
+
+logger = logging.getLogger(__name__)
+
+PODS = GroupResource("", "pods")
+
+
+@dataclass(slots=True)
+class State:
+    """What the server knows of one definition (later written to its status)."""
+
+    definition: Definition
+    valid: bool = False
+    reason: str = "Pending"
+    message: str = ""
+    shadowed_by: str | None = None
+    #: (reason, message) of a refusal by its spec, the policy or its source's maker
+    own_refusal: tuple[str, str] | None = None
+    source: Source | None = None
+    entered: bool = False
+    last_value: float | None = None
+    last_value_time: float | None = None
+    value_count: int = 0
+    last_error: str | None = None
+    last_error_time: float | None = None
+    last_good: list[Value] = field(default_factory=list)
+    next_refresh: float = 0.0
+
+    @property
+    def serving(self) -> bool:
+        """Valid, not shadowed, not over a limit: its source answers for the metric."""
+        return self.valid and self.shadowed_by is None and self.source is not None
+
+    def describe(self) -> dict[str, Any]:
+        """The state as the metric status page and explanations show it."""
+        definition = self.definition
+        return {
+            "namespace": definition.namespace,
+            "name": definition.name,
+            "metric": definition.metric,
+            "servedAs": definition.served_as.type,
+            "source": definition.source_type,
+            "valid": self.valid,
+            "ready": self.serving and self.last_value is not None,
+            "reason": self.reason,
+            "message": self.message,
+            "shadowedBy": self.shadowed_by,
+            "lastValue": self.last_value,
+            "lastValueTime": self.last_value_time,
+            "valueCount": self.value_count,
+            "lastError": self.last_error,
+            "lastErrorTime": self.last_error_time,
+        }
+
+
+class Catalog:
+    """Every watched definition's `State`, and the serving one per (namespace, metric)."""
+
+    def __init__(
+        self,
+        platform: Platform,
+        makers: Mapping[str, SourceMaker],
+        tools: SourceTools,
+    ) -> None:
+        self.platform = platform
+        self.makers = dict(makers)
+        self.tools = tools
+        self.states: dict[tuple[str, str], State] = {}
+        #: namespace -> name -> state (the same states, for per-namespace decisions)
+        self.by_namespace: dict[str, dict[str, State]] = {}
+        #: namespace -> the metrics it has in `serving`
+        self._served: dict[str, set[str]] = {}
+        #: (namespace, metric) -> the state serving it
+        self.serving: dict[tuple[str, str], State] = {}
+        #: sources of definitions that changed or left, for the backend to close
+        self.retired: list[Source] = []
+        self.generation = 0
+        self.synced = False
+        self._seen: set[tuple[str, str]] | None = None
+        self._listing: tuple[int, frozenset[MetricInfo], frozenset[str]] | None = None
+        #: called after every change (the backend wakes its tick)
+        self.changed: Callable[[], None] = lambda: None
+
+    # -- the WatchSink --
+
+    def list_started(self) -> None:
+        """A (re)list begins."""
+        self._seen = set()
+
+    def listed(self, obj: dict[str, Any]) -> None:
+        """One listed definition."""
+        key = self._apply(obj)
+        if self._seen is not None and key is not None:
+            self._seen.add(key)
+
+    def list_finished(self) -> None:
+        """Definitions not listed are gone."""
+        seen = self._seen or set()
+        for key in [key for key in self.states if key not in seen]:
+            self._remove(key)
+        self._seen = None
+        self.synced = True
+
+    def event(self, type: str, obj: dict[str, Any]) -> None:
+        """ADDED, MODIFIED or DELETED."""
+        if type == "DELETED":
+            meta = obj.get("metadata") or {}
+            self._remove((str(meta.get("namespace")), str(meta.get("name"))))
+        else:
+            self._apply(obj)
+
+    # -- changes --
+
+    def _apply(self, obj: Mapping[str, Any]) -> tuple[str, str] | None:
+        try:
+            definition = parse_definition(obj)
+        except (KeyError, TypeError):
+            logger.warning("metric definitions: an object without metadata, skipped")
+            return None
+        key = definition.key
+        old = self.states.get(key)
+        if old is not None and old.definition == definition:
+            return key  # a status write or a relist: nothing that serving reads changed
+        if old is not None:
+            self._retire(old)
+        state = self.states[key] = State(definition)
+        self.by_namespace.setdefault(key[0], {})[key[1]] = state
+        state.own_refusal = definition.refusal or self.platform.admit(
+            definition, frozenset(self.makers)
+        )
+        if state.own_refusal is not None:
+            logger.info("metric definition %s/%s refused (%s): %s", *key, *state.own_refusal)
+        self._resolve(definition.namespace)
+        return key
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        state = self.states.pop(key, None)
+        if state is None:
+            return
+        namespace = self.by_namespace.get(key[0], {})
+        namespace.pop(key[1], None)
+        if not namespace:
+            self.by_namespace.pop(key[0], None)
+        self._retire(state)
+        logger.info(
+            "metric definition %s/%s deleted: %s no longer served by it",
+            *key,
+            state.definition.metric,
+        )
+        self._resolve(key[0])
+
+    def _retire(self, state: State) -> None:
+        # Only an entered source has work to stop; one made and never entered is dropped.
+        if state.source is not None and state.entered:
+            self.retired.append(state.source)
+        state.source = None
+        state.entered = False
+
+    def _resolve(self, namespace: str) -> None:
+        """Re-decide which definitions of `namespace` serve (see the module)."""
+        states = sorted(
+            self.by_namespace.get(namespace, {}).values(),
+            key=lambda state: state.definition.age_order,
+        )
+        limit = self.platform.namespace_limits(namespace).definitions
+        winners: dict[str, State] = {}
+        admitted = 0
+        for state in states:
+            definition = state.definition
+            if state.own_refusal is not None:
+                state.valid = False
+                state.reason, state.message = state.own_refusal
+                continue  # refused by its spec or the policy: shadows nothing
+            state.valid, state.shadowed_by = True, None
+            admitted += 1
+            if admitted > limit:
+                self._refuse(
+                    state,
+                    "OverLimit",
+                    f"namespace {namespace} has more than {limit} definitions, the platform's "
+                    "limit (the oldest are served)",
+                )
+                continue
+            first = winners.get(definition.metric)
+            if first is not None:
+                if state.reason != "Shadowed":
+                    logger.info(
+                        "metric definition %s/%s shadowed: %s is served by the older %s",
+                        namespace,
+                        definition.name,
+                        definition.metric,
+                        first.definition.name,
+                    )
+                state.shadowed_by = f"{namespace}/{first.definition.name}"
+                state.reason = "Shadowed"
+                state.message = (
+                    f"metric {definition.metric} is served by the older definition "
+                    f"{first.definition.name}"
+                )
+                self._retire(state)
+                continue
+            winners[definition.metric] = state
+        cycles = formula_cycles(state.definition for state in winners.values())
+        for metric, state in winners.items():
+            if metric in cycles:
+                self._refuse(state, "InvalidFormula", cycles[metric])
+            elif state.source is None:
+                self._start(state)
+        for metric in self._served.pop(namespace, ()):
+            self.serving.pop((namespace, metric), None)
+        served = {metric for metric, state in winners.items() if state.serving}
+        for metric in served:
+            self.serving[(namespace, metric)] = winners[metric]
+        if served:
+            self._served[namespace] = served
+        self.generation += 1
+        self.changed()
+
+    def _start(self, state: State) -> None:
+        definition = state.definition
+        try:
+            state.source = self.makers[definition.source_type](definition, self.tools)
+        except Refused as err:
+            state.own_refusal = (err.reason, err.message)
+            state.valid, state.reason, state.message = False, err.reason, err.message
+            logger.info(
+                "metric definition %s/%s refused (%s): %s", *definition.key, err.reason, err.message
+            )
+            return
+        state.reason, state.message = "Serving", ""
+        logger.info(
+            "metric definition %s/%s serves %s %s from its %s source",
+            definition.namespace,
+            definition.name,
+            definition.served_as.type,
+            definition.metric,
+            definition.source_type,
+        )
+
+    def _refuse(self, state: State, reason: str, message: str) -> None:
+        state.valid, state.reason, state.message = False, reason, message
+        self._retire(state)
+
+    def check_targets(self) -> None:
+        """Refuse the serving definitions whose scrape targets take their namespace past its
+        limit, oldest keeping their place. O(serving definitions)."""
+        totals: dict[str, int] = {}
+        for (namespace, _), state in sorted(
+            self.serving.items(), key=lambda item: item[1].definition.age_order
+        ):
+            source = state.source
+            if source is None:
+                continue
+            total = totals.get(namespace, 0) + source.targets()
+            limit = self.platform.namespace_limits(namespace).scrape_targets
+            if total > limit:
+                self._refuse(
+                    state,
+                    "OverLimit",
+                    f"its pods take namespace {namespace} past the platform's limit of {limit} "
+                    "scrape targets",
+                )
+                del self.serving[(namespace, state.definition.metric)]
+                self._served[namespace].discard(state.definition.metric)
+                self.generation += 1
+                continue
+            totals[namespace] = total
+
+    # -- reads --
+
+    def listing(self) -> tuple[frozenset[MetricInfo], frozenset[str]]:
+        """(custom metrics, external names) of the serving definitions; the same frozensets
+        until a change. O(1), O(serving) after a change."""
+        cached = self._listing
+        if cached is not None and cached[0] == self.generation:
+            return cached[1], cached[2]
+        custom: set[MetricInfo] = set()
+        external: set[str] = set()
+        for (_, metric), state in self.serving.items():
+            served = state.definition.served_as
+            if served.type == "External":
+                external.add(metric)
+            elif served.type == "Pods":
+                custom.add(MetricInfo(PODS, True, metric))
+            elif served.workload is not None:
+                custom.add(MetricInfo(served.workload[0], True, metric))
+        found = (self.generation, frozenset(custom), frozenset(external))
+        self._listing = found
+        return found[1], found[2]

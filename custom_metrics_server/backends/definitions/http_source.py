@@ -1,0 +1,201 @@
+"""The `http` source: a number from the JSON body of a GET to a Service of the definition's
+namespace, sent only to that Service's own ready endpoints (docs/metric-definitions.md,
+"Source `http`"), on `http_json.py`.
+
+Per definition, two watches of **its namespace only**: the Service (`/api/v1/namespaces/<ns>/
+services`, `fieldSelector=metadata.name=<service>`) and its EndpointSlices
+(`/apis/discovery.k8s.io/v1/namespaces/<ns>/endpointslices`,
+`labelSelector=kubernetes.io/service-name=<service>`), so the API server itself confines what
+the addresses can come from. Each `interval`, `http_json.ready_targets` picks the ready,
+non-terminating endpoints at the slice port carrying the named Service port (loopback,
+link-local, unspecified and multicast addresses skipped), `choose` takes one by turn, and
+`fetch_value` GETs it with no credentials, redirects refused, the body and the deadline capped
+by the platform's `http` settings. No ready endpoint, a failed GET, no number at `valuePath`:
+the source's error.
+
+Cost: two watches per definition; a refresh O(endpoints) and one GET.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Self
+
+from custom_metrics_server.backends.definitions.http_json import (
+    DEFAULT_DEADLINE,
+    DEFAULT_MAX_BODY,
+    choose,
+    fetch_value,
+    ready_targets,
+)
+from custom_metrics_server.backends.definitions.polled import Polled
+from custom_metrics_server.backends.definitions.source import SourceError, SourceTools, Value
+from custom_metrics_server.backends.definitions.spec import Definition, Refused
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.watcher import Reflector
+from custom_metrics_server.runtime.tasks import BackgroundTasks
+
+__all__ = ["HttpSettings", "HttpSource", "make_http"]
+
+_SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """The platform's caps on `http` sources."""
+
+    deadline: float = DEFAULT_DEADLINE
+    max_body: int = DEFAULT_MAX_BODY
+    #: endpoints at loopback addresses are used: unit tests only, not a platform setting (the
+    #: API server refuses loopback addresses in EndpointSlices anyway)
+    allow_loopback: bool = False
+
+
+class _Objects:
+    """The `WatchSink` of one collection: the objects by name, as the API serves them."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, dict[str, Any]] = {}
+        self._seen: set[str] | None = None
+        self.synced = False
+
+    def list_started(self) -> None:
+        self._seen = set()
+
+    def listed(self, obj: dict[str, Any]) -> None:
+        name = self._apply(obj)
+        if self._seen is not None and name is not None:
+            self._seen.add(name)
+
+    def list_finished(self) -> None:
+        seen = self._seen or set()
+        self.by_name = {name: obj for name, obj in self.by_name.items() if name in seen}
+        self._seen = None
+        self.synced = True
+
+    def event(self, type: str, obj: dict[str, Any]) -> None:
+        if type == "DELETED":
+            self.by_name.pop(str((obj.get("metadata") or {}).get("name")), None)
+        else:
+            self._apply(obj)
+
+    def _apply(self, obj: dict[str, Any]) -> str | None:
+        name = (obj.get("metadata") or {}).get("name")
+        if not isinstance(name, str):
+            return None
+        self.by_name[name] = obj
+        return name
+
+
+class HttpSource(Polled):
+    """One definition's Service endpoint, read (see the module)."""
+
+    def __init__(
+        self,
+        definition: Definition,
+        spec: tuple[str, int | str, str, str],
+        kube: KubeClient,
+        settings: HttpSettings,
+    ) -> None:
+        super().__init__(definition.interval)
+        self.namespace = definition.namespace
+        self.service, self.port, self.path, self.value_path = spec
+        self.settings = settings
+        self.services = _Objects()
+        self.slices = _Objects()
+        name = f"mdef-{self.namespace}-{definition.name}"
+        self.watches = [
+            Reflector(
+                kube,
+                path=f"/api/v1/namespaces/{self.namespace}/services",
+                sink=self.services,
+                name=f"{name}-service",
+                field_selector=f"metadata.name={self.service}",
+            ),
+            Reflector(
+                kube,
+                path=f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices",
+                sink=self.slices,
+                name=f"{name}-endpointslices",
+                label_selector=f"{_SERVICE_NAME_LABEL}={self.service}",
+            ),
+        ]
+        self._tasks = BackgroundTasks()
+        self._turn = 0
+
+    async def __aenter__(self) -> Self:
+        for watch in self.watches:
+            self._tasks.start(watch.run(), name=f"watch-{watch.name}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._tasks.stop()
+
+    async def read(self) -> list[Value]:
+        """One GET to the next ready endpoint; its number."""
+        for watch, sink in zip(self.watches, (self.services, self.slices), strict=True):
+            if not sink.synced:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(watch.wait_synced(), self.settings.deadline)
+            if not sink.synced:
+                raise SourceError(f"the Service's objects are not listed yet ({watch.name})")
+        service = self.services.by_name.get(self.service)
+        if service is None:
+            raise SourceError(f"no Service {self.service} in namespace {self.namespace}")
+        targets = ready_targets(
+            service,
+            self.slices.by_name.values(),
+            self.port,
+            allow_loopback=self.settings.allow_loopback,
+        )
+        if isinstance(targets, str):
+            raise SourceError(targets)
+        target = choose(targets, self._turn)
+        self._turn += 1
+        found = await fetch_value(
+            target,
+            service=self.service,
+            namespace=self.namespace,
+            path=self.path,
+            value_path=self.value_path,
+            deadline=self.settings.deadline,
+            max_body=self.settings.max_body,
+        )
+        if isinstance(found, str):
+            raise SourceError(found)
+        return [Value(found, self.clock())]
+
+    def targets(self) -> int:
+        """One endpoint read per interval, counted against the namespace's scrape targets."""
+        return 1
+
+
+def make_http(definition: Definition, tools: SourceTools) -> HttpSource:
+    """The `SourceMaker` of `HTTP`."""
+    if not isinstance(tools.client, KubeClient):
+        raise TypeError("the http source needs the server's KubeClient")
+    spec = definition.source_spec
+    service, port = spec.get("service"), spec.get("port")
+    path, value_path = spec.get("path"), spec.get("valuePath")
+    if isinstance(port, str) and port.isdigit():
+        port = int(port)
+    if not isinstance(service, str) or not service:
+        raise Refused("InvalidSpec", "spec.source.http.service is required")
+    if isinstance(port, bool) or not isinstance(port, int | str) or port in ("", 0):
+        raise Refused("InvalidPort", f"spec.source.http.port: {port!r} is not a port")
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise Refused("InvalidPath", f"spec.source.http.path: {path!r} does not start with /")
+    if not isinstance(value_path, str) or not value_path:
+        raise Refused("InvalidSpec", "spec.source.http.valuePath is required")
+    settings = tools.settings.get("http")
+    if not isinstance(settings, HttpSettings):
+        settings = HttpSettings()
+    return HttpSource(definition, (service, port, path, value_path), tools.client, settings)

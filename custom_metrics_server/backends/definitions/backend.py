@@ -388,6 +388,6 @@ class DefinitionsBackend:
             "definitions": [state.describe() for state in found],
         }
 
-    def states(self) -> list[dict[str, object]]:
+    def definition_states(self) -> list[dict[str, object]]:
         """Every definition's state (explanations, the metric status page, tests)."""
         return [state.describe() for _, state in sorted(self.catalog.states.items())]

@@ -12,7 +12,8 @@ is (the watch's copy, or the answer to the last write):
 * its significant part (`status.significant`: observedGeneration, the conditions' status and
   reason, the route) differs: **urgent**, written in this round;
 * anything else differs (value, its time, an error, a message) and the writer last wrote it
-  at least `MIN_INTERVAL` (60 s) ago: **routine**;
+  at least `MIN_INTERVAL` (60 s) ago (a status first seen as it should be, after a takeover or
+  a restart, counts as written then): **routine**;
 * otherwise nothing.
 
 Writes go through a token bucket of `rate` writes a second (`RATE`, 20; burst `BURST`, 20)
@@ -134,11 +135,14 @@ class StatusWriter:
                 urgent.append(state)
                 continue
             written = self._written.get(key)
-            last = (
-                written.at if written is not None and written.uid == state.definition.uid else 0.0
-            )
-            if now - last >= self.min_interval and _routine_part(want) != _routine_part(have):
-                routine.append((last, state))
+            if written is None or written.uid != state.definition.uid:
+                # First seen as it should be (a new leader, a restart): counted as written
+                # now, so a takeover does not rewrite every definition at once.
+                self._written[key] = _Written(state.definition.uid, now)
+                continue
+            routine_due = now - written.at >= self.min_interval
+            if routine_due and _routine_part(want) != _routine_part(have):
+                routine.append((written.at, state))
         routine.sort(key=lambda item: item[0])
         self._refill(now)
         chosen = (urgent + [state for _, state in routine])[: int(self._tokens)]

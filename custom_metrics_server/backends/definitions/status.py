@@ -29,7 +29,9 @@ __all__ = [
     "desired",
     "pending",
     "ready_event",
+    "routine_of",
     "significant",
+    "significant_of",
     "time_text",
 ]
 
@@ -59,32 +61,65 @@ def _valid(state: State) -> tuple[str, str, str]:
     return "False", state.reason, state.message
 
 
+def _ready_kind(state: State) -> tuple[str, str]:
+    """`Ready`'s (status, reason), without its message (the writer's cheap comparison)."""
+    if not state.valid:
+        return "False", "NotValid"
+    if state.shadowed_by is not None:
+        return "False", "Shadowed"
+    if state.source is None:
+        return "Unknown", "Pending"
+    if state.last_error is not None:
+        return "False", "SourceFailing"
+    if not state.has_value:
+        return "False", "NoValue"
+    return "True", "Serving"
+
+
 def _ready(state: State) -> tuple[str, str, str]:
     definition = state.definition
-    if not state.valid:
-        return "False", "NotValid", f"not served: {state.reason}: {state.message}"
-    if state.shadowed_by is not None:
-        return "False", "Shadowed", state.message
-    if state.source is None:
-        return "Unknown", "Pending", "the server has not started its source yet"
-    if state.last_error is not None:
-        return "False", "SourceFailing", f"reading the source failed: {state.last_error}"
-    if not state.has_value:
-        return (
-            "False",
-            "NoValue",
-            (
-                f"the {definition.source_type} source has no value now"
-                + (f" younger than maxAge ({definition.max_age:g}s)" if definition.max_age else "")
-            ),
+    status, reason = _ready_kind(state)
+    if reason == "NotValid":
+        message = f"not served: {state.reason}: {state.message}"
+    elif reason == "Shadowed":
+        message = state.message
+    elif reason == "Pending":
+        message = "the server has not started its source yet"
+    elif reason == "SourceFailing":
+        message = f"reading the source failed: {state.last_error}"
+    elif reason == "NoValue":
+        message = f"the {definition.source_type} source has no value now" + (
+            f" younger than maxAge ({definition.max_age:g}s)" if definition.max_age else ""
         )
+    else:
+        message = (
+            f"served as the {definition.served_as.type} metric {definition.metric} in "
+            f"namespace {definition.namespace}"
+        )
+    return status, reason, message
+
+
+def _route_items(state: State) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(_route(state).items()))
+
+
+def significant_of(state: State) -> tuple[object, ...]:
+    """`significant(desired(state, ...))`, without building the status: O(1)."""
+    valid = ("True", "Accepted") if state.valid else ("False", state.reason)
+    conditions = tuple(sorted((("Ready", *_ready_kind(state)), ("Valid", *valid))))
+    return (state.definition.generation, conditions, _route_items(state))
+
+
+def routine_of(state: State) -> tuple[object, ...]:
+    """What a routine write would change (values, errors, messages' inputs), from the state:
+    compared with the same at the last write. O(1)."""
     return (
-        "True",
-        "Serving",
-        (
-            f"served as the {definition.served_as.type} metric {definition.metric} in namespace "
-            f"{definition.namespace}"
-        ),
+        state.last_value,
+        state.value_count,
+        None if state.last_value_time is None else int(state.last_value_time),
+        state.last_error,
+        None if state.last_error_time is None else int(state.last_error_time),
+        state.message,
     )
 
 

@@ -47,7 +47,9 @@ from custom_metrics_server.backends.definitions.status import (
     desired,
     pending,
     ready_event,
+    routine_of,
     significant,
+    significant_of,
 )
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
 from custom_metrics_server.kube.lease import micro_time
@@ -74,6 +76,8 @@ ROUND: Final = 1.0
 class _Written:
     uid: str
     at: float
+    #: `status.routine_of` the state when written
+    routine: tuple[object, ...]
 
 
 class StatusWriter:
@@ -104,6 +108,8 @@ class StatusWriter:
         self._filled = clock()
         self._limit = asyncio.Semaphore(concurrency)
         self._written: dict[tuple[str, str], _Written] = {}
+        #: per definition: its observed status (by identity) and that status's significant part
+        self._seen: dict[tuple[str, str], tuple[Mapping[str, Any], tuple[object, ...]]] = {}
         self._failing: set[tuple[str, str]] = set()
         #: counts, for tests and the benchmark
         self.writes = 0
@@ -123,26 +129,33 @@ class StatusWriter:
 
     def due(self, now: float) -> list[State]:
         """The definitions to write in this round, urgent first, within the bucket's tokens
-        (taken). O(definitions)."""
+        (taken). O(definitions), a few tuple comparisons each: the status is built only for
+        the chosen."""
         urgent: list[State] = []
         routine: list[tuple[float, State]] = []
+        seen = self._seen
         for key, state in self.catalog.states.items():
             if pending(state):
                 continue
             have = state.observed_status
-            want = desired(state, have, now)
-            if significant(want) != significant(have):
+            known = seen.get(key)
+            if known is None or known[0] is not have:
+                known = seen[key] = (have, significant(have))
+            if significant_of(state) != known[1]:
                 urgent.append(state)
                 continue
             written = self._written.get(key)
             if written is None or written.uid != state.definition.uid:
                 # First seen as it should be (a new leader, a restart): counted as written
                 # now, so a takeover does not rewrite every definition at once.
-                self._written[key] = _Written(state.definition.uid, now)
+                self._written[key] = _Written(state.definition.uid, now, routine_of(state))
                 continue
-            routine_due = now - written.at >= self.min_interval
-            if routine_due and _routine_part(want) != _routine_part(have):
+            if now - written.at >= self.min_interval and routine_of(state) != written.routine:
                 routine.append((written.at, state))
+        if len(seen) > len(self.catalog.states):  # definitions deleted: forget them
+            for gone in [key for key in seen if key not in self.catalog.states]:
+                del seen[gone]
+                self._written.pop(gone, None)
         routine.sort(key=lambda item: item[0])
         self._refill(now)
         chosen = (urgent + [state for _, state in routine])[: int(self._tokens)]
@@ -202,12 +215,13 @@ class StatusWriter:
                         continue
                     if err.code == 404:
                         self._written.pop(key, None)
+                        self._seen.pop(key, None)
                         return False  # deleted: the watch's event takes it out
                     self._log_failure(key, str(err))
                     return False
                 self.writes += 1
                 self._failing.discard(key)
-                self._written[key] = _Written(definition.uid, now)
+                self._written[key] = _Written(definition.uid, now, routine_of(state))
                 _take(state, answer)
                 logger.debug("metric definition %s/%s: status written", *key)
                 await self._event(state, before, status, now)
@@ -283,16 +297,3 @@ def _take(state: State, obj: Mapping[str, Any]) -> None:
             state.resource_version = str(version)
         status = obj.get("status")
         state.observed_status = status if isinstance(status, Mapping) else {}
-
-
-def _routine_part(status: Mapping[str, Any]) -> tuple[object, ...]:
-    """What a routine write changes: the values, errors and messages."""
-    messages = tuple(
-        sorted(
-            (str(c.get("type")), str(c.get("message")))
-            for c in status.get("conditions") or ()
-            if isinstance(c, Mapping)
-        )
-    )
-    fields = ("lastValue", "lastValueTime", "valueCount", "lastError", "lastErrorTime")
-    return (messages, *(status.get(name) for name in fields))

@@ -16,6 +16,11 @@ from custom_metrics_server.backends.definitions.backend import DefinitionsBacken
 from custom_metrics_server.backends.definitions.policy import Platform
 from custom_metrics_server.backends.definitions.schedule import make_schedule
 from custom_metrics_server.backends.definitions.source import SourceError, Value
+from custom_metrics_server.backends.definitions.status import (
+    desired,
+    significant,
+    significant_of,
+)
 from custom_metrics_server.backends.definitions.status_writer import StatusWriter
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
 from tests.backends.definitions.test_serving import constant, obj
@@ -254,3 +259,38 @@ async def test_a_conflict_is_read_again_and_written_and_a_deleted_object_forgott
     assert writer.conflicts == 1
     assert "status" in api.objects[path]
     assert writer.writes == 1
+
+
+async def test_the_writer_s_cheap_comparison_equals_the_written_status_s() -> None:
+    """`significant_of(state)` (what `due` compares) is `significant` of the status it would
+    write, for a state of every Ready reason and a Valid False one."""
+    failing = Failing(5)
+    made = DefinitionsBackend(
+        cast("KubeClient", object()),
+        makers={"Schedule": make_schedule, "Pods": lambda definition, tools: failing},
+        platform=Platform(),
+        clock=Clock(),
+        write_status=False,
+    )
+    made.catalog.list_started()
+    made.catalog.list_finished()
+    api = Objects()
+    add(made, api, 7, "served")
+    made.catalog.event("ADDED", api.add(obj(constant(1, metricName="m_served"), "shadowed")))
+    made.catalog.event("ADDED", api.add(obj(constant(1, metricName="x", interval="1s"), "slow")))
+    none = constant(1, metricName="m_none")
+    none["source"]["schedule"].pop("defaultValue")
+    made.catalog.event("ADDED", api.add(obj(none, "none")))
+    await made.tick()
+    states = made.catalog.states
+    reasons = set()
+    for state in states.values():
+        want = desired(state, {}, NOW)
+        assert significant_of(state) == significant(want), state.definition.name
+        reasons.add(next(c["reason"] for c in want["conditions"] if c["type"] == "Ready"))
+    state = states[("shop", "served")]
+    state.last_error = "down"
+    assert significant_of(state) == significant(desired(state, {}, NOW))
+    state.source = None
+    assert significant_of(state) == significant(desired(state, {}, NOW))
+    assert reasons == {"Serving", "Shadowed", "NotValid", "NoValue"}

@@ -8,9 +8,9 @@ The expected counts are the controller's External `AverageValue` formula
 is 3 replicas, and value 1 brings it back to 1. The pods stay Pending (no kubelet here): the
 External form does not read them.
 
-The Pods form needs Running pods with the values of their own `/metrics`; this tier runs no
-kubelet, so it is not here (the real-node tier, tests/realnode/test_hpa.py, scales on the
-Pods form of other backends; a MetricDefinition there is not written yet).
+The Pods form is not tested with the HPA yet: it needs Running pods with their own `/metrics`,
+and this tier runs no kubelet (tests/controlplane/test_metric_definitions_serving.py serves a
+`pods` definition from pods it sets Running itself, asked by name).
 
 The server is ours with only the `metric-definitions` backend, started with the production
 overlay's serving certificate; the overlay's APIServices are pointed at it for this module and
@@ -107,9 +107,20 @@ def aggregated(
         stop_server(server)
 
 
-def hpa(namespace: str, name: str, metric: str) -> Obj:
-    """An autoscaling/v2 HPA on Deployment `name`, External `metric` at averageValue 1, that
-    scales at once both ways (as tests/realnode/test_hpa.py's)."""
+def external_metric(metric: str) -> Obj:
+    """External `metric` at averageValue 1."""
+    return {
+        "type": "External",
+        "external": {
+            "metric": {"name": metric},
+            "target": {"type": "AverageValue", "averageValue": "1"},
+        },
+    }
+
+
+def hpa(namespace: str, name: str, metric: Obj) -> Obj:
+    """An autoscaling/v2 HPA on Deployment `name` on `metric`, that scales at once both ways
+    (as tests/realnode/test_hpa.py's)."""
     fast = {
         "stabilizationWindowSeconds": 0,
         "policies": [{"type": "Pods", "value": 10, "periodSeconds": 1}],
@@ -122,15 +133,7 @@ def hpa(namespace: str, name: str, metric: str) -> Obj:
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicas": 1,
             "maxReplicas": 10,
-            "metrics": [
-                {
-                    "type": "External",
-                    "external": {
-                        "metric": {"name": metric},
-                        "target": {"type": "AverageValue", "averageValue": "1"},
-                    },
-                }
-            ],
+            "metrics": [metric],
             "behavior": {"scaleUp": fast, "scaleDown": fast},
         },
     }
@@ -141,7 +144,7 @@ def scaled_to(plane: ControlPlane, namespace: str, name: str, replicas: int) -> 
     The failure names the HPA's last status and conditions."""
     last: dict[str, Any] = {}
 
-    def probe() -> Obj | None:
+    def probe() -> Obj:  # {} (falsy) until scaled
         status: Obj = plane.get_json(
             f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/{name}"
         ).get("status", {})
@@ -149,7 +152,7 @@ def scaled_to(plane: ControlPlane, namespace: str, name: str, replicas: int) -> 
         last.update(status=status, replicas=spec["replicas"])
         if status.get("desiredReplicas") == replicas and spec["replicas"] == replicas:
             return status
-        return None
+        return {}
 
     return plane.wait_until(
         probe,
@@ -169,7 +172,7 @@ def test_an_unmodified_hpa_scales_a_deployment_on_a_definitions_external_metric(
     plane.kubectl(
         "-n", shop, "create", "deployment", "web", "--image=example.invalid/web", "--replicas=1"
     )
-    plane.apply([hpa(shop, "web", "expected_load")])
+    plane.apply([hpa(shop, "web", external_metric("expected_load"))])
     status = scaled_to(plane, shop, "web", 3)  # ceil(3 / 1)
     (current,) = status["currentMetrics"]
     assert current["external"]["metric"]["name"] == "expected_load"

@@ -169,9 +169,9 @@ def conditions(obj: Obj) -> dict[str, Obj]:
 def written(plane: ControlPlane, namespace: str, name: str, ready: str) -> Obj:
     """The object once its status says `Ready` is `ready`."""
 
-    def found() -> Obj | None:
+    def found() -> Obj:  # {} (falsy) until then
         obj: Obj = plane.get_json(path(namespace, name))
-        return obj if conditions(obj).get("Ready", {}).get("status") == ready else None
+        return obj if conditions(obj).get("Ready", {}).get("status") == ready else {}
 
     return plane.wait_until(
         found,
@@ -213,9 +213,9 @@ def test_a_schedule_definition_is_valid_and_ready_with_its_value_and_an_event(
     # A new spec: written at once (a new observedGeneration), not a minute later.
     plane.apply([definition(shop, "office-hours", "expected_load", constant(9))])
 
-    def regenerated() -> Obj | None:
+    def regenerated() -> Obj:  # {} (falsy) until then
         now: Obj = plane.get_json(path(shop, "office-hours"))
-        return now if now["status"].get("observedGeneration") == 2 else None
+        return now if now["status"].get("observedGeneration") == 2 else {}
 
     again = plane.wait_until(regenerated, "observedGeneration 2")
     assert again["status"]["lastValue"] == "9"

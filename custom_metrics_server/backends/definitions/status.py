@@ -8,9 +8,9 @@ conditions keep their `lastTransitionTime` while their `status` is unchanged (me
 conditions' type, status and reason, `observedGeneration`, the route); the rest (values,
 messages, errors) is written at most once a minute (`status_writer`).
 
-`Ready` is `Unknown` (`Pending`) for a serving definition whose source has not been read yet:
-such a status is not written (`pending`), so a new definition's first status is its first
-answer, not "pending" and then, a second later, "serving".
+A serving definition whose source has not answered yet (`pending`: neither a value nor an
+error, within its first interval) gets no status, so a new definition's first status is its
+source's first answer, not "no value" and then, a second later, "serving" (with two Events).
 
 PURE: no I/O. Cost: O(conditions) per definition.
 """
@@ -50,9 +50,12 @@ def _cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def pending(state: State) -> bool:
-    """Serving, but its source not read yet: nothing worth writing."""
-    return state.serving and state.next_refresh == 0.0 and state.last_error is None
+def pending(state: State, now: float) -> bool:
+    """Serving, but no answer from its source yet: not read yet, or neither a value nor an
+    error within its first interval (a `pods` source's scraper answers after the first tick)."""
+    if not state.serving or state.last_error is not None or state.last_value is not None:
+        return False
+    return state.next_refresh == 0.0 or now < state.next_refresh
 
 
 def _valid(state: State) -> tuple[str, str, str]:

@@ -135,7 +135,7 @@ class StatusWriter:
         routine: list[tuple[float, State]] = []
         seen = self._seen
         for key, state in self.catalog.states.items():
-            if pending(state):
+            if pending(state, now):
                 continue
             have = state.observed_status
             known = seen.get(key)

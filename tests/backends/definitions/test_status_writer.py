@@ -294,3 +294,41 @@ async def test_the_writer_s_cheap_comparison_equals_the_written_status_s() -> No
     state.source = None
     assert significant_of(state) == significant(desired(state, {}, NOW))
     assert reasons == {"Serving", "Shadowed", "NotValid", "NoValue"}
+
+
+async def test_a_source_that_answers_after_its_first_tick_gets_one_status_and_one_event() -> None:
+    """A `pods` source's scraper answers after the tick that started it: no "no value"
+    status and Warning first; within its first interval the writer waits for the answer."""
+    late = Failing(6)
+    late.failing = None
+    answered = False
+    late.values = lambda now: [Value(6, now)] if answered else []  # type: ignore[method-assign]
+    api, clock = Objects(), Clock()
+    made = DefinitionsBackend(
+        cast("KubeClient", object()),
+        makers={"Schedule": lambda definition, tools: late},
+        platform=Platform(),
+        clock=clock,
+        write_status=False,
+    )
+    made.catalog.list_started()
+    made.catalog.list_finished()
+    writer = StatusWriter(cast("KubeClient", api), made.catalog, identity="a", clock=clock)
+    add(made, api, 6, "scraped")
+    await made.tick()
+    assert await writer.round() == 0
+    clock.now += 1
+    answered = True
+    await made.tick()
+    assert await writer.round() == 1
+    assert [(e["type"], e["reason"]) for e in api.events] == [("Normal", "Serving")]
+    # A source with nothing at all: its "no value" status comes after its first interval.
+    _, quiet_writer, quiet_api, _ = setup()
+    quiet = quiet_writer.catalog
+    none = constant(1, metricName="m_none")
+    none["source"]["schedule"].pop("defaultValue")
+    quiet.event("ADDED", quiet_api.add(obj(none, "none")))
+    state = quiet.states[("shop", "none")]
+    state.next_refresh = clock.now + 30
+    assert quiet_writer.due(clock.now) == []
+    assert quiet_writer.due(clock.now + 30) == [state]

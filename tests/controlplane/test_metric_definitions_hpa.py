@@ -8,9 +8,12 @@ The expected counts are the controller's External `AverageValue` formula
 is 3 replicas, and value 1 brings it back to 1. The pods stay Pending (no kubelet here): the
 External form does not read them.
 
-The Pods form is not tested with the HPA yet: it needs Running pods with their own `/metrics`,
-and this tier runs no kubelet (tests/controlplane/test_metric_definitions_serving.py serves a
-`pods` definition from pods it sets Running itself, asked by name).
+The Pods form: a `pods` definition over the Deployment's pods, `averageValue: 100` and a value
+of 300 from the one Running pod: `ceil(1 x 300 / 100) = 3`. No kubelet runs here, so the test
+sets that pod Running at 127.0.0.1 as a kubelet would (as
+tests/controlplane/test_metric_definitions_serving.py does), its container port a local
+exporter's; the pods the scale-up adds stay Pending, which the controller leaves out of a Pods
+metric (`groupPods`), so 3 is the formula's fixed point.
 
 The server is ours with only the `metric-definitions` backend, started with the production
 overlay's serving certificate; the overlay's APIServices are pointed at it for this module and
@@ -35,7 +38,12 @@ from custom_metrics_server.testing.server_process import ServerProcess, start_se
 from tests.controlplane.cluster import ControlPlane
 from tests.controlplane.conftest import Deployed
 from tests.controlplane.deployment import direct_client, route
-from tests.controlplane.test_metric_definitions_serving import constant, definition
+from tests.controlplane.test_metric_definitions_serving import (
+    Exporter,
+    constant,
+    definition,
+    set_running,
+)
 from tests.controlplane.test_metric_definitions_status import install
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -61,11 +69,17 @@ def aggregated(
         yaml.safe_dump(
             {
                 "backends": [
+                    # The cluster view (pods) the Pods form's `pods/*` requests need.
+                    {
+                        "name": "kubernetes",
+                        "type": "kubernetes",
+                        "settings": {"kubeconfig": str(plane.admin_kubeconfig)},
+                    },
                     {
                         "name": "metric-definitions",
                         "type": "metric-definitions",
                         "settings": settings,
-                    }
+                    },
                 ]
             }
         )
@@ -182,3 +196,80 @@ def test_an_unmodified_hpa_scales_a_deployment_on_a_definitions_external_metric(
     plane.apply([definition(shop, "expected", "expected_load", constant(1))])
     scaled_to(plane, shop, "web", 1)
     plane.kubectl("delete", "namespace", shop, "--wait=false")
+
+
+def test_an_unmodified_hpa_scales_a_deployment_on_a_definitions_pods_metric(
+    control_plane_with_controllers: ControlPlane, aggregated: ServerProcess
+) -> None:
+    plane = control_plane_with_controllers
+    shop = plane.create_namespace("mdef-hpa-pods")
+    exporter = Exporter(300)
+    try:
+        container = {
+            "name": "main",
+            "image": "example.invalid/web",
+            "ports": [{"name": "metrics", "containerPort": exporter.port}],
+        }
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": shop},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [container]},
+                },
+            },
+        }
+        plane.apply([deployment])
+        (pod,) = plane.wait_until(
+            lambda: list(plane.get_json(f"/api/v1/namespaces/{shop}/pods")["items"]),
+            "the Deployment's pod",
+            process="kube-controller-manager",
+        )
+        set_running(plane, pod)
+        source = {
+            "type": "Pods",
+            "pods": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "port": "metrics",
+                "metric": "inflight",
+            },
+        }
+        per_pod = definition(shop, "inflight", "inflight_per_pod", source, interval="5s")
+        per_pod["spec"]["servedAs"] = {"type": "Pods"}
+        plane.apply([per_pod])
+        # What the HPA controller will ask, through the aggregator: the pod's value.
+        url = (
+            f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{shop}/pods/*/inflight_per_pod"
+            "?labelSelector=app%3Dweb"
+        )
+        answers: list[str] = []
+
+        def pod_values() -> list[str]:
+            answer = plane.kubectl("get", "--raw", url, check=False)
+            answers.append(answer.stdout + answer.stderr)
+            if answer.returncode != 0:
+                return []
+            return [item["value"] for item in json.loads(answer.stdout)["items"]]
+
+        found = plane.wait_until(pod_values, "the pod's value", detail=lambda: answers[-1])
+        assert found == ["300"]
+        metric = {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": "inflight_per_pod"},
+                "target": {"type": "AverageValue", "averageValue": "100"},
+            },
+        }
+        plane.apply([hpa(shop, "web", metric)])
+        status = scaled_to(plane, shop, "web", 3)  # ceil(1 x 300 / 100)
+        (current,) = status["currentMetrics"]
+        assert current["pods"]["metric"]["name"] == "inflight_per_pod"
+        assert current["pods"]["current"]["averageValue"] == "300"
+        assert exporter.scrapes > 0
+    finally:
+        exporter.close()
+        plane.kubectl("delete", "namespace", shop, "--wait=false")

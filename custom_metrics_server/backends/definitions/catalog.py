@@ -74,6 +74,17 @@ class State:
         """Valid, not shadowed, not over a limit: its source answers for the metric."""
         return self.valid and self.shadowed_by is None and self.source is not None
 
+    def shown_value(self) -> float | None:
+        """The last value as the status shows it: External the sum of its series, Pods the
+        average over its pods, Object as `podValues` says (sum or average)."""
+        value = self.last_value
+        if value is None or self.value_count == 0:
+            return value
+        served = self.definition.served_as
+        if served.type == "Pods" or (served.type == "Object" and served.pod_values == "average"):
+            return value / self.value_count
+        return value
+
     def describe(self) -> dict[str, Any]:
         """The state as the metric status page and explanations show it."""
         definition = self.definition
@@ -88,7 +99,7 @@ class State:
             "reason": self.reason,
             "message": self.message,
             "shadowedBy": self.shadowed_by,
-            "lastValue": self.last_value,
+            "lastValue": self.shown_value(),
             "lastValueTime": self.last_value_time,
             "valueCount": self.value_count,
             "lastError": self.last_error,

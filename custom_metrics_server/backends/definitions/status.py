@@ -162,17 +162,6 @@ def _route(state: State) -> dict[str, Any]:
     return route
 
 
-def _value(state: State) -> float | None:
-    """External: the sum; Pods: the average over its pods; Object: as `podValues` says."""
-    value = state.last_value
-    if value is None or state.value_count == 0:
-        return value
-    served = state.definition.served_as
-    if served.type == "Pods" or (served.type == "Object" and served.pod_values == "average"):
-        return value / state.value_count
-    return value
-
-
 def desired(state: State, previous: Mapping[str, Any], now: float) -> dict[str, Any]:
     """The status to write now (see the module)."""
     definition = state.definition
@@ -188,7 +177,7 @@ def desired(state: State, previous: Mapping[str, Any], now: float) -> dict[str, 
         ],
         "route": _route(state),
     }
-    value = _value(state)
+    value = state.shown_value()
     if value is not None and state.last_value_time is not None:
         status["lastValue"] = format_quantity(value)
         status["lastValueTime"] = time_text(state.last_value_time)

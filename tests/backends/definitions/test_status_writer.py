@@ -10,6 +10,7 @@ a real kube-apiserver, is tests/controlplane/test_metric_definitions_status.py.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, cast
 
 from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
@@ -23,7 +24,8 @@ from custom_metrics_server.backends.definitions.status import (
 )
 from custom_metrics_server.backends.definitions.status_writer import StatusWriter
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
-from tests.backends.definitions.test_serving import constant, obj
+from tests.backends.definitions.test_serving import Fixed, constant, obj
+from tests.backends.definitions.test_spec import PODS
 
 NOW = 1_765_000_000.0
 Obj = dict[str, Any]
@@ -332,3 +334,31 @@ async def test_a_source_that_answers_after_its_first_tick_gets_one_status_and_on
     state.next_refresh = clock.now + 30
     assert quiet_writer.due(clock.now) == []
     assert quiet_writer.due(clock.now + 30) == [state]
+
+
+async def test_a_pods_metrics_status_shows_the_average_over_its_pods_and_its_route() -> None:
+    """Pods: the average over the pods with a value (what each pod's HPA target is compared
+    with), from two pods; the route names the resource; the status page shows the same."""
+    pods = [Value(2, NOW, pod="web-1"), Value(4, NOW, pod="web-2")]
+    spec = copy.deepcopy(PODS)
+    spec["servedAs"] = {"type": "Pods"}
+    api, clock = Objects(), Clock()
+    made = DefinitionsBackend(
+        cast("KubeClient", object()),
+        makers={"Pods": lambda definition, tools: Fixed(pods)},
+        platform=Platform(),
+        clock=clock,
+        write_status=False,
+    )
+    made.catalog.list_started()
+    made.catalog.list_finished()
+    writer = StatusWriter(cast("KubeClient", api), made.catalog, identity="a", clock=clock)
+    made.catalog.event("ADDED", api.add(obj(spec, "web")))
+    await made.tick()
+    assert await writer.round() == 1
+    (written,) = api.objects.values()
+    status = written["status"]
+    assert (status["lastValue"], status["valueCount"]) == ("3", 2)
+    assert status["route"] == {"api": "custom", "resource": "pods"}
+    (shown,) = made.definition_states()
+    assert shown["lastValue"] == 3.0

@@ -77,7 +77,7 @@ def writes_per_minute(catalog: Catalog, minutes: int) -> tuple[list[int], float]
                         state.last_value_time = now
                         state.value_count = len(values)
                 cpu = time.process_time()
-                chosen = writer.due(now)
+                chosen = await writer.due(now)
                 decide += time.process_time() - cpu
                 rounds += 1
                 await asyncio.gather(*(writer._write(state) for state in chosen))

@@ -28,7 +28,9 @@ and a condition change waits only for the urgent ones before it.
 times in a round; a 404 means deleted: forgotten. Other failures are logged once per
 definition and retried in a later round.
 
-Cost of a round: O(definitions) to decide (a dict comparison each), plus the writes.
+Cost of a round: O(definitions) to decide (tuple comparisons of each state with its observed
+status: 33-39 ms CPU at 10,000, in slices of `SLICE` between yields to the event loop,
+docs/performance.md), plus the writes.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ ATTEMPTS: Final = 3
 #: `reportingController` of the Events (a qualified name, as upstream's `kubernetes.io/...`).
 CONTROLLER: Final = "metrics.custom-metrics-server.io/status-writer"
 ROUND: Final = 1.0
+#: Definitions decided between two yields to the event loop.
+SLICE: Final = 1_000
 
 
 @dataclass(slots=True)
@@ -127,14 +131,16 @@ class StatusWriter:
         self._tokens = min(self.burst, self._tokens + (now - self._filled) * self.rate)
         self._filled = now
 
-    def due(self, now: float) -> list[State]:
+    async def due(self, now: float) -> list[State]:
         """The definitions to write in this round, urgent first, within the bucket's tokens
         (taken). O(definitions), a few tuple comparisons each: the status is built only for
-        the chosen."""
+        the chosen; the event loop is yielded to every `SLICE` definitions (~4 ms)."""
         urgent: list[State] = []
         routine: list[tuple[float, State]] = []
         seen = self._seen
-        for key, state in self.catalog.states.items():
+        for index, (key, state) in enumerate(list(self.catalog.states.items())):
+            if index % SLICE == SLICE - 1:
+                await asyncio.sleep(0)
             if pending(state, now):
                 continue
             have = state.observed_status
@@ -176,7 +182,7 @@ class StatusWriter:
 
     async def round(self) -> int:
         """Write what is due now; returns how many were written."""
-        chosen = self.due(self._clock())
+        chosen = await self.due(self._clock())
         if not chosen:
             return 0
         done = await asyncio.gather(*(self._write(state) for state in chosen))

@@ -332,8 +332,8 @@ async def test_a_source_that_answers_after_its_first_tick_gets_one_status_and_on
     quiet.event("ADDED", quiet_api.add(obj(none, "none")))
     state = quiet.states[("shop", "none")]
     state.next_refresh = clock.now + 30
-    assert quiet_writer.due(clock.now) == []
-    assert quiet_writer.due(clock.now + 30) == [state]
+    assert await quiet_writer.due(clock.now) == []
+    assert await quiet_writer.due(clock.now + 30) == [state]
 
 
 async def test_a_pods_metrics_status_shows_the_average_over_its_pods_and_its_route() -> None:

@@ -182,18 +182,18 @@ def test_an_unmodified_hpa_scales_a_deployment_on_a_definitions_external_metric(
 ) -> None:
     plane = control_plane_with_controllers
     shop = plane.create_namespace("mdef-hpa")
-    plane.apply([definition(shop, "expected", "expected_load", constant(3))])
+    plane.apply([definition(shop, "expected", "hpa_expected_load", constant(3))])
     plane.kubectl(
         "-n", shop, "create", "deployment", "web", "--image=example.invalid/web", "--replicas=1"
     )
-    plane.apply([hpa(shop, "web", external_metric("expected_load"))])
+    plane.apply([hpa(shop, "web", external_metric("hpa_expected_load"))])
     status = scaled_to(plane, shop, "web", 3)  # ceil(3 / 1)
     (current,) = status["currentMetrics"]
-    assert current["external"]["metric"]["name"] == "expected_load"
+    assert current["external"]["metric"]["name"] == "hpa_expected_load"
     # 3 over the replicas it had when it read it (1, then 3)
     assert current["external"]["current"]["averageValue"] in {"3", "1"}
     # The team changes its definition: the HPA follows, down to ceil(1 / 1).
-    plane.apply([definition(shop, "expected", "expected_load", constant(1))])
+    plane.apply([definition(shop, "expected", "hpa_expected_load", constant(1))])
     scaled_to(plane, shop, "web", 1)
     plane.kubectl("delete", "namespace", shop, "--wait=false")
 
@@ -238,12 +238,12 @@ def test_an_unmodified_hpa_scales_a_deployment_on_a_definitions_pods_metric(
                 "metric": "inflight",
             },
         }
-        per_pod = definition(shop, "inflight", "inflight_per_pod", source, interval="5s")
+        per_pod = definition(shop, "inflight", "hpa_inflight_per_pod", source, interval="5s")
         per_pod["spec"]["servedAs"] = {"type": "Pods"}
         plane.apply([per_pod])
         # What the HPA controller will ask, through the aggregator: the pod's value.
         url = (
-            f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{shop}/pods/*/inflight_per_pod"
+            f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{shop}/pods/*/hpa_inflight_per_pod"
             "?labelSelector=app%3Dweb"
         )
         answers: list[str] = []
@@ -260,14 +260,14 @@ def test_an_unmodified_hpa_scales_a_deployment_on_a_definitions_pods_metric(
         metric = {
             "type": "Pods",
             "pods": {
-                "metric": {"name": "inflight_per_pod"},
+                "metric": {"name": "hpa_inflight_per_pod"},
                 "target": {"type": "AverageValue", "averageValue": "100"},
             },
         }
         plane.apply([hpa(shop, "web", metric)])
         status = scaled_to(plane, shop, "web", 3)  # ceil(1 x 300 / 100)
         (current,) = status["currentMetrics"]
-        assert current["pods"]["metric"]["name"] == "inflight_per_pod"
+        assert current["pods"]["metric"]["name"] == "hpa_inflight_per_pod"
         assert current["pods"]["current"]["averageValue"] == "300"
         assert exporter.scrapes > 0
     finally:

@@ -67,7 +67,10 @@ def test_of_two_replicas_only_the_lease_holder_writes_and_the_other_takes_over(
         )
         other = next(name for name in replicas if name != holder)
         plane.apply(
-            [definition(team, f"d{index}", f"load_{index}", constant(index)) for index in range(3)]
+            [
+                definition(team, f"d{index}", f"st_load_{index}", constant(index))
+                for index in range(3)
+            ]
         )
         for index in range(3):
             written(plane, team, f"d{index}", "True")
@@ -75,7 +78,9 @@ def test_of_two_replicas_only_the_lease_holder_writes_and_the_other_takes_over(
         assert status_writes(plane, users[holder]) >= 3
         assert status_writes(plane, users[other]) == 0
         with replicas[other].client() as client:
-            served = client.get(f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{team}/load_2")
+            served = client.get(
+                f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{team}/st_load_2"
+            )
         assert [item["value"] for item in served.json()["items"]] == ["2"]
         # The holder stops (releasing the Lease): the other takes over and writes.
         stop_server(replicas.pop(holder))
@@ -84,7 +89,7 @@ def test_of_two_replicas_only_the_lease_holder_writes_and_the_other_takes_over(
             f"{other} to take the Lease over",
             timeout=90,
         )
-        plane.apply([definition(team, "late", "late_load", constant(8))])
+        plane.apply([definition(team, "late", "st_late_load", constant(8))])
         assert written(plane, team, "late", "True")["status"]["lastValue"] == "8"
         assert status_writes(plane, users[other], {"late"}) >= 1
         # Taking over, it did not write again what the holder had written (their values'

@@ -12,6 +12,10 @@ kube-apiserver (docs/metric-definitions.md, "The status"), with exactly the serv
   forgotten;
 * two replicas: tests/controlplane/test_metric_definitions_replicas.py (a module of its own,
   so that this module's replica is not running beside them).
+
+Metric names here are this module's own (as in the replicas and HPA modules): every server of
+the session watches every namespace, and a namespace's deletion removes nothing without
+kube-controller-manager.
 """
 
 from __future__ import annotations
@@ -191,7 +195,7 @@ def test_a_schedule_definition_is_valid_and_ready_with_its_value_and_an_event(
 ) -> None:
     plane = control_plane
     shop = plane.create_namespace("mdef-status-shop")
-    plane.apply([definition(shop, "office-hours", "expected_load", constant(7))])
+    plane.apply([definition(shop, "office-hours", "office_load", constant(7))])
     obj = written(plane, shop, "office-hours", "True")
     status = obj["status"]
     found = conditions(obj)
@@ -203,15 +207,15 @@ def test_a_schedule_definition_is_valid_and_ready_with_its_value_and_an_event(
     assert "lastError" not in status
     (event,) = plane.wait_until(lambda: events(plane, shop, "office-hours"), "the Ready event")
     assert (event["type"], event["reason"]) == ("Normal", "Serving")
-    assert "expected_load" in event["note"]
+    assert "office_load" in event["note"]
     assert event["regarding"]["uid"] == obj["metadata"]["uid"]
     assert event["reportingController"] == "metrics.custom-metrics-server.io/status-writer"
     # What a team sees at a glance (kubectl's printer columns).
     table = plane.kubectl("get", "metricdefinitions", "-n", shop).stdout.splitlines()
     assert table[0].split() == ["NAME", "METRIC", "SOURCE", "READY", "VALUE", "AGE"]
-    assert table[1].split()[:5] == ["office-hours", "expected_load", "Schedule", "True", "7"]
+    assert table[1].split()[:5] == ["office-hours", "office_load", "Schedule", "True", "7"]
     # A new spec: written at once (a new observedGeneration), not a minute later.
-    plane.apply([definition(shop, "office-hours", "expected_load", constant(9))])
+    plane.apply([definition(shop, "office-hours", "office_load", constant(9))])
 
     def regenerated() -> Obj:  # {} (falsy) until then
         now: Obj = plane.get_json(path(shop, "office-hours"))
@@ -231,7 +235,7 @@ def test_an_unknown_time_zone_is_not_valid_with_its_reason_and_a_warning(
     shop = plane.create_namespace("mdef-status-tz")
     source = constant(3)
     source["schedule"]["timeZone"] = "Mars/Olympus_Mons"  # well-formed, not in the database
-    plane.apply([definition(shop, "martian", "martian_load", source)])
+    plane.apply([definition(shop, "martian", "st_martian_load", source)])
     obj = written(plane, shop, "martian", "False")
     found = conditions(obj)
     assert (found["Valid"]["status"], found["Valid"]["reason"]) == ("False", "UnknownTimeZone")
@@ -252,8 +256,8 @@ async def test_a_conflict_staged_between_read_and_write_is_read_again_and_writte
     team = plane.create_namespace("mdef-conflict")
     plane.apply(
         [
-            definition(team, "seen", "seen_load", constant(4)),
-            definition(team, "gone", "gone_load", constant(5)),
+            definition(team, "seen", "st_seen_load", constant(4)),
+            definition(team, "gone", "st_gone_load", constant(5)),
         ]
     )
     client = KubeClient(load_connection(str(plane.admin_kubeconfig)))

@@ -11,19 +11,81 @@ refused by the platform's policy (so no watch or scraper is started: their cost 
 not per definition). Prints the wall and CPU time of the list (every `listed` decides its
 namespace again), per definition, one modification event in a full catalog, and the memory
 the catalog holds per definition (tracemalloc).
+
+Then the status writer (`backends/definitions/status_writer.py`) over the full catalog for
+`--minutes` simulated minutes (an injected clock, a round per simulated second, each serving
+definition's value refreshed every second as the backend's tick does), against an in-process
+stand-in of the API server that accepts every write: status writes per minute from a catalog
+whose objects have no status yet (every status urgent), then in the steady state (only
+values moving), and the CPU of one round's decision over every definition.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 import tracemalloc
-from typing import Any
+from typing import Any, cast
 
 from custom_metrics_server.backends.definitions.catalog import Catalog
 from custom_metrics_server.backends.definitions.policy import Limits, Platform
 from custom_metrics_server.backends.definitions.schedule import make_schedule
 from custom_metrics_server.backends.definitions.source import SourceTools
+from custom_metrics_server.backends.definitions.status_writer import StatusWriter
+from custom_metrics_server.kube.client import KubeClient
+
+
+class Accepting:
+    """The API server's status subresource, accepting every write (new resourceVersion)."""
+
+    def __init__(self) -> None:
+        self.version = 10**6
+
+    async def put_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        body["metadata"]["resourceVersion"] = str(self.version)
+        return body
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+
+def writes_per_minute(catalog: Catalog, minutes: int) -> tuple[list[int], float]:
+    """Status writes in each simulated minute, and the CPU of one round's decision."""
+    clock = [1_765_000_000.0]
+    writer = StatusWriter(
+        cast("KubeClient", Accepting()), catalog, identity="bench", clock=lambda: clock[0]
+    )
+    per_minute: list[int] = []
+    decide = 0.0
+    rounds = 0
+
+    async def run() -> None:
+        nonlocal decide, rounds
+        for _ in range(minutes):
+            before = writer.writes
+            for _ in range(60):
+                now = clock[0]
+                for state in catalog.serving.values():  # the backend's tick, in short
+                    source = state.source
+                    values = source.values(now) if source is not None else []
+                    state.next_refresh = now + state.definition.interval
+                    state.has_value = bool(values)
+                    if values:
+                        state.last_value = values[0].value
+                        state.last_value_time = now
+                        state.value_count = len(values)
+                cpu = time.process_time()
+                chosen = await writer.due(now)
+                decide += time.process_time() - cpu
+                rounds += 1
+                await asyncio.gather(*(writer._write(state) for state in chosen))
+                clock[0] += 1.0
+            per_minute.append(writer.writes - before)
+
+    asyncio.run(run())
+    return per_minute, decide / rounds
 
 
 def definition(index: int, namespaces: int) -> dict[str, Any]:
@@ -70,6 +132,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--definitions", type=int, default=10_000)
     parser.add_argument("--namespaces", type=int, default=3_000)
+    parser.add_argument("--minutes", type=int, default=12, help="of the status writer")
     options = parser.parse_args()
     objects = [definition(i, options.namespaces) for i in range(options.definitions)]
     platform = Platform(allowed=frozenset({"Schedule"}), limits=Limits(definitions=100))
@@ -109,6 +172,9 @@ def main() -> None:
     print(f"list ingest: {wall:.3f} s wall, {cpu:.3f} s CPU, {cpu / count * 1e6:.1f} us CPU each")
     print(f"one MODIFIED event in the full catalog: {event_cpu * 1e6:.1f} us CPU")
     print(f"memory held by the catalog: {held / 2**20:.1f} MiB, {held / count:.0f} B each")
+    per_minute, decide = writes_per_minute(catalog, options.minutes)
+    print(f"status writes per simulated minute: {per_minute}")
+    print(f"one status round's decision over every definition: {decide * 1e3:.1f} ms CPU")
 
 
 if __name__ == "__main__":

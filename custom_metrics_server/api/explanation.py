@@ -175,8 +175,8 @@ def render_text(document: Mapping[str, Any]) -> str:  # noqa: PLR0915 - sections
 
 def render_status_text(document: Mapping[str, Any]) -> str:
     """The status page as a table: one row per metric (its backend, requests by outcome, last
-    outcome, last success and error), then the backends' last failures and the names nobody
-    serves that were asked for."""
+    outcome, last success and error), then the backends' last failures, the MetricDefinitions
+    and the names nobody serves that were asked for."""
     header = (
         "API",
         "RESOURCE",
@@ -230,6 +230,30 @@ def render_status_text(document: Mapping[str, Any]) -> str:
             if last:
                 text += f"; last error {last['ago']} ago ({last['metric']}): {last['message']}"
             lines.append(text)
+    definitions = document.get("definitions", ())
+    if definitions:
+        lines.append("")
+        lines.append("MetricDefinitions:")
+        table = [("NAMESPACE", "NAME", "METRIC", "SOURCE", "READY", "REASON", "VALUE", "AGE")]
+        table += [
+            (
+                str(row["namespace"]),
+                str(row["name"]),
+                str(row["metric"]),
+                str(row["source"]),
+                "True" if row["ready"] else "False",
+                str(row["reason"]),
+                row["lastValue"] or "-",
+                row["lastValueAgo"] or "-",
+            )
+            for row in definitions
+        ]
+        sizes = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        lines += [
+            "  "
+            + "  ".join(cell.ljust(size) for cell, size in zip(row, sizes, strict=True)).rstrip()
+            for row in table
+        ]
     unknown = document.get("unknownMetrics", ())
     if unknown:
         lines.append("")

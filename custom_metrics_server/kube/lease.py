@@ -19,6 +19,10 @@ name, the same in every worker), so the pod holds the Lease and every one of its
 serves the series (a Prometheus scrape of the pod lands on any of them). Two such workers
 writing at once: the one whose update or create loses (409) reads the Lease again and, finding
 its own identity there, stays leader instead of stepping down for a round.
+
+One election per Lease per process: `shared_elector` hands every backend that acts only on
+the holder the same elector (the Kubernetes backend's `/metrics/resources`, the metric
+definitions' status writer), entered once per user and released by the last.
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self
 
 from custom_metrics_server.domain import Readiness
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
+from custom_metrics_server.kube.config import Connection
 from custom_metrics_server.kube.startup import startup_call
 from custom_metrics_server.runtime.startup import StartupError
 from custom_metrics_server.runtime.tasks import BackgroundTasks
@@ -57,7 +62,8 @@ def parse_time(text: str | None) -> float | None:
 
 
 class LeaderElector:
-    """Campaigns for one Lease and keeps it while it can."""
+    """Campaigns for one Lease and keeps it while it can. Entered by several users (see
+    `shared_elector`), the first `async with` campaigns and the last one out releases."""
 
     def __init__(
         self,
@@ -87,6 +93,9 @@ class LeaderElector:
         self._tasks = BackgroundTasks()
         self.last_error = ""
         self._errors_in_a_row = 0
+        self._users = 0
+        #: called when the last user left (`shared_elector` forgets it and closes its client)
+        self._closed: Callable[[], Awaitable[None]] | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -246,7 +255,14 @@ class LeaderElector:
                 await self._client.put_json(f"{self._path}/{self.name}", current)
 
     async def __aenter__(self) -> Self:
-        self._set_leader(await self.first_round())
+        self._users += 1
+        if self._users > 1:
+            return self
+        try:
+            self._set_leader(await self.first_round())
+        except BaseException:
+            self._users -= 1
+            raise
         self._tasks.start(self.run(first_delay=self.retry_period), name=f"lease-{self.name}")
         return self
 
@@ -256,5 +272,38 @@ class LeaderElector:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._users -= 1
+        if self._users > 0:
+            return
         await self._tasks.stop()
         await self.release()
+        if self._closed is not None:
+            await self._closed()
+
+
+_SHARED: dict[tuple[str, str], LeaderElector] = {}
+
+
+def shared_elector(
+    connection: Connection, *, namespace: str, name: str, identity: str
+) -> LeaderElector:
+    """The process's one elector of the Lease `namespace/name`: every backend that acts only
+    on the holder (the Kubernetes backend's `/metrics/resources`, the metric definitions'
+    status writer) asks here, so one process campaigns once per Lease and its users agree on
+    who leads. The first asker's connection and identity make it, with a client of its own
+    (closed, and the elector forgotten, when its last user exits)."""
+    key = (namespace, name)
+    found = _SHARED.get(key)
+    if found is not None:
+        return found
+    client = KubeClient(connection)
+    elector = LeaderElector(client, namespace=namespace, name=name, identity=identity)
+
+    async def closed() -> None:
+        if _SHARED.get(key) is elector:
+            del _SHARED[key]
+        await client.aclose()
+
+    elector._closed = closed
+    _SHARED[key] = elector
+    return elector

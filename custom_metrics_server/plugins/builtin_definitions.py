@@ -22,6 +22,8 @@ win over a team's definition of the same metric name; its listing is discovered 
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +42,7 @@ from custom_metrics_server.backends.definitions.schedule import make_schedule
 from custom_metrics_server.backends.definitions.source import SourceMaker, SourceTools
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import load_connection
+from custom_metrics_server.kube.lease import shared_elector
 from custom_metrics_server.plugins.builtin import BuiltinSettings, Provision, Seconds, resolve_path
 from custom_metrics_server.prometheus.rules import ServerConfig
 from custom_metrics_server.sdk import BackendContext, factory
@@ -158,6 +161,18 @@ class DefinitionsSettings(BuiltinSettings):
         default_factory=lambda: PrometheusSourceSettings.model_validate({})
     )
     http: HttpSourceSettings = Field(default_factory=lambda: HttpSourceSettings.model_validate({}))
+    #: write each definition's status and Events (off: the state shows in `?explain=1` only)
+    write_status: bool = Field(True, alias="writeStatus")
+    #: several replicas: only the holder of this Lease writes status (the Kubernetes
+    #: backend's Lease, one election per process: `kube.lease.shared_elector`)
+    leader_elect: bool = Field(False, alias="leaderElect")
+    leader_elect_resource_namespace: str = Field(
+        default_factory=lambda: os.environ.get("POD_NAMESPACE", "custom-metrics"),
+        alias="leaderElectResourceNamespace",
+    )
+    leader_elect_resource_name: str = Field(
+        "custom-metrics-server", alias="leaderElectResourceName"
+    )
 
 
 @factory(settings=DefinitionsSettings)
@@ -171,7 +186,26 @@ def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext
         limits=settings.limits.limits(),
         namespaces={name: limits.limits() for name, limits in settings.namespaces.items()},
     )
-    backend = DefinitionsBackend(client, makers=MAKERS, platform=platform, name=context.name)
+    identity = socket.gethostname()
+    elector = (
+        shared_elector(
+            connection,
+            namespace=settings.leader_elect_resource_namespace,
+            name=settings.leader_elect_resource_name,
+            identity=identity,
+        )
+        if settings.leader_elect and settings.write_status
+        else None
+    )
+    backend = DefinitionsBackend(
+        client,
+        makers=MAKERS,
+        platform=platform,
+        name=context.name,
+        elector=elector,
+        write_status=settings.write_status,
+        identity=identity,
+    )
     backend.catalog.tools = SourceTools(
         client=client,
         external_value=backend.external_value,

@@ -14,6 +14,7 @@ from typing import Any
 
 from custom_metrics_server.api import wire
 from custom_metrics_server.api.explanation import API_VERSION, STATUS_KIND
+from custom_metrics_server.machinery.quantity import format_quantity
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.hints import age
 from custom_metrics_server.query.metric_status import OUTCOMES, MetricStats
@@ -102,5 +103,38 @@ def status_document(engine: QueryEngine, *, now: float | None = None) -> dict[st
         "outcomes": list(OUTCOMES),
         "items": items,
         "backends": backends,
+        "definitions": _definitions(engine, now),
         "unknownMetrics": unknown,
     }
+
+
+def _definitions(engine: QueryEngine, now: float) -> list[dict[str, Any]]:
+    """Application teams' MetricDefinitions, from each backend that has them (its optional
+    `definition_states()`, the `metric-definitions` backend's): one row each, by namespace and
+    name. O(definitions)."""
+    rows: list[dict[str, Any]] = []
+    for host in engine.router.hosts:
+        states = getattr(host.backend, "definition_states", None)
+        if not callable(states):
+            continue
+        for state in states():
+            value = state.get("lastValue")
+            at = state.get("lastValueTime")
+            rows.append(
+                {
+                    "backend": host.name,
+                    "namespace": state.get("namespace"),
+                    "name": state.get("name"),
+                    "metric": state.get("metric"),
+                    "servedAs": state.get("servedAs"),
+                    "source": state.get("source"),
+                    "valid": state.get("valid"),
+                    "ready": state.get("ready"),
+                    "reason": state.get("reason"),
+                    "lastValue": None if value is None else format_quantity(float(value)),
+                    "lastValueAgo": _ago(float(at), now) if at else "",
+                    "lastError": state.get("lastError"),
+                }
+            )
+    rows.sort(key=lambda row: (str(row["namespace"]), str(row["name"]), str(row["backend"])))
+    return rows

@@ -113,9 +113,9 @@ def test_the_metric_definition_rbac_is_the_manifests_rbac() -> None:
         {
             "apiGroups": [GROUP],
             "resources": ["metricdefinitions/status"],
-            "verbs": ["update", "patch"],
+            "verbs": ["update"],
         },
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
     ]
 
 

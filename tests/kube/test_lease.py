@@ -19,7 +19,7 @@ import uvicorn
 
 from custom_metrics_server.kube.client import KubeApiError, KubeClient
 from custom_metrics_server.kube.config import Connection
-from custom_metrics_server.kube.lease import LeaderElector, parse_time
+from custom_metrics_server.kube.lease import LeaderElector, parse_time, shared_elector
 from custom_metrics_server.runtime.startup import StartupError
 
 PREFIX = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
@@ -287,3 +287,31 @@ async def test_a_lease_it_may_not_touch_fails_start_up_naming_the_role(
         f"{url}{PREFIX}/cms answered 403 Forbidden"
     )
     assert "the Role and RoleBinding custom-metrics-server-leader-election" in line
+
+
+async def test_one_elector_per_lease_in_a_process_entered_by_each_user(
+    lease_server: tuple[LeaseServer, str],
+) -> None:
+    """The Kubernetes backend and the metric definitions' status writer ask for the same
+    Lease: one elector, one campaign, held until its last user leaves, then released and
+    forgotten (a later ask makes a new one)."""
+    app, url = lease_server
+    connection = Connection(host=url)
+    first = shared_elector(connection, namespace="ns", name="shared", identity="pod-a")
+    second = shared_elector(connection, namespace="ns", name="shared", identity="pod-a")
+    other = shared_elector(connection, namespace="ns", name="another", identity="pod-a")
+    assert first is second
+    assert other is not first
+    async with first:
+        writes = app.version
+        async with second:
+            assert app.version == writes  # the second user does not campaign again
+            assert first.is_leader
+        assert first.is_leader  # the first user still holds it
+        assert app.leases["shared"]["spec"]["holderIdentity"] == "pod-a"
+    assert app.leases["shared"]["spec"]["holderIdentity"] == ""  # released by the last
+    again = shared_elector(connection, namespace="ns", name="shared", identity="b")
+    assert again is not first
+    for made in (again, other):  # entered and left: their own clients closed
+        async with made:
+            pass

@@ -8,6 +8,9 @@ in its own namespace from its source (docs/metric-definitions.md).
   serving definitions, closes retired ones, refreshes each due source (`Source.refresh`, once
   per `interval`, at most `CONCURRENCY` at a time), records each definition's last value and
   error, and checks the scrape-target limits.
+* **Status**: `status_writer.StatusWriter` writes each definition's `.status` and an Event on
+  each `Ready` transition, paced and rate-limited; with an `elector`, only while this replica
+  holds the Lease.
 * **Serving**, from memory (`Source.values`), in the request's namespace only:
   External `GET .../namespaces/<ns>/<metric>`: the serving definition of (ns, metric), its
   values as series, filtered by the request's metric selector; a `pods` source's pods summed or
@@ -43,6 +46,7 @@ from custom_metrics_server.backends.definitions.source import (
     SourceTools,
     Value,
 )
+from custom_metrics_server.backends.definitions.status_writer import StatusWriter
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -53,6 +57,7 @@ from custom_metrics_server.domain import (
 )
 from custom_metrics_server.errors import BackendUnavailable
 from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.kube.watcher import Reflector
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk import external_sample, sample
@@ -80,6 +85,9 @@ class DefinitionsBackend:
         tools: SourceTools | None = None,
         name: str = "metric-definitions",
         clock: Callable[[], float] = time.time,
+        elector: LeaderElector | None = None,
+        write_status: bool = True,
+        identity: str = "",
     ) -> None:
         self.name = name
         self.client = client
@@ -96,6 +104,17 @@ class DefinitionsBackend:
         )
         self.catalog.changed = self._wake
         self.watch = Reflector(client, path=COLLECTION, sink=self.catalog, name=name)
+        self.elector = elector
+        self.writer: StatusWriter | None = None
+        if write_status:
+            self.writer = StatusWriter(
+                client,
+                self.catalog,
+                identity=identity,
+                leader=None if elector is None else (lambda: elector.is_leader),
+                clock=clock,
+            )
+        self._stack = contextlib.AsyncExitStack()
         self._tasks = BackgroundTasks()
         self._woken = asyncio.Event()
         self._limit = asyncio.Semaphore(CONCURRENCY)
@@ -106,8 +125,12 @@ class DefinitionsBackend:
     # -- lifecycle --
 
     async def __aenter__(self) -> Self:
+        if self.elector is not None:  # its first round may fail start-up: before the rest
+            await self._stack.enter_async_context(self.elector)
         self._tasks.start(self.watch.run(), name=f"watch-{self.name}")
         self._tasks.start(self._run(), name=f"{self.name}-tick")
+        if self.writer is not None:
+            self._tasks.start(self.writer.run(), name=f"{self.name}-status")
         return self
 
     async def __aexit__(
@@ -126,6 +149,7 @@ class DefinitionsBackend:
         ]
         for source in sources:
             await self._close(source)
+        await self._stack.aclose()
         # The clients sources share (the Prometheus servers'), made by the platform's settings.
         for shared in self.catalog.tools.settings.values():
             close = getattr(shared, "aclose", None)
@@ -212,7 +236,9 @@ class DefinitionsBackend:
         try:
             values = self._values(state, now)
         except BackendUnavailable:
+            state.has_value = False
             return
+        state.has_value = bool(values)
         if values:
             state.last_good = values
             state.last_value = math.fsum(value.value for value in values)
@@ -372,6 +398,6 @@ class DefinitionsBackend:
             "definitions": [state.describe() for state in found],
         }
 
-    def states(self) -> list[dict[str, object]]:
+    def definition_states(self) -> list[dict[str, object]]:
         """Every definition's state (explanations, the metric status page, tests)."""
         return [state.describe() for _, state in sorted(self.catalog.states.items())]

@@ -66,11 +66,27 @@ class State:
     last_error_time: float | None = None
     last_good: list[Value] = field(default_factory=list)
     next_refresh: float = 0.0
+    #: whether the source had a value at the last tick (the status's Ready)
+    has_value: bool = False
+    #: the object's resourceVersion and status as last seen (watch, or a status write's answer)
+    resource_version: str = ""
+    observed_status: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def serving(self) -> bool:
         """Valid, not shadowed, not over a limit: its source answers for the metric."""
         return self.valid and self.shadowed_by is None and self.source is not None
+
+    def shown_value(self) -> float | None:
+        """The last value as the status shows it: External the sum of its series, Pods the
+        average over its pods, Object as `podValues` says (sum or average)."""
+        value = self.last_value
+        if value is None or self.value_count == 0:
+            return value
+        served = self.definition.served_as
+        if served.type == "Pods" or (served.type == "Object" and served.pod_values == "average"):
+            return value / self.value_count
+        return value
 
     def describe(self) -> dict[str, Any]:
         """The state as the metric status page and explanations show it."""
@@ -86,12 +102,19 @@ class State:
             "reason": self.reason,
             "message": self.message,
             "shadowedBy": self.shadowed_by,
-            "lastValue": self.last_value,
+            "lastValue": self.shown_value(),
             "lastValueTime": self.last_value_time,
             "valueCount": self.value_count,
             "lastError": self.last_error,
             "lastErrorTime": self.last_error_time,
         }
+
+
+def _observe(state: State, obj: Mapping[str, Any]) -> None:
+    """Keep the object's resourceVersion and status (the status writer's starting point)."""
+    state.resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    status = obj.get("status")
+    state.observed_status = status if isinstance(status, Mapping) else {}
 
 
 class Catalog:
@@ -161,10 +184,13 @@ class Catalog:
         key = definition.key
         old = self.states.get(key)
         if old is not None and old.definition == definition:
-            return key  # a status write or a relist: nothing that serving reads changed
+            # a status write or a relist: nothing that serving reads changed
+            _observe(old, obj)
+            return key
         if old is not None:
             self._retire(old)
         state = self.states[key] = State(definition)
+        _observe(state, obj)
         self.by_namespace.setdefault(key[0], {})[key[1]] = state
         state.own_refusal = definition.refusal or self.platform.admit(
             definition, frozenset(self.makers)

@@ -55,7 +55,7 @@ from custom_metrics_server.cluster_state.wire_objects import (
 from custom_metrics_server.domain import GroupResource, Readiness
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.discovery import DiscoveryRestMapper
-from custom_metrics_server.kube.lease import LeaderElector
+from custom_metrics_server.kube.lease import LeaderElector, shared_elector
 from custom_metrics_server.kube.startup import startup_call
 from custom_metrics_server.kube.watcher import Reflector, WatchSink
 from custom_metrics_server.resources.exposition import render_pod_resource_metrics
@@ -270,8 +270,8 @@ class KubernetesBackend(ResourceMetricsBackend):
         )
         self.elector: LeaderElector | None = None
         if self.settings.leader_elect:
-            self.elector = LeaderElector(
-                client,
+            self.elector = shared_elector(
+                client.connection,
                 namespace=self.settings.lease_namespace,
                 name=self.settings.lease_name,
                 identity=self.settings.identity or socket.gethostname(),

@@ -109,7 +109,7 @@ async def test_deleting_a_definition_stops_serving_at_once() -> None:
     made.catalog.event("DELETED", obj(constant(7), "load"))
     assert await external(made, "expected_load") == []
     assert made.list_external_metrics() == frozenset()
-    assert made.states() == []
+    assert made.definition_states() == []
 
 
 async def test_of_two_definitions_of_one_metric_the_older_serves() -> None:
@@ -117,7 +117,7 @@ async def test_of_two_definitions_of_one_metric_the_older_serves() -> None:
     made.catalog.event("ADDED", obj(constant(2), "newer", created="2026-12-02T00:00:00Z"))
     made.catalog.event("ADDED", obj(constant(1), "older", created="2026-12-01T00:00:00Z"))
     assert await external(made, "expected_load") == [1.0]
-    states = {state["name"]: state for state in made.states()}
+    states = {state["name"]: state for state in made.definition_states()}
     assert states["newer"]["reason"] == "Shadowed"
     assert states["newer"]["shadowedBy"] == "shop/older"
     assert states["older"]["reason"] == "Serving"
@@ -166,7 +166,7 @@ async def test_a_namespace_over_its_definitions_limit_refuses_the_newest() -> No
     assert await external(made, "m1") == [1.0]
     assert await external(made, "m2") == []  # refused whole, not half-served
     assert await external(made, "m3", namespace="team-b") == [3.0]  # another namespace's limit
-    states = {state["name"]: state for state in made.states()}
+    states = {state["name"]: state for state in made.definition_states()}
     assert states["second"]["reason"] == "OverLimit"
     assert not states["second"]["valid"]
     assert "limit" in str(states["second"]["message"])
@@ -176,12 +176,12 @@ async def test_the_platform_decides_the_source_types_and_the_shortest_interval()
     made = backend(Platform(allowed=frozenset({"Pods"})))
     made.catalog.event("ADDED", obj(constant(1), "load"))
     assert await external(made, "expected_load") == []
-    (state,) = made.states()
+    (state,) = made.definition_states()
     assert state["reason"] == "SourceNotAllowed"
     assert "Pods" in str(state["message"])
     fast = backend(Platform(limits=Limits(min_interval=60)))
     fast.catalog.event("ADDED", obj(constant(1, interval="10s"), "load"))
-    (state,) = fast.states()
+    (state,) = fast.definition_states()
     assert state["reason"] == "OverLimit"
     assert "60s" in str(state["message"])
 
@@ -194,7 +194,7 @@ async def test_a_source_type_without_a_maker_is_refused() -> None:
         "source": {"type": "Prometheus", "prometheus": {"query": "up"}},
     }
     made.catalog.event("ADDED", obj(spec, "q"))
-    (state,) = made.states()
+    (state,) = made.definition_states()
     assert state["reason"] == "SourceNotAllowed"
     assert "not served" in str(state["message"])
 
@@ -272,7 +272,7 @@ async def test_a_failing_source_follows_the_failure_policy() -> None:
     await made.tick()
     with pytest.raises(BackendUnavailable, match="shop/e: connection refused"):
         await external(made, "inflight")
-    (state,) = made.states()
+    (state,) = made.definition_states()
     assert state["lastError"] == "connection refused"
     zero = backend(Pods=lambda definition, tools: Fixed([], failing="down"))
     zero.catalog.event(
@@ -358,7 +358,7 @@ async def test_a_namespace_past_its_scrape_targets_refuses_the_newer_pods_defini
     assert await external(made, "inflight") == [15.0]
     assert await external(made, "other") == []  # refused whole, not the first pod or two
     assert await external(made, "other", namespace="team-b") == [15.0]
-    states = {state["name"]: state for state in made.states()}
+    states = {state["name"]: state for state in made.definition_states()}
     assert states["newer"]["reason"] == "OverLimit"
     assert "4 scrape targets" in str(states["newer"]["message"])
     assert made.list_external_metrics() == frozenset({"inflight", "other"})  # team-b's

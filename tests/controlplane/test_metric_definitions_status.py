@@ -1,0 +1,283 @@
+"""MetricDefinitions' status and Events written by the real server process against a real
+kube-apiserver (docs/metric-definitions.md, "The status"), with exactly the server's RBAC
+(manifests/base's ClusterRole bound to the replica's user):
+
+* a schedule definition: `Valid` and `Ready` True, its value, `observedGeneration`, a Normal
+  Event, and `kubectl get metricdefinitions` showing READY and VALUE; a change of its spec is
+  written at once with the new generation;
+* a definition only the server can refuse (an unknown time zone): `Valid` False with the
+  reason, `Ready` False, a Warning Event;
+* a resourceVersion conflict staged for real (the object changed between the writer's read
+  and its write): read again and written, the other writer's change kept; a deleted object
+  forgotten;
+* two replicas: tests/controlplane/test_metric_definitions_replicas.py (a module of its own,
+  so that this module's replica is not running beside them).
+
+Metric names here are this module's own (as in the replicas and HPA modules): every server of
+the session watches every namespace, and a namespace's deletion removes nothing without
+kube-controller-manager.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
+from custom_metrics_server.backends.definitions.policy import Platform
+from custom_metrics_server.backends.definitions.schedule import make_schedule
+from custom_metrics_server.backends.definitions.status_writer import StatusWriter
+from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.config import load_connection
+from custom_metrics_server.testing.server_process import ServerProcess, start_server, stop_server
+from tests.controlplane.cluster import ControlPlane
+from tests.controlplane.deployment import ROOT, kustomize
+from tests.controlplane.test_metric_definitions import CRD_DIR, CRD_NAME, GROUP, VERSION
+from tests.controlplane.test_metric_definitions_serving import constant, definition
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+LEASE = "mdef-status-lease"
+
+
+def install(plane: ControlPlane) -> None:
+    """The CRD, and the server's ClusterRole of manifests/base."""
+    plane.kubectl("apply", "--server-side", "--field-manager=cms-tests", "-k", str(CRD_DIR))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    (role,) = [
+        o
+        for o in kustomize(plane, ROOT / "manifests" / "base")
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "custom-metrics-server"
+    ]
+    plane.apply([role])
+
+
+def replica_user(plane: ControlPlane, user: str, lease_namespace: str) -> Path:
+    """A kubeconfig of `user`, bound to the server's ClusterRole and to the Lease (a Role in
+    `lease_namespace`, as manifests/base's leader-election Role grants it)."""
+    plane.apply(
+        [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"mdef-status-{user}"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "custom-metrics-server",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "lease", "namespace": lease_namespace},
+                "rules": [
+                    {
+                        "apiGroups": ["coordination.k8s.io"],
+                        "resources": ["leases"],
+                        "verbs": ["get", "create", "update"],
+                    }
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": f"lease-{user}", "namespace": lease_namespace},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "lease",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                ],
+            },
+        ]
+    )
+    return plane.user_kubeconfig(user)
+
+
+def start_replica(
+    plane: ControlPlane, workdir: Path, kubeconfig: Path, *, name: str, lease_namespace: str = ""
+) -> ServerProcess:
+    """The server with only the `metric-definitions` backend; with `lease_namespace`, leader
+    election on `LEASE` there, as replica `name` (its host name, its Lease identity)."""
+    settings: Obj = {"kubeconfig": str(kubeconfig), "limits": {"minInterval": "5s"}}
+    if lease_namespace:
+        settings |= {
+            "leaderElect": True,
+            "leaderElectResourceNamespace": lease_namespace,
+            "leaderElectResourceName": LEASE,
+        }
+    workdir.mkdir(parents=True, exist_ok=True)
+    backends = workdir / "backends.yaml"
+    backends.write_text(
+        yaml.safe_dump(
+            {
+                "backends": [
+                    {
+                        "name": "metric-definitions",
+                        "type": "metric-definitions",
+                        "settings": settings,
+                    }
+                ]
+            }
+        )
+    )
+    return start_server(
+        workdir,
+        "--backends-config",
+        str(backends),
+        timeout=60,
+        env={"CMS_REPLICA_NAME": name, "PYTHONPATH": str(ROOT)},
+        module="tests.controlplane.replica",
+    )
+
+
+@pytest.fixture(scope="module")
+def writer_ns(control_plane: ControlPlane) -> str:
+    install(control_plane)
+    return control_plane.create_namespace("mdef-status")
+
+
+@pytest.fixture(scope="module")
+def server(
+    control_plane: ControlPlane, writer_ns: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """One replica (no leader election), with the server's RBAC."""
+    kubeconfig = replica_user(control_plane, "mdef-status-single", writer_ns)
+    process = start_replica(
+        control_plane, tmp_path_factory.mktemp("status"), kubeconfig, name="single"
+    )
+    yield process
+    stop_server(process)
+
+
+def path(namespace: str, name: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/metricdefinitions/{name}"
+
+
+def conditions(obj: Obj) -> dict[str, Obj]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions", [])}
+
+
+def written(plane: ControlPlane, namespace: str, name: str, ready: str) -> Obj:
+    """The object once its status says `Ready` is `ready`."""
+
+    def found() -> Obj:  # {} (falsy) until then
+        obj: Obj = plane.get_json(path(namespace, name))
+        return obj if conditions(obj).get("Ready", {}).get("status") == ready else {}
+
+    return plane.wait_until(
+        found,
+        f"{namespace}/{name}'s status Ready {ready}",
+        detail=lambda: json.dumps(plane.get_json(path(namespace, name)).get("status")),
+    )
+
+
+def events(plane: ControlPlane, namespace: str, name: str) -> list[Obj]:
+    listing = plane.get_json(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    found: list[Obj] = [e for e in listing["items"] if e["regarding"]["name"] == name]
+    return sorted(found, key=lambda e: e["eventTime"])
+
+
+def test_a_schedule_definition_is_valid_and_ready_with_its_value_and_an_event(
+    control_plane: ControlPlane, server: ServerProcess
+) -> None:
+    plane = control_plane
+    shop = plane.create_namespace("mdef-status-shop")
+    plane.apply([definition(shop, "office-hours", "office_load", constant(7))])
+    obj = written(plane, shop, "office-hours", "True")
+    status = obj["status"]
+    found = conditions(obj)
+    assert (found["Valid"]["status"], found["Valid"]["reason"]) == ("True", "Accepted")
+    assert found["Ready"]["reason"] == "Serving"
+    assert status["observedGeneration"] == obj["metadata"]["generation"] == 1
+    assert (status["lastValue"], status["valueCount"]) == ("7", 1)
+    assert status["route"] == {"api": "external"}
+    assert "lastError" not in status
+    (event,) = plane.wait_until(lambda: events(plane, shop, "office-hours"), "the Ready event")
+    assert (event["type"], event["reason"]) == ("Normal", "Serving")
+    assert "office_load" in event["note"]
+    assert event["regarding"]["uid"] == obj["metadata"]["uid"]
+    assert event["reportingController"] == "metrics.custom-metrics-server.io/status-writer"
+    # What a team sees at a glance (kubectl's printer columns).
+    table = plane.kubectl("get", "metricdefinitions", "-n", shop).stdout.splitlines()
+    assert table[0].split() == ["NAME", "METRIC", "SOURCE", "READY", "VALUE", "AGE"]
+    assert table[1].split()[:5] == ["office-hours", "office_load", "Schedule", "True", "7"]
+    # A new spec: written at once (a new observedGeneration), not a minute later.
+    plane.apply([definition(shop, "office-hours", "office_load", constant(9))])
+
+    def regenerated() -> Obj:  # {} (falsy) until then
+        now: Obj = plane.get_json(path(shop, "office-hours"))
+        return now if now["status"].get("observedGeneration") == 2 else {}
+
+    again = plane.wait_until(regenerated, "observedGeneration 2")
+    assert again["status"]["lastValue"] == "9"
+    # Ready stayed True: its transition time is the first one, and no second Event.
+    assert conditions(again)["Ready"]["lastTransitionTime"] == found["Ready"]["lastTransitionTime"]
+    assert len(events(plane, shop, "office-hours")) == 1
+
+
+def test_an_unknown_time_zone_is_not_valid_with_its_reason_and_a_warning(
+    control_plane: ControlPlane, server: ServerProcess
+) -> None:
+    plane = control_plane
+    shop = plane.create_namespace("mdef-status-tz")
+    source = constant(3)
+    source["schedule"]["timeZone"] = "Mars/Olympus_Mons"  # well-formed, not in the database
+    plane.apply([definition(shop, "martian", "st_martian_load", source)])
+    obj = written(plane, shop, "martian", "False")
+    found = conditions(obj)
+    assert (found["Valid"]["status"], found["Valid"]["reason"]) == ("False", "UnknownTimeZone")
+    assert "Mars/Olympus_Mons" in found["Valid"]["message"]
+    assert found["Ready"]["reason"] == "NotValid"
+    assert "lastValue" not in obj["status"]
+    (event,) = plane.wait_until(lambda: events(plane, shop, "martian"), "the Warning event")
+    assert (event["type"], event["reason"]) == ("Warning", "NotValid")
+    assert "UnknownTimeZone" in event["note"]
+
+
+async def test_a_conflict_staged_between_read_and_write_is_read_again_and_written(
+    control_plane: ControlPlane, writer_ns: str
+) -> None:
+    """The writer in process, on a real API server: its copy of the object is older than the
+    object (a label added after it was read), so its first write is refused 409."""
+    plane = control_plane
+    team = plane.create_namespace("mdef-conflict")
+    plane.apply(
+        [
+            definition(team, "seen", "st_seen_load", constant(4)),
+            definition(team, "gone", "st_gone_load", constant(5)),
+        ]
+    )
+    client = KubeClient(load_connection(str(plane.admin_kubeconfig)))
+    made = DefinitionsBackend(
+        client, makers={"Schedule": make_schedule}, platform=Platform(), write_status=False
+    )
+    writer = StatusWriter(client, made.catalog, identity="in-process")
+    made.catalog.list_started()
+    for name in ("seen", "gone"):
+        made.catalog.listed(plane.get_json(path(team, name)))  # the writer's read
+    made.catalog.list_finished()
+    await made.tick()
+    plane.kubectl("label", "-n", team, f"metricdefinitions.{GROUP}", "seen", "changed=after")
+    plane.kubectl("delete", "-n", team, f"metricdefinitions.{GROUP}", "gone", "--wait=true")
+    try:
+        assert await writer.round() == 1
+    finally:
+        await client.aclose()
+    assert writer.conflicts == 1
+    obj = plane.get_json(path(team, "seen"))
+    assert obj["metadata"]["labels"] == {"changed": "after"}  # the other writer's change kept
+    assert conditions(obj)["Ready"]["status"] == "True"
+    assert obj["status"]["lastValue"] == "4"

@@ -209,6 +209,36 @@ def running_pod(namespace: str, name: str, labels: dict[str, str], port: int) ->
     }
 
 
+
+def owned_by_replicaset(plane: ControlPlane, namespace: str, name: str, pods: list[Obj]) -> None:
+    """A real ReplicaSet `name` that owns `pods` (its controller reference, with the stored
+    uid): with kube-controller-manager running in the session, the garbage collector deletes
+    pods whose owner does not exist, and the ReplicaSet controller finds its count met (its
+    selector is a label only these pods carry), so it neither adds nor removes a pod."""
+    selector = {"owned-by": name}
+    replicaset = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": len(pods),
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {"containers": [{"name": "main", "image": "example.invalid/app"}]},
+            },
+        },
+    }
+    plane.apply([replicaset])
+    uid = plane.get_json(f"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}")["metadata"][
+        "uid"
+    ]
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": uid}
+    for pod in pods:
+        pod["metadata"]["labels"] = {**pod["metadata"]["labels"], **selector}
+        pod["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
+
+
 def set_running(plane: ControlPlane, pod: Obj) -> None:
     status = {
         "apiVersion": "v1",
@@ -310,21 +340,13 @@ def test_an_object_metric_averages_its_workloads_pods_only(
     five = Exporter(5)
     try:
         team = control_plane.create_namespace("mdef-obj")
-        owner = {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "name": "web-rs",
-            "uid": "00000000-0000-0000-0000-000000000001",
-            "controller": True,
-        }
         labels = {"app": "web"}
         pods = [
             running_pod(team, "web-1", labels, three.port),
             running_pod(team, "web-2", labels, five.port),
             running_pod(team, "stray", labels, outsider.port),  # selected, but not web-rs's
         ]
-        for pod in pods[:2]:
-            pod["metadata"]["ownerReferences"] = [owner]
+        owned_by_replicaset(control_plane, team, "web-rs", pods[:2])
         control_plane.apply(pods)
         for pod in pods:
             set_running(control_plane, pod)

@@ -27,6 +27,7 @@ from custom_metrics_server.testing.server_process import ServerProcess, start_se
 from tests.controlplane.cluster import ControlPlane
 from tests.controlplane.test_metric_definitions import CRD_DIR, CRD_NAME
 from tests.controlplane.test_metric_definitions_serving import (
+    owned_by_replicaset,
     constant,
     custom,
     definition,
@@ -162,16 +163,8 @@ def test_a_prometheus_definition_as_pods_and_object_metrics(
     """Per pod by the `pod` label (b's pod of the same name never counted), and over the pods a
     ReplicaSet owns (the stray pod's series left out of its average)."""
     a, server = setup.a, setup.server
-    owner = {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "name": "web-rs",
-        "uid": "00000000-0000-0000-0000-000000000002",
-        "controller": True,
-    }
     pods = [running_pod(a, name, {"app": "web"}, 9) for name in ("web-1", "web-2", "stray")]
-    for pod in pods[:2]:
-        pod["metadata"]["ownerReferences"] = [owner]
+    owned_by_replicaset(control_plane, a, "web-rs", pods[:2])
     control_plane.apply(pods)
     for pod in pods:
         set_running(control_plane, pod)
@@ -206,16 +199,16 @@ def test_a_formula_over_a_schedule_definition(control_plane: ControlPlane, setup
         "type": "Formula",
         "formula": {
             "expression": "load * 2.0 + 1.0",
-            "inputs": [{"name": "load", "metricName": "expected_load"}],
+            "inputs": [{"name": "load", "metricName": "sources_expected_load"}],
         },
     }
     control_plane.apply(
         [
-            definition(a, "office-hours", "expected_load", constant(6)),
-            definition(a, "doubled", "doubled_load", formula, interval="5s"),
+            definition(a, "office-hours", "sources_expected_load", constant(6)),
+            definition(a, "doubled", "sources_doubled_load", formula, interval="5s"),
         ]
     )
-    assert served(server, control_plane, a, "doubled_load") == ["13"]
+    assert served(server, control_plane, a, "sources_doubled_load") == ["13"]
 
 
 def host_address() -> str | None:

@@ -1,7 +1,10 @@
 """The MetricDefinition guides stay true to the code: docs/tutorial-metric-definitions.md,
 docs/metric-definitions-platform.md and docs/migration-metric-definitions.md.
 
-Here (unit tier): every backends-file block of the pages loads through the real loader
+Here (unit tier): every MetricDefinition block is read by the server's own reader
+(`spec.parse_definition`: time zones, windows, selectors, durations) and admitted by the
+default platform policy (the source allowed, `interval` at least the default 15s); every
+backends-file block of the pages loads through the real loader
 (`plugins.loader.load_backends`) into a `metric-definitions` backend whose policy is the block's
 settings; every `prometheus` query of their MetricDefinitions is confined by the server's own
 confinement (`promql_scope.confine`), as the server would at serving time; the pages link each
@@ -20,7 +23,9 @@ import pytest
 import yaml
 
 from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
+from custom_metrics_server.backends.definitions.policy import SOURCE_TYPES, Platform
 from custom_metrics_server.backends.definitions.promql_scope import Confined, confine
+from custom_metrics_server.backends.definitions.spec import parse_definition
 from custom_metrics_server.plugins.config import parse_backends_file
 from custom_metrics_server.plugins.loader import load_backends
 from tests.fakes.cluster_process import write_kubeconfig
@@ -118,6 +123,20 @@ def test_a_backends_block_with_a_wrong_setting_is_refused(
         load_backends(
             parse_backends_file(broken, source=page), base_dir=tmp_path, default_timeout=10.0
         )
+
+
+@pytest.mark.parametrize(
+    ("page", "definition"),
+    blocks_of_kind("MetricDefinition"),
+    ids=lambda value: value if isinstance(value, str) else value["metadata"]["name"],
+)
+def test_every_definition_is_read_and_admitted_by_the_server_under_the_default_policy(
+    page: str, definition: dict[str, Any]
+) -> None:
+    read = parse_definition(definition)
+    assert read.metric == definition["spec"]["metricName"]
+    assert read.source_type == definition["spec"]["source"]["type"]
+    assert Platform().admit(read, SOURCE_TYPES) is None
 
 
 @pytest.mark.parametrize(

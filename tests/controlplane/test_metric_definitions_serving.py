@@ -209,7 +209,6 @@ def running_pod(namespace: str, name: str, labels: dict[str, str], port: int) ->
     }
 
 
-
 def owned_by_replicaset(plane: ControlPlane, namespace: str, name: str, pods: list[Obj]) -> None:
     """A real ReplicaSet `name` that owns `pods` (its controller reference, with the stored
     uid): with kube-controller-manager running in the session, the garbage collector deletes

@@ -27,12 +27,12 @@ from custom_metrics_server.testing.server_process import ServerProcess, start_se
 from tests.controlplane.cluster import ControlPlane
 from tests.controlplane.test_metric_definitions import CRD_DIR, CRD_NAME
 from tests.controlplane.test_metric_definitions_serving import (
-    owned_by_replicaset,
     constant,
     custom,
     definition,
     external,
     logged,
+    owned_by_replicaset,
     running_pod,
     served,
     set_running,

@@ -234,7 +234,7 @@ class ControlPlane(ApiServices):
         return revision
 
     def start_controllers(self, *extra: str) -> None:
-        """kube-controller-manager with every default controller (HPA every 2 s), if not
+        """kube-controller-manager with every default controller but the garbage collector (HPA every 2 s), if not
         running yet; `extra` flags are added on the first start only."""
         if "kube-controller-manager" in self.processes:
             return
@@ -256,6 +256,11 @@ class ControlPlane(ApiServices):
                 f"--cluster-signing-cert-file={self.pki.ca.cert_file}",
                 "--horizontal-pod-autoscaler-sync-period=2s",
                 "--feature-gates=HPAScaleToZero=true",
+                # No garbage collector: tests give pods a controller reference to a workload
+                # they do not create (an Object metric's ReplicaSet), which it would delete;
+                # a real ReplicaSet's controller would race them with pods of its own. Nothing
+                # here relies on cascading deletion (namespaces are emptied by their controller).
+                "--controllers=*,-garbage-collector-controller",
                 "--v=1",
                 *extra,
             ],

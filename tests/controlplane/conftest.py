@@ -3,7 +3,7 @@
 `control_plane` starts it on first use and stops it at the end of the session; tests share it,
 so each works in namespaces of its own (`ControlPlane.create_namespace`) and names cluster-wide
 objects uniquely. `control_plane_with_controllers` is the same plane with
-kube-controller-manager started on it (HPA, deployments, garbage collection...), for tests
+kube-controller-manager started on it (HPA, deployments, replica sets...; no garbage collector), for tests
 whose truth is a controller's. `deployed` is the production overlay applied to it and our
 server running as its Deployment says, registered with the aggregator. Without the binaries (see tests/controlplane/binaries.py) the
 tests are skipped with the reason, and fail under CI=true: CI must run them.
@@ -51,7 +51,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 @pytest.fixture(scope="session")
 def control_plane_with_controllers(control_plane: ControlPlane) -> ControlPlane:
-    """`control_plane` with kube-controller-manager running on it (every default
+    """`control_plane` with kube-controller-manager running on it (every default but the GC
     controller, the HPA's every 2 s, HPAScaleToZero on)."""
     _require_binaries("kube-controller-manager")
     control_plane.start_controllers()

@@ -143,21 +143,22 @@ def test_a_schedule_is_served_on_creation_and_gone_at_once_on_deletion(
     control_plane: ControlPlane, server: ServerProcess
 ) -> None:
     shop = control_plane.create_namespace("mdef-shop")
-    control_plane.apply([definition(shop, "office-hours", "expected_load", constant(7))])
-    assert served(server, control_plane, shop, "expected_load") == ["7"]
+    control_plane.apply([definition(shop, "office-hours", "serving_expected_load", constant(7))])
+    assert served(server, control_plane, shop, "serving_expected_load") == ["7"]
     # The same metric name in another namespace is not this definition's: no series there
     # (an external metric without series is a 200 with no items, the reference adapter's
     # answer, which the HPA reads as "no metrics returned").
     other = control_plane.create_namespace("mdef-other")
-    assert values(external(server, other, "expected_load")) == []
+    assert values(external(server, other, "serving_expected_load")) == []
     delete(control_plane, shop, "office-hours")
     # Once the server has handled the watch's DELETED event, the very next request has no
     # value: no interval or cache stands between the two.
     logged(control_plane, server, f"metric definition {shop}/office-hours deleted")
-    assert values(external(server, shop, "expected_load")) == []
+    assert values(external(server, shop, "serving_expected_load")) == []
     # And once the router has re-read the listings (every second), the name is unknown.
     control_plane.wait_until(
-        lambda: "expected_load" not in listed(server), "expected_load out of discovery"
+        lambda: "serving_expected_load" not in listed(server),
+        "serving_expected_load out of discovery",
     )
 
 
@@ -207,35 +208,6 @@ def running_pod(namespace: str, name: str, labels: dict[str, str], port: int) ->
             ]
         },
     }
-
-
-def owned_by_replicaset(plane: ControlPlane, namespace: str, name: str, pods: list[Obj]) -> None:
-    """A real ReplicaSet `name` that owns `pods` (its controller reference, with the stored
-    uid): with kube-controller-manager running in the session, the garbage collector deletes
-    pods whose owner does not exist, and the ReplicaSet controller finds its count met (its
-    selector is a label only these pods carry), so it neither adds nor removes a pod."""
-    selector = {"owned-by": name}
-    replicaset = {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": len(pods),
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": selector},
-                "spec": {"containers": [{"name": "main", "image": "example.invalid/app"}]},
-            },
-        },
-    }
-    plane.apply([replicaset])
-    uid = plane.get_json(f"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}")["metadata"][
-        "uid"
-    ]
-    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": uid}
-    for pod in pods:
-        pod["metadata"]["labels"] = {**pod["metadata"]["labels"], **selector}
-        pod["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
 
 
 def set_running(plane: ControlPlane, pod: Obj) -> None:
@@ -339,13 +311,21 @@ def test_an_object_metric_averages_its_workloads_pods_only(
     five = Exporter(5)
     try:
         team = control_plane.create_namespace("mdef-obj")
+        owner = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "web-rs",
+            "uid": "00000000-0000-0000-0000-000000000001",
+            "controller": True,
+        }
         labels = {"app": "web"}
         pods = [
             running_pod(team, "web-1", labels, three.port),
             running_pod(team, "web-2", labels, five.port),
             running_pod(team, "stray", labels, outsider.port),  # selected, but not web-rs's
         ]
-        owned_by_replicaset(control_plane, team, "web-rs", pods[:2])
+        for pod in pods[:2]:
+            pod["metadata"]["ownerReferences"] = [owner]
         control_plane.apply(pods)
         for pod in pods:
             set_running(control_plane, pod)

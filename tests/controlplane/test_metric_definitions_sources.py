@@ -32,7 +32,6 @@ from tests.controlplane.test_metric_definitions_serving import (
     definition,
     external,
     logged,
-    owned_by_replicaset,
     running_pod,
     served,
     set_running,
@@ -163,8 +162,16 @@ def test_a_prometheus_definition_as_pods_and_object_metrics(
     """Per pod by the `pod` label (b's pod of the same name never counted), and over the pods a
     ReplicaSet owns (the stray pod's series left out of its average)."""
     a, server = setup.a, setup.server
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "web-rs",
+        "uid": "00000000-0000-0000-0000-000000000002",
+        "controller": True,
+    }
     pods = [running_pod(a, name, {"app": "web"}, 9) for name in ("web-1", "web-2", "stray")]
-    owned_by_replicaset(control_plane, a, "web-rs", pods[:2])
+    for pod in pods[:2]:
+        pod["metadata"]["ownerReferences"] = [owner]
     control_plane.apply(pods)
     for pod in pods:
         set_running(control_plane, pod)

@@ -4,13 +4,11 @@ in its own namespace from its source (docs/metric-definitions.md).
 * **Watch**: one list+watch (`kube.watcher.Reflector`) of
   `/apis/metrics.custom-metrics-server.io/v1alpha1/metricdefinitions` into the `Catalog`, which
   decides per namespace what serves (conflicts, limits) on each event.
-* **Tick**: every second (and at once after a change) the backend enters the sources of new
-  serving definitions, closes retired ones, refreshes each due source (`Source.refresh`, once
-  per `interval`, at most `CONCURRENCY` at a time), records each definition's last value and
-  error, and checks the scrape-target limits.
-* **Status**: `status_writer.StatusWriter` writes each definition's `.status` and an Event on
-  each `Ready` transition, paced and rate-limited; with an `elector`, only while this replica
-  holds the Lease.
+* **Tick**: every second (at once after a change): enter new serving definitions' sources,
+  close retired ones, refresh each due source (once per `interval`, `CONCURRENCY` at a time),
+  record each definition's last value and error, check the scrape-target limits.
+* **Status**: `status_writer.StatusWriter` writes each `.status` and an Event on each `Ready`
+  transition, paced and rate-limited; with an `elector`, only while this replica leads.
 * **Serving**, from memory (`Source.values`), in the request's namespace only:
   External `GET .../namespaces/<ns>/<metric>`: the serving definition of (ns, metric), its
   values as series, filtered by the request's metric selector; a `pods` source's pods summed or
@@ -22,9 +20,8 @@ in its own namespace from its source (docs/metric-definitions.md).
 
 The router gives this backend the lowest precedence (`Host.yields`): a metric name that a
 platform backend routes or lists is the platform's, and a definition of it serves nothing.
-
-Cost of a request: O(1) to find the definition, plus the source's `values` once per namespace
-of the request (O(series)) and O(objects) to answer from them.
+Cost of a request: O(1) to find the definition, the source's `values` (O(series)) and
+O(objects) to answer from them.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ async def test_the_catalog_refuses_a_cycle_and_serves_once_it_is_broken() -> Non
     made.catalog.event("ADDED", obj(constant(6), "base"))  # serves expected_load = 6
     made.catalog.event("ADDED", obj(formula_spec("twice", "x * 2.0", x="half"), "twice"))
     made.catalog.event("ADDED", obj(formula_spec("half", "x / 2.0", x="twice"), "half"))
-    states = {state["name"]: state for state in made.states()}
+    states = {state["name"]: state for state in made.definition_states()}
     for name in ("twice", "half"):
         assert states[name]["valid"] is False
         assert states[name]["reason"] == "InvalidFormula"

@@ -132,6 +132,9 @@ async def fetch_value(
         timeout=deadline,
         max_connections=1,
         max_idle=0,
+        # An endpoint address is called directly, never through an environment proxy (as the
+        # pod scrapes): the proxy would be a second hop the Service's endpoints do not name.
+        trust_env=False,
     )
     try:
         async with asyncio.timeout(deadline):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import ipaddress
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -304,3 +306,38 @@ async def test_nothing_listening_and_bad_requests_are_reasons(
     reason = await fetch(Target("127.0.0.1", closed.port), "/stats?format=json")
     assert isinstance(reason, str)
     assert reason.startswith(f"127.0.0.1:{closed.port} could not be read")
+
+
+def host_address() -> str | None:
+    """This host's address that is not loopback (loopback is never proxied, so a proxy test
+    needs another), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: a UDP connect picks a route
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+async def test_an_endpoint_is_called_directly_whatever_the_environment_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    address = host_address()
+    if address is None:
+        pytest.skip("this host has no address but loopback")
+    endpoint, proxy = Server(HANDLERS), Server(HANDLERS)
+    await endpoint.start(address)
+    await proxy.start()
+    try:
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        assert await fetch(Target(address, endpoint.port), "/stats?format=json") == 42.0
+        assert (endpoint.connections, proxy.connections) == (1, 0)
+    finally:
+        for item in (endpoint, proxy):
+            assert item.server is not None
+            item.server.close()
+            await item.server.wait_closed()

@@ -200,15 +200,16 @@ class DiscoveryRestMapper:
         found = self._mapper.mapping(resource)
         if found is not None:
             return found
+        in_flight = self._in_flight()
         if (
-            self._inflight is None
+            in_flight is None
             and self._last_attempt is not None
             and self._clock() - self._last_attempt < self._min_refresh_interval
         ):
             return None
         self.stats.miss_refreshes += 1
         missed_at = self._clock()
-        joined_started = self._last_attempt if self._inflight is not None else None
+        joined_started = self._last_attempt if in_flight is not None else None
         await self.refresh()
         found = self._mapper.mapping(resource)
         if found is None and joined_started is not None and joined_started < missed_at:
@@ -221,13 +222,20 @@ class DiscoveryRestMapper:
     async def refresh(self) -> bool:
         """Discover now, or join the discovery in flight; True if it succeeded. Never raises
         (except `CancelledError` for the caller; the shared discovery goes on)."""
-        inflight = self._inflight
+        inflight = self._in_flight()
         if inflight is None:
             self._last_attempt = self._clock()
             inflight = asyncio.ensure_future(self._discover())
             self._inflight = inflight
             inflight.add_done_callback(self._clear_inflight)
         return await asyncio.shield(inflight)
+
+    def _in_flight(self) -> asyncio.Future[bool] | None:
+        """The discovery still running, if any. A finished one is not: its done callback
+        (`_clear_inflight`) runs a loop turn later, and awaiting a finished future does not
+        yield, so a miss in between would join a discovery older than itself, twice."""
+        inflight = self._inflight
+        return None if inflight is None or inflight.done() else inflight
 
     def _clear_inflight(self, done: asyncio.Future[bool]) -> None:
         if self._inflight is done:

@@ -244,6 +244,25 @@ async def test_a_miss_that_joins_an_older_refresh_refreshes_once_more(
     assert api.count("discovery", "/apis") == 1  # the one fresh discovery after the miss
 
 
+async def test_a_miss_just_after_a_refresh_ended_starts_a_new_one(
+    api: FakeKubeApiServer, client: KubeClient
+) -> None:
+    """The moment a refresh has published its mapping (`discovered`) but its future's done
+    callback has not run yet: a miss then must not join that finished refresh (awaiting a done
+    future does not yield, so it would join it twice and answer 'unknown')."""
+    mapper = DiscoveryRestMapper(client, min_refresh_interval=0.0)
+    running = asyncio.ensure_future(mapper.refresh())
+    while not mapper.discovered:
+        await asyncio.sleep(0)
+    assert mapper._inflight is not None
+    finished = mapper._inflight.done()
+    api.register(WIDGETS)
+    found = await mapper.resolve("widgets.example.com")
+    await running
+    assert found is not None, f"the refresh had finished: {finished}"
+    assert found.kind == "Widget"
+
+
 async def api_sees_discovery(api: FakeKubeApiServer) -> None:
     """Until the fake has received the /apis request of a discovery under way."""
     for _ in range(200):

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test test-controlplane unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough load load-smoke generate-cri clean image image-base lock verify-lock
+.PHONY: install tools demo test test-controlplane unit lint format typecheck imports verify verify-openapi update-openapi verify-chart-docs update-chart-docs example-install example-typecheck example-test bench bench-smoke bench-routing bench-protobuf bench-passthrough bench-definitions load load-smoke generate-cri clean image image-base lock verify-lock
 
 $(STAMP): pyproject.toml setup.py custom_metrics_server/kubelet_format/_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -145,6 +145,9 @@ bench-passthrough: install  ## the pass-through's added latency and CPU over the
 
 bench-protobuf: install  ## JSON vs protobuf on pods/* over 10,000 pods (needs wrk)
 	$(BIN)/python benchmarks/protobuf.py $(ARGS)
+
+bench-definitions: install  ## 10,000 MetricDefinitions through a real kube-apiserver (the control-plane tier's binaries; ~7 min, ARGS=--smoke ~1 min)
+	$(BIN)/python benchmarks/definitions_scale.py $(ARGS)
 
 load: install  ## load/soak harness against serve --demo, e.g. ARGS="--clients 200 --duration 300"
 	$(BIN)/python benchmarks/load.py $(ARGS)

@@ -24,7 +24,7 @@ of its serving formulas for the cycle check; a lookup O(1).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from custom_metrics_server.backends.definitions.source import (
 )
 from custom_metrics_server.backends.definitions.spec import Definition, Refused, parse_definition
 from custom_metrics_server.domain import GroupResource, MetricInfo
+from custom_metrics_server.kube.keyed_sink import KeyedSink
 
 __all__ = ["PODS", "Catalog", "State"]
 
@@ -117,7 +118,7 @@ def _observe(state: State, obj: Mapping[str, Any]) -> None:
     state.observed_status = status if isinstance(status, Mapping) else {}
 
 
-class Catalog:
+class Catalog(KeyedSink[tuple[str, str]]):
     """Every watched definition's `State`, and the serving one per (namespace, metric)."""
 
     def __init__(
@@ -126,6 +127,7 @@ class Catalog:
         makers: Mapping[str, SourceMaker],
         tools: SourceTools,
     ) -> None:
+        super().__init__()
         self.platform = platform
         self.makers = dict(makers)
         self.tools = tools
@@ -139,43 +141,22 @@ class Catalog:
         #: sources of definitions that changed or left, for the backend to close
         self.retired: list[Source] = []
         self.generation = 0
-        self.synced = False
-        self._seen: set[tuple[str, str]] | None = None
         self._listing: tuple[int, frozenset[MetricInfo], frozenset[str]] | None = None
         #: called after every change (the backend wakes its tick)
         self.changed: Callable[[], None] = lambda: None
 
-    # -- the WatchSink --
+    # -- the WatchSink (`KeyedSink`) --
 
-    def list_started(self) -> None:
-        """A (re)list begins."""
-        self._seen = set()
+    def keys(self) -> Iterable[tuple[str, str]]:
+        return self.states.keys()
 
-    def listed(self, obj: dict[str, Any]) -> None:
-        """One listed definition."""
-        key = self._apply(obj)
-        if self._seen is not None and key is not None:
-            self._seen.add(key)
-
-    def list_finished(self) -> None:
-        """Definitions not listed are gone."""
-        seen = self._seen or set()
-        for key in [key for key in self.states if key not in seen]:
-            self._remove(key)
-        self._seen = None
-        self.synced = True
-
-    def event(self, type: str, obj: dict[str, Any]) -> None:
-        """ADDED, MODIFIED or DELETED."""
-        if type == "DELETED":
-            meta = obj.get("metadata") or {}
-            self._remove((str(meta.get("namespace")), str(meta.get("name"))))
-        else:
-            self._apply(obj)
+    def key_of(self, obj: Mapping[str, Any]) -> tuple[str, str] | None:
+        meta = obj.get("metadata") or {}
+        return (str(meta.get("namespace")), str(meta.get("name")))
 
     # -- changes --
 
-    def _apply(self, obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    def apply(self, obj: Mapping[str, Any]) -> tuple[str, str] | None:
         try:
             definition = parse_definition(obj)
         except (KeyError, TypeError):
@@ -200,7 +181,7 @@ class Catalog:
         self._resolve(definition.namespace)
         return key
 
-    def _remove(self, key: tuple[str, str]) -> None:
+    def remove(self, key: tuple[str, str]) -> None:
         state = self.states.pop(key, None)
         if state is None:
             return

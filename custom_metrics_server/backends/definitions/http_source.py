@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
@@ -35,6 +36,7 @@ from custom_metrics_server.backends.definitions.polled import Polled
 from custom_metrics_server.backends.definitions.source import SourceError, SourceTools, Value
 from custom_metrics_server.backends.definitions.spec import Definition, Refused
 from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.kube.keyed_sink import KeyedSink, name_of
 from custom_metrics_server.kube.watcher import Reflector
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 
@@ -54,40 +56,27 @@ class HttpSettings:
     allow_loopback: bool = False
 
 
-class _Objects:
+class _Objects(KeyedSink[str]):
     """The `WatchSink` of one collection: the objects by name, as the API serves them."""
 
     def __init__(self) -> None:
-        self.by_name: dict[str, dict[str, Any]] = {}
-        self._seen: set[str] | None = None
-        self.synced = False
+        super().__init__()
+        self.by_name: dict[str, Mapping[str, Any]] = {}
 
-    def list_started(self) -> None:
-        self._seen = set()
-
-    def listed(self, obj: dict[str, Any]) -> None:
-        name = self._apply(obj)
-        if self._seen is not None and name is not None:
-            self._seen.add(name)
-
-    def list_finished(self) -> None:
-        seen = self._seen or set()
-        self.by_name = {name: obj for name, obj in self.by_name.items() if name in seen}
-        self._seen = None
-        self.synced = True
-
-    def event(self, type: str, obj: dict[str, Any]) -> None:
-        if type == "DELETED":
-            self.by_name.pop(str((obj.get("metadata") or {}).get("name")), None)
-        else:
-            self._apply(obj)
-
-    def _apply(self, obj: dict[str, Any]) -> str | None:
-        name = (obj.get("metadata") or {}).get("name")
-        if not isinstance(name, str):
-            return None
-        self.by_name[name] = obj
+    def apply(self, obj: Mapping[str, Any]) -> str | None:
+        name = name_of(obj)
+        if name is not None:
+            self.by_name[name] = obj
         return name
+
+    def remove(self, key: str) -> None:
+        self.by_name.pop(key, None)
+
+    def keys(self) -> Iterable[str]:
+        return self.by_name.keys()
+
+    def key_of(self, obj: Mapping[str, Any]) -> str | None:
+        return name_of(obj)
 
 
 class HttpSource(Polled):

@@ -12,10 +12,12 @@ PURE: no I/O (the source runs the watches). Cost: an event O(1); `members` O(pod
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from custom_metrics_server.cluster_state.record_inputs import controller_of
 from custom_metrics_server.domain import GroupResource
+from custom_metrics_server.kube.keyed_sink import KeyedSink, name_of
 
 __all__ = ["WorkloadPods"]
 
@@ -28,41 +30,27 @@ _KINDS = {
 }
 
 
-class _Controllers:
+class _Controllers(KeyedSink[str]):
     """name -> the (kind, name) controlling it, for one collection of the namespace."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.by_name: dict[str, tuple[str, str] | None] = {}
-        self._seen: set[str] | None = None
-        self.synced = False
 
-    def list_started(self) -> None:
-        self._seen = set()
-
-    def listed(self, obj: dict[str, Any]) -> None:
-        name = self._apply(obj)
-        if self._seen is not None and name is not None:
-            self._seen.add(name)
-
-    def list_finished(self) -> None:
-        seen = self._seen or set()
-        self.by_name = {name: owner for name, owner in self.by_name.items() if name in seen}
-        self._seen = None
-        self.synced = True
-
-    def event(self, type: str, obj: dict[str, Any]) -> None:
-        if type == "DELETED":
-            self.by_name.pop(str((obj.get("metadata") or {}).get("name")), None)
-        else:
-            self._apply(obj)
-
-    def _apply(self, obj: dict[str, Any]) -> str | None:
-        metadata = obj.get("metadata") or {}
-        name = metadata.get("name")
-        if not isinstance(name, str):
-            return None
-        self.by_name[name] = controller_of(metadata)
+    def apply(self, obj: Mapping[str, Any]) -> str | None:
+        name = name_of(obj)
+        if name is not None:
+            self.by_name[name] = controller_of(obj.get("metadata") or {})
         return name
+
+    def remove(self, key: str) -> None:
+        self.by_name.pop(key, None)
+
+    def keys(self) -> Iterable[str]:
+        return self.by_name.keys()
+
+    def key_of(self, obj: Mapping[str, Any]) -> str | None:
+        return name_of(obj)
 
 
 class WorkloadPods:

@@ -40,6 +40,7 @@ from custom_metrics_server.backends.pod_metrics.config import (
 )
 from custom_metrics_server.cluster_state.record_inputs import controller_of
 from custom_metrics_server.domain import GroupResource, ObjectKey
+from custom_metrics_server.kube.keyed_sink import KeyedSink
 
 __all__ = ["PODS", "PodTargets", "ReplicaSetOwners", "Target"]
 
@@ -89,10 +90,11 @@ def _port(spec: Mapping[str, Any], wanted: int | str) -> int | None:
     return None
 
 
-class PodTargets:
+class PodTargets(KeyedSink[ObjectKey]):
     """The scrape targets, by pod and by name, and the pods of each controller."""
 
     def __init__(self, config: PodMetricsConfig, *, clock: Any = time.monotonic) -> None:
+        super().__init__()
         self.config = config
         self._selections = {
             scrape.name: config.selection(scrape.metrics) for scrape in config.scrape
@@ -105,8 +107,6 @@ class PodTargets:
         self._pods: dict[ObjectKey, _Pod] = {}
         #: (namespace, controller kind, controller name) -> pod names
         self._by_controller: dict[tuple[str, str, str], set[str]] = {}
-        self._seen: set[ObjectKey] | None = None
-        self.synced = False
         #: bumped on every change of the targets or of ownership (listings follow it)
         self.generation = 0
         self.replicasets = ReplicaSetOwners(self)
@@ -119,37 +119,17 @@ class PodTargets:
             WORKLOAD_KINDS[name][1]: WORKLOAD_KINDS[name][0] for name in config.workloads
         }
 
-    # -- the pods' WatchSink --
+    # -- the pods' WatchSink (`KeyedSink`) --
 
-    def list_started(self) -> None:
-        """A (re)list begins."""
-        self._seen = set()
+    def keys(self) -> Iterable[ObjectKey]:
+        return self._pods.keys()
 
-    def listed(self, obj: dict[str, Any]) -> None:
-        """One listed pod."""
-        key = self._apply(obj)
-        if self._seen is not None and key is not None:
-            self._seen.add(key)
-
-    def list_finished(self) -> None:
-        """Pods not listed are gone."""
-        seen = self._seen or set()
-        for key in [key for key in self._pods if key not in seen]:
-            self._remove(key)
-        self._seen = None
-        self.synced = True
-
-    def event(self, type: str, obj: dict[str, Any]) -> None:
-        """A watch event."""
-        if type == "DELETED":
-            metadata = obj.get("metadata") or {}
-            self._remove((str(metadata.get("namespace", "")), str(metadata.get("name", ""))))
-        else:
-            self._apply(obj)
+    def key_of(self, obj: Mapping[str, Any]) -> ObjectKey | None:
+        return _object_key(obj)
 
     # -- selection --
 
-    def _apply(self, pod: Mapping[str, Any]) -> ObjectKey | None:
+    def apply(self, pod: Mapping[str, Any]) -> ObjectKey | None:
         metadata = pod.get("metadata") or {}
         name = metadata.get("name")
         if not name:
@@ -157,12 +137,12 @@ class PodTargets:
         key = (str(metadata.get("namespace", "")), str(name))
         found = self._chosen(key, pod, metadata)
         if found is None:
-            self._remove(key)
+            self.remove(key)
             return key
         previous = self._pods.get(key)
         if previous == found:
             return key
-        self._remove(key)
+        self.remove(key)
         self._pods[key] = found
         before = {target.name for target in previous.targets} if previous is not None else set()
         appeared = False
@@ -263,7 +243,7 @@ class PodTargets:
         assert port is not None
         return (port, path, "https" if scheme == "https" else "http")
 
-    def _remove(self, key: ObjectKey) -> None:
+    def remove(self, key: ObjectKey) -> None:
         old = self._pods.pop(key, None)
         if old is None:
             return
@@ -324,44 +304,26 @@ class PodTargets:
         return found
 
 
-class ReplicaSetOwners:
+class ReplicaSetOwners(KeyedSink[ObjectKey]):
     """The `WatchSink` of ReplicaSets: which Deployment controls each (only those that one
     does), for Deployments' Object metrics."""
 
     def __init__(self, targets: PodTargets) -> None:
+        super().__init__()
         self._targets = targets
         self._owner: dict[ObjectKey, str] = {}
         self._by_deployment: dict[ObjectKey, set[str]] = {}
-        self._seen: set[ObjectKey] | None = None
-        self.synced = False
 
-    def list_started(self) -> None:
-        """A (re)list begins."""
-        self._seen = set()
+    def keys(self) -> Iterable[ObjectKey]:
+        return self._owner.keys()
 
-    def listed(self, obj: dict[str, Any]) -> None:
-        """One listed ReplicaSet."""
-        key = self._apply(obj)
-        if self._seen is not None and key is not None:
-            self._seen.add(key)
+    def key_of(self, obj: Mapping[str, Any]) -> ObjectKey | None:
+        return _object_key(obj)
 
-    def list_finished(self) -> None:
-        """ReplicaSets not listed are gone."""
-        seen = self._seen or set()
-        for key in [key for key in self._owner if key not in seen]:
-            self._set(key, None)
-        self._seen = None
-        self.synced = True
+    def remove(self, key: ObjectKey) -> None:
+        self._set(key, None)
 
-    def event(self, type: str, obj: dict[str, Any]) -> None:
-        """A watch event."""
-        if type == "DELETED":
-            metadata = obj.get("metadata") or {}
-            self._set((str(metadata.get("namespace", "")), str(metadata.get("name", ""))), None)
-        else:
-            self._apply(obj)
-
-    def _apply(self, obj: Mapping[str, Any]) -> ObjectKey | None:
+    def apply(self, obj: Mapping[str, Any]) -> ObjectKey | None:
         metadata = obj.get("metadata") or {}
         if not metadata.get("name"):
             return None
@@ -393,3 +355,9 @@ class ReplicaSetOwners:
     def of_deployment(self, namespace: str, deployment: str) -> Iterable[str]:
         """The ReplicaSets a Deployment controls."""
         return self._by_deployment.get((namespace, deployment), ())
+
+
+def _object_key(obj: Mapping[str, Any]) -> ObjectKey:
+    """A deleted object's (namespace, name)."""
+    metadata = obj.get("metadata") or {}
+    return (str(metadata.get("namespace", "")), str(metadata.get("name", "")))

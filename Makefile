@@ -134,6 +134,8 @@ bench-smoke: install
 	$(BIN)/python benchmarks/workers.py --smoke  # 1 process against 2 workers, demo and Kubernetes backend (~60 s)
 	$(BIN)/python benchmarks/resources_exposition.py --smoke  # /metrics/resources and pods/* in process, old vs new (~10 s)
 	$(BIN)/python benchmarks/object_queries.py --smoke  # HPA Object and Pods queries in process, old vs new (~5 s)
+	$(BIN)/python benchmarks/definitions_scale.py --smoke  # 200 MetricDefinitions through a real kube-apiserver (~1 min)
+	$(BIN)/python benchmarks/definitions_rounds.py --smoke  # 200 prometheus definitions' rounds on a real Prometheus (~1 min)
 	$(BIN)/python benchmarks/review_client.py --smoke  # a SubjectAccessReview's CPU, httpx vs lean (~5 s)
 	$(BIN)/python benchmarks/ingest_decode.py --smoke  # list pages decoded and applied, dict vs schema path (~10 s)
 
@@ -146,8 +148,9 @@ bench-passthrough: install  ## the pass-through's added latency and CPU over the
 bench-protobuf: install  ## JSON vs protobuf on pods/* over 10,000 pods (needs wrk)
 	$(BIN)/python benchmarks/protobuf.py $(ARGS)
 
-bench-definitions: install  ## 10,000 MetricDefinitions through a real kube-apiserver (the control-plane tier's binaries; ~7 min, ARGS=--smoke ~1 min)
+bench-definitions: install  ## 10,000 MetricDefinitions through a real kube-apiserver (the control-plane tier's binaries): ingest, status, then real Prometheus rounds (~15 min, ARGS=--smoke ~2 min)
 	$(BIN)/python benchmarks/definitions_scale.py $(ARGS)
+	$(BIN)/python benchmarks/definitions_rounds.py $(ARGS)
 
 load: install  ## load/soak harness against serve --demo, e.g. ARGS="--clients 200 --duration 300"
 	$(BIN)/python benchmarks/load.py $(ARGS)

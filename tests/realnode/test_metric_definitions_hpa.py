@@ -301,7 +301,9 @@ class Team:
         assert result.returncode == 0, result.stderr
 
     def definition(self, name: str) -> Obj:
-        result = self.kubectl("get", f"{CRD}", name, "-n", self.ns, "-o", "json")
+        result = self.kubectl(
+            "get", CRD, name, "-n", self.ns, "-o", "json", "--show-managed-fields"
+        )
         assert result.returncode == 0, result.stderr
         found: Obj = json.loads(result.stdout)
         return found
@@ -477,7 +479,7 @@ def test_pods_form_scales_real_pods_on_their_own_metrics(
     wait_for(
         "the two pods' values through the aggregator",
         lambda: answer() == {(pod, str(LOAD)) for pod in mine} or None,
-        timeout=120,
+        timeout=SCALE_DEADLINE,
     )
     # The status the server wrote, read by the team: Ready, the pods' average, two values.
     obj = status_written(team, name, str(LOAD), 2)
@@ -485,6 +487,11 @@ def test_pods_form_scales_real_pods_on_their_own_metrics(
     assert found["Valid"]["status"] == "True", obj["status"]
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
     assert obj["status"]["route"] == {"api": "custom", "resource": "pods"}
+    # Written by the server, through the status subresource (its user agent is the manager).
+    writers = {
+        m["manager"] for m in obj["metadata"]["managedFields"] if m.get("subresource") == "status"
+    }
+    assert writers == {"custom-metrics-server"}, obj["metadata"]["managedFields"]
     columns = printed(team, name)
     assert (columns["READY"], columns["VALUE"], columns["SOURCE"]) == ("True", str(LOAD), "Pods")
 
@@ -536,7 +543,7 @@ def test_object_form_sums_the_deployments_pods(
     wait_for(
         f"the Deployment's sum {total} through the aggregator",
         lambda: [i["value"] for i in custom(realnode, path)["items"]] == [total] or None,
-        timeout=120,
+        timeout=SCALE_DEADLINE,
     )
     obj = status_written(team, name, total, 2)
     assert obj["status"]["route"] == {"api": "custom", "resource": "deployments.apps"}

@@ -42,6 +42,9 @@ API_SERVICES = (
     ("v1", "metrics.k8s.io", 100, 200),
     ("v1beta1", "metrics.k8s.io", 100, 100),
 )
+#: Without `metrics.k8s.io`: for a server run without `--enable-metrics-api`.
+CUSTOM_AND_EXTERNAL = API_SERVICES[:3]
+APIService = tuple[str, str, int, int]
 SERVICE = "custom-metrics-server"
 
 
@@ -131,7 +134,9 @@ def write_backends(path: Path, backends: list[dict[str, Any]]) -> None:
     os.replace(staged, path)
 
 
-def _objects(node: RealNode, server: HostServer, namespace: str) -> list[dict[str, Any]]:
+def _objects(
+    node: RealNode, server: HostServer, namespace: str, apis: tuple[APIService, ...]
+) -> list[dict[str, Any]]:
     bundle = base64.b64encode(server.ca_pem).decode()
     objects: list[dict[str, Any]] = [
         {
@@ -194,7 +199,7 @@ def _objects(node: RealNode, server: HostServer, namespace: str) -> list[dict[st
             ],
         },
     ]
-    for version, group, group_priority, version_priority in API_SERVICES:
+    for version, group, group_priority, version_priority in apis:
         objects.append(
             {
                 "apiVersion": "apiregistration.k8s.io/v1",
@@ -213,10 +218,10 @@ def _objects(node: RealNode, server: HostServer, namespace: str) -> list[dict[st
     return objects
 
 
-def available(node: RealNode) -> dict[str, str]:
+def available(node: RealNode, apis: tuple[APIService, ...] = API_SERVICES) -> dict[str, str]:
     """Each of our APIServices' Available condition (`True`, or the reason and message)."""
     found = {}
-    for version, group, *_ in API_SERVICES:
+    for version, group, *_ in apis:
         item = node.get("apiservice", f"{version}.{group}")
         conditions = {c["type"]: c for c in item.get("status", {}).get("conditions", ())}
         condition = conditions.get("Available", {})
@@ -229,14 +234,22 @@ def available(node: RealNode) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def register(node: RealNode, server: HostServer, namespace: str) -> Iterator[None]:
-    """Register `server` for every metrics API and wait until each APIService is Available;
+def register(
+    node: RealNode,
+    server: HostServer,
+    namespace: str,
+    apis: tuple[APIService, ...] = API_SERVICES,
+) -> Iterator[None]:
+    """Register `server` for `apis` (every metrics API unless told) and wait until each
+    APIService is Available;
     removes the registration (and the cluster-scoped RBAC) afterwards."""
-    node.apply(*_objects(node, server, namespace))
+    node.apply(*_objects(node, server, namespace, apis))
 
-    def all_available() -> dict[str, str] | None:
-        state = available(node)
-        return state if all(value == "True" for value in state.values()) else None
+    def all_available() -> dict[str, str]:
+        state = available(node, apis)
+        if all(value == "True" for value in state.values()):
+            return state
+        raise AssertionError(state)  # the failure names each condition
 
     try:
         wait_for("the APIServices to be Available", all_available, timeout=120)

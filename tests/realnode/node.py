@@ -36,9 +36,14 @@ SCRIPTS = Path(os.environ.get("REALNODE_SCRIPTS", ROOT.parent / "shared" / "real
 DEFAULT_DIR = Path(os.environ.get("REALNODE_DIR", "/tmp/realnode"))
 
 #: The settings the tier needs (see tests/realnode/README in docs/status.md): the HPA's
-#: scale-to-zero gate on both sides, and the controllers a DaemonSet (node agent, chart) needs.
+#: scale-to-zero gate on both sides, the controllers a DaemonSet (node agent, chart) needs, and
+#: the clusterrole-aggregation controller, which folds the MetricDefinition roles into `admin`
+#: (test_metric_definitions_hpa.py).
 UP_ENV: Mapping[str, str] = {
-    "REALNODE_EXTRA_CONTROLLERS": "daemonset-controller,statefulset-controller,job-controller",
+    "REALNODE_EXTRA_CONTROLLERS": (
+        "daemonset-controller,statefulset-controller,job-controller,"
+        "clusterrole-aggregation-controller"
+    ),
     "REALKUBE_APISERVER_ARGS": "--feature-gates=HPAScaleToZero=true",
     "REALKUBE_KCM_ARGS": "--feature-gates=HPAScaleToZero=true",
 }

@@ -1,7 +1,9 @@
 """Rounds of real source reads at MetricDefinition scale: N `prometheus` definitions in M
-namespaces, each querying a real Prometheus every `--interval`, through a real kube-apiserver.
+namespaces, each querying a real Prometheus every `--interval`, or N `pods` definitions each
+scraping its own pod's `/metrics`, through a real kube-apiserver.
 
     python benchmarks/definitions_rounds.py                 # 10,000 in 3,000 namespaces
+    python benchmarks/definitions_rounds.py --source pods   # 10,000 pods definitions, 10,000 pods
     python benchmarks/definitions_rounds.py --smoke         # 200 in 60 (about a minute)
 
 The control-plane tier's machinery (tests/controlplane/cluster.py: real etcd + kube-apiserver)
@@ -22,6 +24,12 @@ show as a wrong sum).
    `prometheus_engine_query_duration_seconds_count` for the inner evaluation) and the CPU per
    query on each side.
 
+With `--source pods`, definition `i` selects the one pod `app=def-<i>` of its namespace (port
+`metrics`, gauge `queue_depth`): N pods are created and set Running as a kubelet would (no
+kubelet runs), each at its own loopback address `127.x.y.z`, where one exporter process (bound
+to every loopback address) answers a value derived from the address: each definition's value is
+checked against its pod's, and the exporter counts the scrapes (the steady phase's reads).
+
 Prints a JSON summary and writes it under benchmarks/results/. Exits non-zero when a phase
 fails (a definition never Ready, a wrong value): the `--smoke` is the check that the benchmark
 still works.
@@ -32,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -60,11 +69,72 @@ from tests.controlplane.test_metric_definitions import (  # noqa: E402
     GROUP,
     VERSION,
 )
-from tests.prometheus.real_prometheus import Gauge, RealPrometheus  # noqa: E402
+from tests.prometheus.real_prometheus import Gauge, RealPrometheus, free_port  # noqa: E402
 
 STATUS_PAGE = "/apis/custom.metrics.k8s.io/v1beta2/metric-status?format=json"
 #: A failure limit for a broken run (never a speed target): seconds per 1,000 definitions.
 SERVE_LIMIT_PER_1000 = 120.0
+#: The pods' container port, where the exporter listens on every loopback address.
+EXPORTER_PORT = free_port()
+
+
+def export(port: int, scrapes: Any) -> None:
+    """The exporter process: HTTP/1.1 with keep-alive on `port` of every local address, each
+    answer a gauge whose value depends on the address the connection reached."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        address = writer.get_extra_info("sockname")[0]
+        body = f"# TYPE queue_depth gauge\nqueue_depth {pod_value(address)}\n".encode()
+        head = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                with scrapes.get_lock():
+                    scrapes.value += 1
+                writer.write(head + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "0.0.0.0", port, backlog=4096)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+async def apply_all(
+    plane: ControlPlane, items: list[tuple[str, dict[str, Any]]], concurrency: int
+) -> float:
+    """Server-side apply (PATCH) of each (path, body), `concurrency` in flight; seconds taken."""
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    verify = plane.ssl_context(plane.pki.admin)
+    pending = iter(items)
+    started = time.perf_counter()
+    headers = {"content-type": "application/apply-patch+yaml"}
+    async with httpx.AsyncClient(
+        base_url=plane.url, verify=verify, limits=limits, timeout=60
+    ) as client:
+
+        async def worker() -> None:
+            for path, body in pending:
+                for attempt in range(10):
+                    response = await client.patch(path, content=json.dumps(body), headers=headers)
+                    if response.status_code < 300:
+                        break
+                    if response.status_code != 429 and response.status_code < 500:
+                        raise RuntimeError(f"PATCH {path}: {response.status_code} {response.text}")
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                else:
+                    raise RuntimeError(f"PATCH {path}: still {response.status_code}")
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started
 
 
 def queue_value(namespace_index: int, queue: int) -> float:
@@ -86,9 +156,73 @@ def series(namespaces: int, queues: int) -> list[Gauge | Any]:
     ]
 
 
-def definition(index: int, namespaces: int, interval: str) -> tuple[str, dict[str, Any]]:
+def pod_address(index: int) -> str:
+    """Pod `index`'s loopback address: 127.0.0.2 on, each octet 1-254 (no network or
+    broadcast-looking address, and never 127.0.0.1)."""
+    number = index + 1
+    number = (number // 254) * 256 + number % 254 + 1  # skip octets 0 and 255
+    return f"127.{number >> 16 & 255}.{number >> 8 & 255}.{number & 255}"
+
+
+def pod_value(address: str) -> float:
+    """What the exporter answers at `address`."""
+    return float(sum(int(part) for part in address.split(".")[1:]) % 97 + 1)
+
+
+def pod(index: int, namespaces: int) -> tuple[str, dict[str, Any]]:
+    """Pod `index` in definition `index`'s namespace, selected by it alone."""
+    namespace = namespace_name(index % namespaces)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"app-{index}",
+            "namespace": namespace,
+            "labels": {"app": f"def-{index}"},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "example.invalid/app",
+                    "ports": [{"name": "metrics", "containerPort": EXPORTER_PORT}],
+                }
+            ]
+        },
+    }
+    return f"/api/v1/namespaces/{namespace}/pods", body
+
+
+def running(index: int, namespaces: int) -> tuple[str, dict[str, Any]]:
+    """The status a kubelet would write for pod `index` (server-side apply of `status`)."""
+    namespace = namespace_name(index % namespaces)
+    address = pod_address(index)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"app-{index}", "namespace": namespace},
+        "status": {"phase": "Running", "podIP": address, "podIPs": [{"ip": address}]},
+    }
+    path = f"/api/v1/namespaces/{namespace}/pods/app-{index}/status"
+    return f"{path}?fieldManager=bench-kubelet&force=true", body
+
+
+def definition(
+    index: int, namespaces: int, interval: str, source: str = "prometheus"
+) -> tuple[str, dict[str, Any]]:
     """Definition `index`: in namespace `index % namespaces`, a metric of its own there."""
     namespace = namespace_name(index % namespaces)
+    if source == "pods":
+        spec = {
+            "type": "Pods",
+            "pods": {
+                "selector": {"matchLabels": {"app": f"def-{index}"}},
+                "port": "metrics",
+                "metric": "queue_depth",
+            },
+        }
+    else:
+        spec = {"type": "Prometheus", "prometheus": {"query": "sum(queue_depth)"}}
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "MetricDefinition",
@@ -97,21 +231,34 @@ def definition(index: int, namespaces: int, interval: str) -> tuple[str, dict[st
             "metricName": f"queue_total_{index // namespaces}",
             "servedAs": {"type": "External"},
             "interval": interval,
-            "source": {"type": "Prometheus", "prometheus": {"query": "sum(queue_depth)"}},
+            "source": spec,
         },
     }
     return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/metricdefinitions", body
 
 
-def start(workdir: Path, plane: ControlPlane, prometheus: RealPrometheus) -> ServerProcess:
+class Reads:
+    """What the definitions read (Prometheus, or the pods' exporter): its process for CPU, and
+    how many reads it has answered so far."""
+
+    def __init__(self, pid: int, count: Any, kind: str) -> None:
+        self.pid = pid
+        self.count = count
+        self.kind = kind
+
+
+def start(workdir: Path, plane: ControlPlane, prometheus_url: str | None) -> ServerProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     backends = workdir / "backends.yaml"
     settings: dict[str, Any] = {
         "kubeconfig": str(plane.admin_kubeconfig),
         "writeStatus": False,
+        # One pod per definition: the per-namespace default (100 targets, 50 definitions)
+        # holds at 10,000 in 3,000 namespaces; the shortest interval is the smoke's.
         "limits": {"minInterval": "5s"},
-        "prometheus": {"servers": [{"name": "main", "url": prometheus.url}]},
     }
+    if prometheus_url is not None:
+        settings["prometheus"] = {"servers": [{"name": "main", "url": prometheus_url}]}
     entry = {"name": "metric-definitions", "type": "metric-definitions", "settings": settings}
     backends.write_text(yaml.safe_dump({"backends": [entry]}))
     return start_server(workdir, "--backends-config", str(backends), timeout=120, ready=False)
@@ -127,24 +274,30 @@ def rows(server: ServerProcess) -> list[dict[str, Any]]:
     return found
 
 
-def check_values(found: list[dict[str, Any]], namespaces: int, queues: int) -> int:
-    """How many Ready rows carry their namespace's sum; raises on a wrong one."""
+def want(row: dict[str, Any], args: argparse.Namespace) -> float:
+    """A definition's right value: its namespace's sum, or its own pod's gauge."""
+    if args.source == "pods":
+        return pod_value(pod_address(int(str(row["name"]).rsplit("-", 1)[1])))
+    return expected(int(str(row["namespace"]).rsplit("-", 1)[1]), args.queues)
+
+
+def check_values(found: list[dict[str, Any]], args: argparse.Namespace) -> int:
+    """How many Ready rows carry their right value; raises on a wrong one."""
     good = 0
     for row in found:
         if not row.get("ready"):
             continue
-        index = int(str(row["namespace"]).rsplit("-", 1)[1])
-        want = expected(index, queues)
+        right = want(row, args)
         got = row.get("lastValue")
-        if got is None or float(got) != want:  # the page may render it as a string
-            raise RuntimeError(f"{row['namespace']}/{row['name']}: {got!r} != {want}")
+        if got is None or float(got) != right:  # the page may render it as a string
+            raise RuntimeError(f"{row['namespace']}/{row['name']}: {got!r} != {right}")
         good += 1
     return good
 
 
-def engine_queries(prometheus: RealPrometheus) -> float:
+def engine_queries(url: str) -> float:
     """Prometheus's count of inner query evaluations (one per instant query)."""
-    text = httpx.get(f"{prometheus.url}/metrics", timeout=30).text
+    text = httpx.get(f"{url}/metrics", timeout=30).text
     match = re.search(
         r'^prometheus_engine_query_duration_seconds_count\{slice="inner_eval"\} (\S+)$',
         text,
@@ -156,93 +309,132 @@ def engine_queries(prometheus: RealPrometheus) -> float:
 
 
 def first_round(
-    server: ServerProcess, prometheus: RealPrometheus, args: argparse.Namespace, launched: float
+    server: ServerProcess, reads: Reads, args: argparse.Namespace, launched: float
 ) -> dict[str, Any]:
-    """Phase 1: from the launch until every definition is Ready with its namespace's sum."""
-    assert prometheus.process is not None
+    """Phase 1: from the launch until every definition is Ready with its right value."""
     total = args.definitions
     limit = max(60.0, SERVE_LIMIT_PER_1000 * total / 1000)
-    prom_cpu0, _ = proc(prometheus.process.pid)
+    read_cpu0, _ = proc(reads.pid)
     good = 0
     while time.perf_counter() - launched < limit:
         if server.process.poll() is not None:
             raise RuntimeError(f"the server exited\n{server.logs()[-4000:]}")
         try:
-            good = check_values(rows(server), args.namespaces, args.queues)
+            good = check_values(rows(server), args)
         except httpx.HTTPError:
             good = 0  # not listening yet
         if good >= total:
             break
         time.sleep(0.5)
     else:
-        raise RuntimeError(f"{good} of {total} definitions Ready after {limit:g} s")
+        stuck = [row for row in rows(server) if not row.get("ready")][:3]
+        raise RuntimeError(
+            f"{good} of {total} definitions Ready after {limit:g} s: {stuck}\n"
+            f"{server.logs()[-3000:]}"
+        )
     took = time.perf_counter() - launched
     server_cpu, rss = proc(server.pid)
-    prom_cpu1, _ = proc(prometheus.process.pid)
-    print(f"first round: every definition Ready with its sum {took:.1f} s after launch", flush=True)
+    read_cpu1, _ = proc(reads.pid)
+    print(f"first round: every definition Ready and right {took:.1f} s after launch", flush=True)
     return {
         "first_round_s": round(took, 2),
         "first_round_server_cpu_s": round(server_cpu, 2),
-        "first_round_prometheus_cpu_s": round(prom_cpu1 - prom_cpu0, 2),
+        f"first_round_{reads.kind}_cpu_s": round(read_cpu1 - read_cpu0, 2),
         "rss_after_first_round_mib": round(rss, 1),
     }
 
 
-def steady(
-    server: ServerProcess, prometheus: RealPrometheus, args: argparse.Namespace
-) -> dict[str, Any]:
-    """Phase 2: `--minutes` of rounds; shares of a core and CPU per query."""
-    assert prometheus.process is not None
+def steady(server: ServerProcess, reads: Reads, args: argparse.Namespace) -> dict[str, Any]:
+    """Phase 2: `--minutes` of rounds; shares of a core and CPU per read."""
     server0, _ = proc(server.pid)
-    prom0, _ = proc(prometheus.process.pid)
-    queries0 = engine_queries(prometheus)
+    read0, _ = proc(reads.pid)
+    count0 = reads.count()
     seconds = args.minutes * 60
     time.sleep(seconds)
     server1, rss = proc(server.pid)
-    prom1, _ = proc(prometheus.process.pid)
-    queries = engine_queries(prometheus) - queries0
-    good = check_values(rows(server), args.namespaces, args.queues)
+    read1, _ = proc(reads.pid)
+    count = reads.count() - count0
+    good = check_values(rows(server), args)
     if good != args.definitions:
-        raise RuntimeError(f"{good} of {args.definitions} Ready with their sum at the end")
-    if queries <= 0:
-        raise RuntimeError("no query reached Prometheus")
+        raise RuntimeError(f"{good} of {args.definitions} Ready and right at the end")
+    if count <= 0:
+        raise RuntimeError(f"no read reached the {reads.kind}")
+    kind = reads.kind
     result = {
         "steady_seconds": seconds,
-        "steady_queries": int(queries),
-        "steady_queries_per_s": round(queries / seconds, 1),
+        "steady_reads": int(count),
+        "steady_reads_per_s": round(count / seconds, 1),
         "steady_server_cpu_percent": round((server1 - server0) / seconds * 100, 1),
-        "steady_prometheus_cpu_percent": round((prom1 - prom0) / seconds * 100, 1),
-        "server_cpu_per_query_us": round((server1 - server0) / queries * 1e6),
-        "prometheus_cpu_per_query_us": round((prom1 - prom0) / queries * 1e6),
+        f"steady_{kind}_cpu_percent": round((read1 - read0) / seconds * 100, 1),
+        "server_cpu_per_read_us": round((server1 - server0) / count * 1e6),
+        f"{kind}_cpu_per_read_us": round((read1 - read0) / count * 1e6),
         "steady_rss_mib": round(rss, 1),
     }
     print(
-        f"steady: {queries:.0f} queries in {seconds:g} s; server {result['steady_server_cpu_percent']}%"
-        f" ({result['server_cpu_per_query_us']} µs a query), Prometheus "
-        f"{result['steady_prometheus_cpu_percent']}% ({result['prometheus_cpu_per_query_us']} µs)",
+        f"steady: {count:.0f} reads in {seconds:g} s; server {result['steady_server_cpu_percent']}%"
+        f" ({result['server_cpu_per_read_us']} µs a read), {kind} "
+        f"{result[f'steady_{kind}_cpu_percent']}% ({result[f'{kind}_cpu_per_read_us']} µs)",
         flush=True,
     )
     return result
 
 
+def make_pods(plane: ControlPlane, args: argparse.Namespace) -> None:
+    """`--source pods`: one pod per definition in its namespace, Running at its address."""
+    spaces, total = args.namespaces, args.definitions
+    # What a pod's admission needs in a namespace (ControlPlane.create_namespace's).
+    needs = [
+        (
+            f"/api/v1/namespaces/{namespace_name(i)}/{kind}",
+            {"metadata": {"name": name, "namespace": namespace_name(i)}},
+        )
+        for i in range(spaces)
+        for kind, name in (
+            ("serviceaccounts", "default"),
+            ("configmaps", "openshift-service-ca.crt"),
+        )
+    ]
+    asyncio.run(post_all(plane, needs, args.concurrency))
+    took = asyncio.run(post_all(plane, [pod(i, spaces) for i in range(total)], args.concurrency))
+    took += asyncio.run(
+        apply_all(plane, [running(i, spaces) for i in range(total)], args.concurrency)
+    )
+    print(f"{total} pods created and Running in {took:.1f} s", flush=True)
+
+
 def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
-    """Every phase on one control plane and one Prometheus; the figures."""
-    spaces = args.namespaces
+    """Every phase on one control plane and one Prometheus or exporter; the figures."""
+    spaces, total = args.namespaces, args.definitions
     result: dict[str, Any] = {
-        "definitions": args.definitions,
+        "source": args.source,
+        "definitions": total,
         "namespaces": spaces,
-        "series": spaces * args.queues,
         "interval": args.interval,
         "machine": f"{os.cpu_count()} CPU {platform.machine()}, Python {platform.python_version()}",
         "load_average_start": os.getloadavg(),
     }
-    (base / "prometheus").mkdir(parents=True)
-    # Only the minutes the run reads: 5 min before the start, 1 h after.
-    prometheus = RealPrometheus(
-        base / "prometheus", series(spaces, args.queues), before=300, after=3600
-    )
-    prometheus.backfill()
-    prometheus.start()
+    prometheus: RealPrometheus | None = None
+    exporter: multiprocessing.Process | None = None
+    if args.source == "pods":
+        scrapes = multiprocessing.Value("q", 0)
+        exporter = multiprocessing.Process(
+            target=export, args=(EXPORTER_PORT, scrapes), daemon=True
+        )
+        exporter.start()
+        assert exporter.pid is not None
+        reads = Reads(exporter.pid, lambda: float(scrapes.value), "exporter")
+    else:
+        result["series"] = spaces * args.queues
+        (base / "prometheus").mkdir(parents=True)
+        # Only the minutes the run reads: 5 min before the start, 1 h after.
+        prometheus = RealPrometheus(
+            base / "prometheus", series(spaces, args.queues), before=300, after=3600
+        )
+        prometheus.backfill()
+        prometheus.start()
+        assert prometheus.process is not None
+        url = prometheus.url
+        reads = Reads(prometheus.process.pid, lambda: engine_queries(url), "prometheus")
     plane = ControlPlane.start(base / "plane")
     try:
         plane.kubectl("apply", "--server-side", "--field-manager=bench", "-k", str(CRD_DIR))
@@ -251,28 +443,34 @@ def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
             ("/api/v1/namespaces", {"metadata": {"name": namespace_name(i)}}) for i in range(spaces)
         ]
         asyncio.run(post_all(plane, namespaces, args.concurrency))
-        posts = [definition(i, spaces, args.interval) for i in range(args.definitions)]
+        if args.source == "pods":
+            make_pods(plane, args)
+        posts = [definition(i, spaces, args.interval, args.source) for i in range(total)]
         took = asyncio.run(post_all(plane, posts, args.concurrency))
-        print(f"{args.definitions} definitions created in {took:.1f} s", flush=True)
+        print(f"{total} definitions created in {took:.1f} s", flush=True)
         launched = time.perf_counter()
-        server = start(base / "server", plane, prometheus)
+        server = start(base / "server", plane, None if prometheus is None else prometheus.url)
         try:
-            result.update(first_round(server, prometheus, args, launched))
-            result.update(steady(server, prometheus, args))
+            result.update(first_round(server, reads, args, launched))
+            result.update(steady(server, reads, args))
         finally:
             stop_server(server)
     finally:
         plane.stop()
-        prometheus.stop()
+        if prometheus is not None:
+            prometheus.stop()
+        if exporter is not None:
+            exporter.terminate()
     result["load_average_end"] = os.getloadavg()
     return result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", choices=("prometheus", "pods"), default="prometheus")
     parser.add_argument("--definitions", type=int, default=10_000)
     parser.add_argument("--namespaces", type=int, default=3_000)
-    parser.add_argument("--queues", type=int, default=3, help="series per namespace")
+    parser.add_argument("--queues", type=int, default=3, help="series per namespace (prometheus)")
     parser.add_argument("--interval", default="30s", help="each definition's interval")
     parser.add_argument("--minutes", type=float, default=2, help="steady rounds observed")
     parser.add_argument("--concurrency", type=int, default=32, help="POSTs in flight")
@@ -290,7 +488,7 @@ def main() -> int:
     if not args.smoke:
         out = ROOT / "benchmarks" / "results"
         out.mkdir(exist_ok=True)
-        name = f"definitions-rounds-{time.strftime('%Y%m%dT%H%M%S')}.json"
+        name = f"definitions-rounds-{args.source}-{time.strftime('%Y%m%dT%H%M%S')}.json"
         (out / name).write_text(json.dumps(result, indent=2) + "\n")
     return 0
 

@@ -23,7 +23,11 @@ Answers are framed by Content-Length, chunked transfer coding or the end of the 
 and `Content-Encoding: gzip` is decoded. A call may cap the (decoded) body: past `limit` bytes
 it fails with :class:`BodyTooLarge` and the connection is closed, read no further.
 `stream` hands over an answer whose body is read as it arrives (:mod:`.stream`: kube-apiserver's
-watches); its connection comes back to the pool when the body ends.
+watches); its connection comes back to the pool when the body ends. A `held` stream (a watch,
+open for minutes) takes a connection outside `max_connections`: the limit bounds calls in
+flight, and a watch is not one; otherwise a program's watches (one per watched collection, in
+the thousands for MetricDefinitions' sources) would take every connection and starve its calls,
+and watches past the limit would wait forever. The watches' own number is the caller's to bound.
 `connect_timeout` (default: `timeout`) bounds each connect and TLS handshake on its own.
 
 Environment proxies (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`, ...) are honoured as Go's
@@ -106,6 +110,8 @@ class Http11Pool:
         self.max_idle = max_idle
         self._idle: list[Http11Connection] = []
         self._open: set[Http11Connection] = set()
+        #: connections `held` streams have now: open, but outside `max_connections`
+        self._held: set[Http11Connection] = set()
         self._connecting = 0
         self._waiters: collections.deque[asyncio.Future[Http11Connection | None]] = (
             collections.deque()
@@ -167,12 +173,14 @@ class Http11Pool:
         *,
         silence: float | None = None,
         limit: int | None = None,
+        held: bool = False,
     ) -> BodyStream:
         """Send a complete request and return its answer once the head is in, the body to be
         read as it arrives (:class:`~.stream.BodyStream`: the connection is the stream's until
         the body ends or the stream is closed). `silence` is the longest the server may say
         nothing while the reader waits (default: the pool's `timeout`); `limit` as
-        `request`'s.
+        `request`'s. `held`: a long-lived stream (a watch), on a connection outside
+        `max_connections` (see the module), never waiting for one.
 
         Cost: as `request`, plus one future per wait for the server."""
         if self._closed:
@@ -180,13 +188,15 @@ class Http11Pool:
         silence = self.timeout if silence is None else silence
         if self._absolute is not None:
             head = self._forwarded(head)
-        connection = await self._acquire()
-        stream = BodyStream(connection, self._release, timeout=silence, limit=limit)
+        acquire = self._acquire_held if held else self._acquire
+        release = self._release_held if held else self._release
+        connection = await acquire()
+        stream = BodyStream(connection, release, timeout=silence, limit=limit)
         try:
             await stream.open(head, body)
         except Stale:
-            connection = await self._acquire(fresh=True)
-            stream = BodyStream(connection, self._release, timeout=silence, limit=limit)
+            connection = await acquire(fresh=True)
+            stream = BodyStream(connection, release, timeout=silence, limit=limit)
             await stream.open(head, body)
         if _requests.isEnabledFor(logging.INFO):
             self._log(head, Answer(stream.status, stream.reason, b""))
@@ -259,7 +269,7 @@ class Http11Pool:
             connection = idle.pop()
             if not connection.closed:
                 return connection
-        while len(self._open) + self._connecting >= self.max_connections:
+        while len(self._open) - len(self._held) + self._connecting >= self.max_connections:
             waiter: asyncio.Future[Http11Connection | None] = self.loop.create_future()
             self._waiters.append(waiter)
             try:
@@ -285,6 +295,32 @@ class Http11Pool:
             if handed is not None and not handed.closed:
                 return handed
         return await self._connect()
+
+    async def _acquire_held(self, *, fresh: bool = False) -> Http11Connection:
+        """A connection for a held stream: an idle one, else a new one whatever the limit. The
+        connection counts outside `max_connections` until `_release_held`."""
+        idle = self._idle
+        connection = None
+        while idle and not fresh:
+            candidate = idle.pop()
+            if not candidate.closed:
+                connection = candidate
+                break
+        if connection is None:
+            connection = await self._connect()
+        self._held.add(connection)
+        return connection
+
+    def _release_held(self, connection: Http11Connection) -> None:
+        """A held stream ended: its connection counts against `max_connections` again, and is
+        closed instead when the calls already use every one."""
+        self._held.discard(connection)
+        if connection.closed:
+            return
+        if len(self._open) - len(self._held) > self.max_connections:
+            connection.close()
+        else:
+            self._release(connection)
 
     async def _connect(self) -> Http11Connection:
         self._connecting += 1
@@ -366,6 +402,7 @@ class Http11Pool:
 
     def dropped(self, connection: Http11Connection) -> None:
         """A connection closed: forget it, and let a waiter open a new one."""
+        self._held.discard(connection)
         if connection in self._open:
             self._open.discard(connection)
             self._wake_one(None)

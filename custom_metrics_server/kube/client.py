@@ -241,11 +241,13 @@ class KubeClient:
         accept: bytes,
         silence: float | None,
         limit: int | None = None,
+        held: bool = False,
     ) -> BodyStream:
-        """A GET whose 2xx answer's body is read as it arrives (the caller closes it)."""
+        """A GET whose 2xx answer's body is read as it arrives (the caller closes it); `held`
+        for a watch (its connection outside the pool's limit: `Http11Pool.stream`)."""
         pool, head, call = self._request("GET", path, params, accept=accept)
         try:
-            stream = await pool.stream(head, silence=silence, limit=limit)
+            stream = await pool.stream(head, silence=silence, limit=limit, held=held)
         except BodyTooLarge as err:
             raise KubeApiError(0, "TooLarge", f"GET {path}: {err}", call=call) from err
         except TransportError as err:
@@ -303,7 +305,7 @@ class KubeClient:
         `KubeApiError` (code 0) after the lines completed before the break; a line cut by the
         break is dropped. O(bytes): each piece is split once, a line spread over several pieces
         joined once."""
-        stream = await self._stream(path, params, accept=_JSON, silence=read_timeout)
+        stream = await self._stream(path, params, accept=_JSON, silence=read_timeout, held=True)
         pending: list[bytes] = []  # the start of a line that has not ended yet
         try:
             async for piece in stream:

@@ -257,3 +257,67 @@ async def test_a_stream_in_flight_fails_when_the_pool_closes(
     stream.close()
     with contextlib.suppress(TransportError):
         await pool.stream(HEAD)
+
+
+async def test_held_streams_take_connections_outside_the_limit(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    """Watches are not calls in flight: with `max_connections=2`, five held streams open at
+    once and calls still get their two connections; a held stream's connection comes back as
+    an ordinary one only while the calls leave room for it."""
+    release = asyncio.Event()
+
+    async def handler(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
+    ) -> None:
+        while True:
+            head = await s.read_head(reader)
+            if b"watch" in head:
+                writer.write(CHUNKED + chunk(b"event\n"))
+                await writer.drain()
+                await release.wait()
+                writer.write(b"0\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    server = await serve(handler)
+    pool = pool_for(server, max_connections=2, max_idle=4)
+    watch = b"GET /watch HTTP/1.1\r\nHost: x\r\n\r\n"
+    streams = [await pool.stream(watch, held=True) for _ in range(5)]
+    assert [await anext(stream) for stream in streams] == [b"event\n"] * 5
+    answers = await asyncio.gather(*(pool.request(HEAD) for _ in range(4)))
+    assert [answer.body for answer in answers] == [b"ok"] * 4
+    assert server.connections == 7  # five watches, and two for the four calls
+    release.set()
+    for stream in streams:
+        assert [piece async for piece in stream] == []
+        stream.close()
+    # The calls' two connections are still open: of the five that came back, none may be
+    # kept beyond the limit.
+    assert len(pool._open) == 2
+    assert not pool._held
+    await pool.aclose()
+
+
+async def test_an_ordinary_stream_waits_for_a_connection_under_the_limit(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    """Without `held`, a stream is a call: at the limit it waits, and fails after the pool's
+    timeout (what a watch past 100 did before watches were held)."""
+
+    async def endless(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
+    ) -> None:
+        await s.read_head(reader)
+        writer.write(CHUNKED + chunk(b"event\n"))
+        await writer.drain()
+        await asyncio.sleep(3600)
+
+    server = await serve(endless)
+    pool = pool_for(server, max_connections=1, timeout=0.2)
+    first = await pool.stream(HEAD)
+    with pytest.raises(TransportTimeout, match="no free connection"):
+        await pool.stream(HEAD)
+    first.close()
+    await pool.aclose()

@@ -217,6 +217,7 @@ def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext
         namespace_limits=platform.namespace_limits,
         scrape_timeout=settings.scrape_timeout,
         max_body_bytes=settings.max_body_bytes,
+        watches=backend.catalog.tools.watches,  # the backend closes it
     )
     allowed = ", ".join(sorted(platform.allowed))
     return Provision(backend, what=f"MetricDefinitions of every namespace (sources: {allowed})")

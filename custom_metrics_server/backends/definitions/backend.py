@@ -55,6 +55,7 @@ from custom_metrics_server.domain import (
 from custom_metrics_server.errors import BackendUnavailable
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.lease import LeaderElector
+from custom_metrics_server.kube.shared_watches import WatchGroup
 from custom_metrics_server.kube.watcher import Reflector
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk import external_sample, sample
@@ -97,6 +98,7 @@ class DefinitionsBackend:
                 client=client,
                 external_value=self.external_value,
                 namespace_limits=platform.namespace_limits,
+                watches=WatchGroup(client, name=f"{name}-watches"),
             ),
         )
         self.catalog.changed = self._wake
@@ -152,6 +154,9 @@ class DefinitionsBackend:
             close = getattr(shared, "aclose", None)
             if close is not None:
                 await close()
+        watches = self.catalog.tools.watches
+        if isinstance(watches, WatchGroup):  # released by the sources closed above
+            await watches.aclose()
         await self.client.aclose()
 
     def ready(self) -> Readiness:

@@ -231,10 +231,12 @@ class WatchGroup:
         *,
         grace: float = GRACE,
         name: str = "shared",
+        owns_client: bool = False,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         **reflector_options: Any,
     ) -> None:
         self.client = client
+        self._owns_client = owns_client
         self.grace = grace
         self.name = name
         self.reflector_options = reflector_options
@@ -304,7 +306,8 @@ class WatchGroup:
         return sum(len(entry.objects) for entry in self._entries.values())
 
     async def aclose(self) -> None:
-        """Stop every watch and timer now; subscriptions end with them."""
+        """Stop every watch and timer now (subscriptions end with them); close the client if
+        the group owns it."""
         self._closed = True
         entries, self._entries = list(self._entries.values()), {}
         timers = list(self._timers)
@@ -315,6 +318,9 @@ class WatchGroup:
                 await timer
         for entry in entries:
             await _stop(entry)
+        close = getattr(self.client, "aclose", None)
+        if self._owns_client and close is not None:
+            await close()
 
 
 async def _stop(entry: _Entry) -> None:

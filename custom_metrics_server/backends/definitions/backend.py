@@ -44,6 +44,7 @@ from custom_metrics_server.backends.definitions.source import (
     Value,
 )
 from custom_metrics_server.backends.definitions.status_writer import StatusWriter
+from custom_metrics_server.backends.definitions.watched import watch_group
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -98,7 +99,7 @@ class DefinitionsBackend:
                 client=client,
                 external_value=self.external_value,
                 namespace_limits=platform.namespace_limits,
-                watches=WatchGroup(client, name=f"{name}-watches"),
+                watches=watch_group(client, name=f"{name}-watches"),
             ),
         )
         self.catalog.changed = self._wake

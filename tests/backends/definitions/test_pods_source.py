@@ -12,6 +12,7 @@ from typing import Any
 from custom_metrics_server.backends.definitions.pods_source import make_pods
 from custom_metrics_server.backends.definitions.source import SourceTools
 from custom_metrics_server.backends.definitions.spec import parse_definition
+from custom_metrics_server.backends.definitions.watched import watch_group
 from custom_metrics_server.backends.pod_metrics.exposition import Kept
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.kube.client import KubeClient
@@ -163,3 +164,14 @@ async def test_definitions_in_two_namespaces_share_the_group_but_never_each_othe
             await client.aclose()
     assert set(made["a"].pod_targets.pods()) == {("a", "web-a"), ("a", "web-a2")}
     assert set(made["b"].pod_targets.pods()) == {("b", "web-b"), ("b", "web-b2")}
+
+
+async def test_the_backends_watch_group_has_a_pool_of_its_own() -> None:
+    """Watches hold their connections (HTTP/1.1): never the backend client's."""
+    client = KubeClient(Connection(host="https://127.0.0.1:1"))
+    group = watch_group(client, name="mdef-watches")
+    assert group.client is not client
+    assert isinstance(group.client, KubeClient)
+    assert group.client.connection is client.connection
+    await group.aclose()
+    await client.aclose()

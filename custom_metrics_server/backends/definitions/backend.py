@@ -44,7 +44,6 @@ from custom_metrics_server.backends.definitions.source import (
     Value,
 )
 from custom_metrics_server.backends.definitions.status_writer import StatusWriter
-from custom_metrics_server.backends.definitions.watched import watch_group
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -56,7 +55,6 @@ from custom_metrics_server.domain import (
 from custom_metrics_server.errors import BackendUnavailable
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.lease import LeaderElector
-from custom_metrics_server.kube.shared_watches import WatchGroup
 from custom_metrics_server.kube.watcher import Reflector
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk import external_sample, sample
@@ -99,7 +97,6 @@ class DefinitionsBackend:
                 client=client,
                 external_value=self.external_value,
                 namespace_limits=platform.namespace_limits,
-                watches=watch_group(client, name=f"{name}-watches"),
             ),
         )
         self.catalog.changed = self._wake
@@ -150,14 +147,11 @@ class DefinitionsBackend:
         for source in sources:
             await self._close(source)
         await self._stack.aclose()
-        # The clients sources share (the Prometheus servers'), made by the platform's settings.
-        for shared in self.catalog.tools.settings.values():
+        # What sources share (the watch group, the Prometheus servers' clients), made with them.
+        for shared in (self.catalog.tools.watches, *self.catalog.tools.settings.values()):
             close = getattr(shared, "aclose", None)
             if close is not None:
                 await close()
-        watches = self.catalog.tools.watches
-        if isinstance(watches, WatchGroup):  # released by the sources closed above
-            await watches.aclose()
         await self.client.aclose()
 
     def ready(self) -> Readiness:

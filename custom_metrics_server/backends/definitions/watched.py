@@ -47,7 +47,9 @@ ENDPOINTSLICES: Final = Collection("/apis/discovery.k8s.io/v1", "endpointslices"
 
 def watch_group(client: KubeClient, *, name: str) -> WatchGroup:
     """The backend's watch group: over a pool of its own to `client`'s API server, closed
-    with the group."""
+    with the group (a stand-in that is no `KubeClient`, a test's, is used as it is)."""
+    if not isinstance(client, KubeClient):
+        return WatchGroup(client, name=name)
     own = KubeClient(client.connection, max_connections=WATCH_CONNECTIONS)
     return WatchGroup(own, name=name, owns_client=True)
 

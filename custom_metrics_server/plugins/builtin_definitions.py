@@ -40,6 +40,7 @@ from custom_metrics_server.backends.definitions.prometheus_source import (
 )
 from custom_metrics_server.backends.definitions.schedule import make_schedule
 from custom_metrics_server.backends.definitions.source import SourceMaker, SourceTools
+from custom_metrics_server.backends.definitions.watched import watch_group
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import load_connection
 from custom_metrics_server.kube.lease import shared_elector
@@ -217,6 +218,7 @@ def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext
         namespace_limits=platform.namespace_limits,
         scrape_timeout=settings.scrape_timeout,
         max_body_bytes=settings.max_body_bytes,
+        watches=watch_group(client, name=f"{context.name}-watches"),  # the backend closes it
     )
     allowed = ", ".join(sorted(platform.allowed))
     return Provision(backend, what=f"MetricDefinitions of every namespace (sources: {allowed})")

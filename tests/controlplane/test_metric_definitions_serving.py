@@ -2,7 +2,9 @@
 (docs/metric-definitions.md, "What is served"): a schedule definition's External metric is
 served with its value as soon as it is created and is gone (404) as soon as it is deleted; of
 two definitions of one metric name the older serves; a `pods` definition in namespace `a`
-never selects, scrapes or serves a pod of namespace `b`, whatever its selector says.
+never selects, scrapes or serves a pod of namespace `b`, whatever its selector says; five
+`pods` definitions of one namespace cost one list and one watch of its pods (the audit log's
+requests), also across an edit of one of them.
 
 The pods are real API objects whose status a test sets as a kubelet would (no kubelet runs),
 Running at 127.0.0.1 with a container port of a local exporter per namespace; each exporter
@@ -351,3 +353,56 @@ def test_an_object_metric_averages_its_workloads_pods_only(
         assert outsider.scrapes > 0  # it was selected and scraped, and left out of web-rs's
     finally:
         five.close()
+
+
+def requests_of(plane: ControlPlane, verb: str, resource: str, namespace: str) -> int:
+    """Distinct requests of `verb` on `resource` in `namespace`, from the audit log (a watch
+    is logged when it starts and when it ends: one audit ID)."""
+    return len(
+        {
+            event["auditID"]
+            for event in plane.audit_events()
+            if event.get("verb") == verb
+            and (event.get("objectRef") or {}).get("resource") == resource
+            and (event.get("objectRef") or {}).get("namespace") == namespace
+        }
+    )
+
+
+def test_five_pods_definitions_of_a_namespace_share_one_list_and_watch_of_its_pods(
+    control_plane: ControlPlane, server: ServerProcess, exporters: tuple[Exporter, Exporter]
+) -> None:
+    mine, _ = exporters
+    team = control_plane.create_namespace("mdef-shared")
+    pod = running_pod(team, "web-1", {"app": "web", "tier": "front"}, mine.port)
+    control_plane.apply([pod])
+    set_running(control_plane, pod)
+    selectors: list[Obj] = [
+        {"matchLabels": {"app": "web"}},
+        {"matchLabels": {"tier": "front"}},
+        {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "api"]}]},
+        {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
+        {},
+    ]
+
+    def made(index: int, interval: str = "5s") -> Obj:
+        source = {
+            "type": "Pods",
+            "pods": {"selector": selectors[index], "port": "metrics", "metric": "inflight"},
+        }
+        return definition(team, f"d{index}", f"shared_{index}", source, interval=interval)
+
+    control_plane.apply([made(index) for index in range(5)])
+    for index in range(5):
+        assert served(server, control_plane, team, f"shared_{index}") == ["3"]
+    # Five definitions, five selectors: one list and one watch of the namespace's pods.
+    assert requests_of(control_plane, "list", "pods", team) == 1
+    assert requests_of(control_plane, "watch", "pods", team) == 1
+    # An edit replaces d0's source; its successor takes the watch over within the grace
+    # period: served again, with no second list or watch.
+    line = f"metric definition {team}/d0 serves"
+    control_plane.apply([made(0, interval="6s")])
+    control_plane.wait_until(lambda: server.logs().count(line) >= 2, "d0's new source")
+    assert served(server, control_plane, team, "shared_0") == ["3"]
+    assert requests_of(control_plane, "list", "pods", team) == 1
+    assert requests_of(control_plane, "watch", "pods", team) == 1

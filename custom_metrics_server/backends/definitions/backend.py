@@ -147,8 +147,8 @@ class DefinitionsBackend:
         for source in sources:
             await self._close(source)
         await self._stack.aclose()
-        # The clients sources share (the Prometheus servers'), made by the platform's settings.
-        for shared in self.catalog.tools.settings.values():
+        # What sources share (the watch group, the Prometheus servers' clients), made with them.
+        for shared in (self.catalog.tools.watches, *self.catalog.tools.settings.values()):
             close = getattr(shared, "aclose", None)
             if close is not None:
                 await close()

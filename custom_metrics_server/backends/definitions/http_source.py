@@ -2,25 +2,26 @@
 namespace, sent only to that Service's own ready endpoints (docs/metric-definitions.md,
 "Source `http`"), on `http_json.py`.
 
-Per definition, two watches of **its namespace only**: the Service (`/api/v1/namespaces/<ns>/
-services`, `fieldSelector=metadata.name=<service>`) and its EndpointSlices
-(`/apis/discovery.k8s.io/v1/namespaces/<ns>/endpointslices`,
-`labelSelector=kubernetes.io/service-name=<service>`), so the API server itself confines what
-the addresses can come from. Each `interval`, `http_json.ready_targets` picks the ready,
-non-terminating endpoints at the slice port carrying the named Service port (loopback,
-link-local, unspecified and multicast addresses skipped), `choose` takes one by turn, and
+Per definition, subscriptions to two shared list+watches of **its namespace only**
+(`watched.SERVICES`, `/api/v1/namespaces/<ns>/services`, and `watched.ENDPOINTSLICES`,
+`/apis/discovery.k8s.io/v1/namespaces/<ns>/endpointslices`: one of each for every `http`
+definition of the namespace), so the addresses can come from no other namespace; of them the
+source keeps its Service (by name) and that Service's slices (label
+`kubernetes.io/service-name`), matched on the client. Each `interval`,
+`http_json.ready_targets` picks the ready, non-terminating endpoints at the slice port carrying
+the named Service port (loopback, link-local, unspecified and multicast addresses skipped),
+`choose` takes one by turn, and
 `fetch_value` GETs it with no credentials, redirects refused, the body and the deadline capped
 by the platform's `http` settings. No ready endpoint, a failed GET, no number at `valuePath`:
 the source's error.
 
-Cost: two watches per definition; a refresh O(endpoints) and one GET.
+Cost: the namespace's Services and EndpointSlices watched once (shared; an event O(1) per
+`http` definition of the namespace); a refresh O(endpoints) and one GET.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self
@@ -35,10 +36,13 @@ from custom_metrics_server.backends.definitions.http_json import (
 from custom_metrics_server.backends.definitions.polled import Polled
 from custom_metrics_server.backends.definitions.source import SourceError, SourceTools, Value
 from custom_metrics_server.backends.definitions.spec import Definition, Refused
-from custom_metrics_server.kube.client import KubeClient
+from custom_metrics_server.backends.definitions.watched import (
+    ENDPOINTSLICES,
+    SERVICES,
+    subscriptions,
+)
 from custom_metrics_server.kube.keyed_sink import KeyedSink, name_of
-from custom_metrics_server.kube.watcher import Reflector
-from custom_metrics_server.runtime.tasks import BackgroundTasks
+from custom_metrics_server.kube.shared_watches import Subscriptions
 
 __all__ = ["HttpSettings", "HttpSource", "make_http"]
 
@@ -57,16 +61,22 @@ class HttpSettings:
 
 
 class _Objects(KeyedSink[str]):
-    """The `WatchSink` of one collection: the objects by name, as the API serves them."""
+    """The `WatchSink` of one collection: the objects `keep` chooses, by name, as the API
+    serves them (one that stops being chosen is forgotten)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Callable[[Mapping[str, Any]], bool]) -> None:
         super().__init__()
+        self.keep = keep
         self.by_name: dict[str, Mapping[str, Any]] = {}
 
     def apply(self, obj: Mapping[str, Any]) -> str | None:
         name = name_of(obj)
-        if name is not None:
-            self.by_name[name] = obj
+        if name is None:
+            return None
+        if not self.keep(obj):
+            self.by_name.pop(name, None)
+            return None
+        self.by_name[name] = obj
         return name
 
     def remove(self, key: str) -> None:
@@ -86,38 +96,23 @@ class HttpSource(Polled):
         self,
         definition: Definition,
         spec: tuple[str, int | str, str, str],
-        kube: KubeClient,
+        watches: Subscriptions,
         settings: HttpSettings,
     ) -> None:
         super().__init__(definition.interval)
         self.namespace = definition.namespace
         self.service, self.port, self.path, self.value_path = spec
         self.settings = settings
-        self.services = _Objects()
-        self.slices = _Objects()
+        self.services = _Objects(lambda obj: name_of(obj) == self.service)
+        self.slices = _Objects(lambda obj: _labels(obj).get(_SERVICE_NAME_LABEL) == self.service)
         name = f"mdef-{self.namespace}-{definition.name}"
-        self.watches = [
-            Reflector(
-                kube,
-                path=f"/api/v1/namespaces/{self.namespace}/services",
-                sink=self.services,
-                name=f"{name}-service",
-                field_selector=f"metadata.name={self.service}",
-            ),
-            Reflector(
-                kube,
-                path=f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices",
-                sink=self.slices,
-                name=f"{name}-endpointslices",
-                label_selector=f"{_SERVICE_NAME_LABEL}={self.service}",
-            ),
-        ]
-        self._tasks = BackgroundTasks()
+        self.watches = watches
+        watches.add(SERVICES, self.services, name=f"{name}-service")
+        watches.add(ENDPOINTSLICES, self.slices, name=f"{name}-endpointslices")
         self._turn = 0
 
     async def __aenter__(self) -> Self:
-        for watch in self.watches:
-            self._tasks.start(watch.run(), name=f"watch-{watch.name}")
+        await self.watches.__aenter__()
         return self
 
     async def __aexit__(
@@ -126,16 +121,13 @@ class HttpSource(Polled):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._tasks.stop()
+        await self.watches.__aexit__(exc_type, exc, tb)
 
     async def read(self) -> list[Value]:
         """One GET to the next ready endpoint; its number."""
-        for watch, sink in zip(self.watches, (self.services, self.slices), strict=True):
-            if not sink.synced:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watch.wait_synced(), self.settings.deadline)
-            if not sink.synced:
-                raise SourceError(f"the Service's objects are not listed yet ({watch.name})")
+        unlisted = await self.watches.wait_synced(self.settings.deadline)
+        if unlisted is not None:
+            raise SourceError(f"the Service's objects are not listed yet ({unlisted})")
         service = self.services.by_name.get(self.service)
         if service is None:
             raise SourceError(f"no Service {self.service} in namespace {self.namespace}")
@@ -167,10 +159,13 @@ class HttpSource(Polled):
         return 1
 
 
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = (obj.get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
 def make_http(definition: Definition, tools: SourceTools) -> HttpSource:
     """The `SourceMaker` of `HTTP`."""
-    if not isinstance(tools.client, KubeClient):
-        raise TypeError("the http source needs the server's KubeClient")
     spec = definition.source_spec
     service, port = spec.get("service"), spec.get("port")
     path, value_path = spec.get("path"), spec.get("valuePath")
@@ -187,4 +182,5 @@ def make_http(definition: Definition, tools: SourceTools) -> HttpSource:
     settings = tools.settings.get("http")
     if not isinstance(settings, HttpSettings):
         settings = HttpSettings()
-    return HttpSource(definition, (service, port, path, value_path), tools.client, settings)
+    watches = subscriptions(tools, definition.namespace)
+    return HttpSource(definition, (service, port, path, value_path), watches, settings)

@@ -1,20 +1,22 @@
 """The `pods` source: the pods' own `/metrics` of the definition's namespace, on the
 `pod-metrics` backend's parts (docs/metric-definitions.md, "Source `pods`").
 
-Per definition: a list+watch of the Running pods of **its namespace only** (the collection
-path `/api/v1/namespaces/<ns>/pods`, with the definition's label selector as the watch's
-`labelSelector`), so the API server itself confines what a selector can reach: no selector,
-however crafted, lists a pod of another namespace; `PodTargets` checks the namespace once more
-(the scrape config's `namespaces`). The pods become targets at `port` (a number or a container
+Per definition: a subscription to the shared list+watch of the Running pods of **its namespace
+only** (`watched.RUNNING_PODS`: the collection path `/api/v1/namespaces/<ns>/pods`, one watch
+for every definition of the namespace), so no selector, however crafted, reaches a pod of
+another namespace; `PodTargets` matches the definition's selector on the client
+(`machinery.labels`) and checks the namespace once more (the scrape config's `namespaces`).
+The pods become targets at `port` (a number or a container
 port's name) and `path`, scraped by `pod_metrics.scraper.PodScraper` on the scraping core
 every `interval`, read by the exposition reader into a `SeriesStore`, keeping only the family
 `metric`: a gauge as it is, a counter as its per-second rate over the last two scrapes (the
 exposition's `# TYPE` says which; a series whose type is not the definition's `type` is not
 served). A pod's value is the sum of its series. An Object definition on a Deployment also
-watches the namespace's ReplicaSets, for ownership.
+subscribes to the namespace's ReplicaSets, for ownership.
 
-Cost: one watch (two for a Deployment) and one scraper per definition; `values` O(pods x
-series of the metric per pod).
+Cost: one scraper per definition; the watches are the namespace's, shared (a pod event
+O(labels) per definition of the namespace: kube/shared_watches.py); `values` O(pods x series
+of the metric per pod).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from typing import Self
 
 from custom_metrics_server.backends.definitions.source import SourceTools, Value
 from custom_metrics_server.backends.definitions.spec import Definition, PodsSpec, Refused
+from custom_metrics_server.backends.definitions.watched import (
+    REPLICASETS,
+    RUNNING_PODS,
+    subscriptions,
+)
 from custom_metrics_server.backends.pod_metrics.config import (
     WORKLOAD_KINDS,
     MetricRule,
@@ -36,8 +43,6 @@ from custom_metrics_server.backends.pod_metrics.scraper import PodScraper
 from custom_metrics_server.backends.pod_metrics.series import SeriesStore
 from custom_metrics_server.backends.pod_metrics.targets import DEPLOYMENTS, PodTargets
 from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.kube.watcher import Reflector
-from custom_metrics_server.runtime.tasks import BackgroundTasks
 
 __all__ = ["PodsSource", "make_pods"]
 
@@ -77,25 +82,10 @@ class PodsSource:
         self.pod_targets = PodTargets(self.config)
         self.store = SeriesStore(stale_after=self.config.stale_after)
         name = f"mdef-{namespace}-{definition.name}"
-        self.watches = [
-            Reflector(
-                client,
-                path=f"/api/v1/namespaces/{namespace}/pods",
-                sink=self.pod_targets,
-                name=f"{name}-pods",
-                label_selector=str(pods.selector),
-                field_selector="status.phase=Running",
-            )
-        ]
+        self.watches = subscriptions(tools, namespace)
+        self.watches.add(RUNNING_PODS, self.pod_targets, name=f"{name}-pods")
         if self.workload is not None and self.workload[0] == DEPLOYMENTS:
-            self.watches.append(
-                Reflector(
-                    client,
-                    path=f"/apis/apps/v1/namespaces/{namespace}/replicasets",
-                    sink=self.pod_targets.replicasets,
-                    name=f"{name}-replicasets",
-                )
-            )
+            self.watches.add(REPLICASETS, self.pod_targets.replicasets, name=f"{name}-replicasets")
         self.scraper = PodScraper(
             self.pod_targets,
             self.store,
@@ -104,16 +94,13 @@ class PodsSource:
             synced=self._synced,
             name=name,
         )
-        self._tasks = BackgroundTasks()
         self._stack = contextlib.AsyncExitStack()
 
     async def _synced(self) -> None:
-        for watch in self.watches:
-            await watch.wait_synced()
+        await self.watches.wait_synced()
 
     async def __aenter__(self) -> Self:
-        for watch in self.watches:
-            self._tasks.start(watch.run(), name=f"watch-{watch.name}")
+        await self._stack.enter_async_context(self.watches)
         await self._stack.enter_async_context(self.scraper)
         return self
 
@@ -123,8 +110,7 @@ class PodsSource:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._tasks.stop()
-        await self._stack.aclose()
+        await self._stack.aclose()  # the scraper first, then the subscriptions
 
     async def refresh(self) -> None:
         """Nothing: the scraper reads on its own cadence (`interval`)."""

@@ -14,7 +14,9 @@ value); else each sample with a finite value is a `Value` at Prometheus's evalua
 External: every series, with its labels (`__name__` dropped), so the request's label selector
 filters them and the HPA sums them. Pods: the series labelled `pod` (a pod of the namespace:
 every selector read only its series), several of one pod summed. Object: those of the pods the
-described workload owns (`workload_pods`, watched in the namespace only), summed or averaged.
+described workload owns (`workload_pods`, fed by the namespace's shared watches of its Running
+pods and ReplicaSets: `watched.py`, one of each for every definition of the namespace), summed
+or averaged.
 
 Cost: the maker O(query) (the confinement, once per generation); a refresh one query and
 O(series of the answer).
@@ -22,8 +24,6 @@ O(series of the answer).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,13 +34,16 @@ from custom_metrics_server.backends.definitions.polled import Polled
 from custom_metrics_server.backends.definitions.promql_scope import Confined, confine
 from custom_metrics_server.backends.definitions.source import SourceError, SourceTools, Value
 from custom_metrics_server.backends.definitions.spec import Definition, Refused
+from custom_metrics_server.backends.definitions.watched import (
+    REPLICASETS,
+    RUNNING_PODS,
+    subscriptions,
+)
 from custom_metrics_server.backends.definitions.workload_pods import WorkloadPods
-from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.kube.watcher import Reflector
+from custom_metrics_server.kube.shared_watches import Subscriptions
 from custom_metrics_server.prometheus.answers import PrometheusError
 from custom_metrics_server.prometheus.client import PrometheusClient
 from custom_metrics_server.prometheus.rules import ServerConfig
-from custom_metrics_server.runtime.tasks import BackgroundTasks
 
 __all__ = ["PrometheusServers", "PrometheusSource", "make_prometheus"]
 
@@ -79,7 +82,7 @@ class PrometheusSource(Polled):
         definition: Definition,
         confined: Confined,
         client: PrometheusClient,
-        kube: KubeClient | None,
+        tools: SourceTools,
     ) -> None:
         super().__init__(definition.interval)
         self.confined = confined
@@ -87,36 +90,19 @@ class PrometheusSource(Polled):
         self.served = definition.served_as.type
         self.workload = definition.served_as.workload
         self.pods: WorkloadPods | None = None
-        self.watches: list[Reflector] = []
-        self._tasks = BackgroundTasks()
+        self.watches: Subscriptions | None = None
         if self.workload is not None:
-            if kube is None:
-                raise TypeError("an Object prometheus source needs the server's KubeClient")
             namespace = definition.namespace
             name = f"mdef-{namespace}-{definition.name}"
             self.pods = WorkloadPods(self.workload)
-            self.watches.append(
-                Reflector(
-                    kube,
-                    path=f"/api/v1/namespaces/{namespace}/pods",
-                    sink=self.pods.owners,
-                    name=f"{name}-pods",
-                    field_selector="status.phase=Running",
-                )
-            )
+            self.watches = subscriptions(tools, namespace)
+            self.watches.add(RUNNING_PODS, self.pods.owners, name=f"{name}-pods")
             if self.pods.needs_replicasets:
-                self.watches.append(
-                    Reflector(
-                        kube,
-                        path=f"/apis/apps/v1/namespaces/{namespace}/replicasets",
-                        sink=self.pods.replicasets,
-                        name=f"{name}-replicasets",
-                    )
-                )
+                self.watches.add(REPLICASETS, self.pods.replicasets, name=f"{name}-replicasets")
 
     async def __aenter__(self) -> Self:
-        for watch in self.watches:
-            self._tasks.start(watch.run(), name=f"watch-{watch.name}")
+        if self.watches is not None:
+            await self.watches.__aenter__()
         return self
 
     async def __aexit__(
@@ -125,7 +111,8 @@ class PrometheusSource(Polled):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._tasks.stop()
+        if self.watches is not None:
+            await self.watches.__aexit__(exc_type, exc, tb)
 
     async def read(self) -> list[Value]:
         """The confined query, once; its answer as values."""
@@ -140,14 +127,10 @@ class PrometheusSource(Polled):
         if self.served == "External":
             return [Value(value, at, labels) for labels, value, at in series]
         members: set[str] | None = None
-        if self.pods is not None and self.workload is not None:
-            sinks = (self.pods.owners, self.pods.replicasets)
-            for watch, sink in zip(self.watches, sinks, strict=False):
-                if not sink.synced:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(watch.wait_synced(), self.client.timeout)
-                if not sink.synced:
-                    raise SourceError(f"the workload's pods are not listed yet ({watch.name})")
+        if self.pods is not None and self.watches is not None:
+            unlisted = await self.watches.wait_synced(self.client.timeout)
+            if unlisted is not None:
+                raise SourceError(f"the workload's pods are not listed yet ({unlisted})")
             members = self.pods.members()
         found = []
         for labels, value, at in series:
@@ -209,5 +192,4 @@ def make_prometheus(definition: Definition, tools: SourceTools) -> PrometheusSou
     confined = confine(query, definition.namespace, max_series=limit)
     if not isinstance(confined, Confined):
         raise Refused("InvalidQuery", f"spec.source.prometheus.query: {confined.reason}")
-    kube = tools.client if isinstance(tools.client, KubeClient) else None
-    return PrometheusSource(definition, confined, servers.client(name), kube)
+    return PrometheusSource(definition, confined, servers.client(name), tools)

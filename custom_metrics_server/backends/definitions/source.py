@@ -94,9 +94,10 @@ class Source(Protocol):
 @dataclass(frozen=True, slots=True)
 class SourceTools:
     """What a maker may use besides the definition: the API server client (for sources that
-    watch or read objects of the definition's namespace), the values of other definitions of a
-    namespace (formulas), the platform's settings of the source types (by type: `prometheus`,
-    the configured servers; `http`, its caps) and the platform's limits of a namespace."""
+    read objects of the definition's namespace) and the shared watches of the namespaces'
+    objects (for those that watch them), the values of other definitions of a namespace
+    (formulas), the platform's settings of the source types (by type: `prometheus`, the
+    configured servers; `http`, its caps) and the platform's limits of a namespace."""
 
     client: object
     #: (namespace, metric) -> that External metric's value now (the sum of its series), or None
@@ -107,6 +108,9 @@ class SourceTools:
     #: scraping: the pod scrape deadline and body cap
     scrape_timeout: float = 10.0
     max_body_bytes: int = 10 << 20
+    #: the `kube.shared_watches.WatchGroup`: one list+watch per (namespace, collection), shared
+    #: by every source (`watched.py`); `object` here as `client` is, this module being pure
+    watches: object = None
 
 
 #: Makes the source of a definition; raises `spec.Refused` for a spec it cannot serve.

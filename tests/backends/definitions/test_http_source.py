@@ -1,11 +1,14 @@
-"""The `http` source plugged in (backends/definitions/http_source.py): its watches confined to
-the definition's namespace and Service, the value read from a real loopback HTTP server that
-the Service's EndpointSlices name as ready, a not-ready endpoint never connected to, and every
-failure the source's error."""
+"""The `http` source plugged in (backends/definitions/http_source.py): its subscriptions to the
+shared watches of the definition's namespace, of which it keeps its Service and its slices
+only, the value read from a real loopback HTTP server that the Service's EndpointSlices (served
+by the fake API server, watched through a real `WatchGroup`) name as ready, a not-ready
+endpoint never connected to, and every failure the source's error."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from custom_metrics_server.backends.definitions.source import SourceError, Sourc
 from custom_metrics_server.backends.definitions.spec import Refused, parse_definition
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection
+from custom_metrics_server.kube.shared_watches import WatchGroup
 from tests.backends.definitions.test_http_json import (
     HANDLERS,
     Server,
@@ -27,6 +31,7 @@ from tests.backends.definitions.test_http_json import (
     service,
 )
 from tests.backends.definitions.test_spec import definition
+from tests.fakes.kube_apiserver import DEFAULT_RESOURCES, FakeKubeApiServer, ResourceType
 
 Obj = dict[str, Any]
 
@@ -47,20 +52,53 @@ def spec(**http: Any) -> Obj:
     }
 
 
-def tools(settings: HttpSettings | None = None) -> SourceTools:
+SERVICES = "services"
+SLICES = "endpointslices.discovery.k8s.io"
+
+
+def tools(settings: HttpSettings | None = None, group: WatchGroup | None = None) -> SourceTools:
+    client = KubeClient(Connection(host="https://127.0.0.1:1"))
     return SourceTools(
-        client=KubeClient(Connection(host="https://127.0.0.1:1")),
+        client=client,
         external_value=lambda *_: None,
         settings={"http": settings or HttpSettings(deadline=5.0, allow_loopback=True)},
+        watches=group or WatchGroup(client),
     )
 
 
-def feed(sink: Any, objects: list[Obj]) -> None:
-    """What the watch's list delivers."""
-    sink.list_started()
+@pytest.fixture
+def api() -> Iterator[FakeKubeApiServer]:
+    resources = (
+        *DEFAULT_RESOURCES,
+        ResourceType("", "v1", "services", "Service"),
+        ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
+    )
+    with FakeKubeApiServer(resources) as server:
+        yield server
+
+
+@pytest.fixture
+async def group(api: FakeKubeApiServer) -> AsyncIterator[WatchGroup]:
+    client = KubeClient(api.connection())
+    made = WatchGroup(client)
+    yield made
+    await made.aclose()
+    await client.aclose()
+
+
+async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "not reached"
+        await asyncio.sleep(0.005)
+
+
+def replace(api: FakeKubeApiServer, resource: str, objects: list[Obj]) -> None:
+    """Make `objects` the namespace's whole collection at the API server."""
+    for namespace, name in list(api.objects(resource)):
+        api.delete(resource, name, namespace=namespace)
     for obj in objects:
-        sink.listed(obj)
-    sink.list_finished()
+        api.add(resource, obj)
 
 
 @pytest.fixture
@@ -87,29 +125,44 @@ def slices(ready_one: Server, not_ready: Server) -> list[Obj]:
     return made
 
 
-def test_the_watches_are_of_the_namespace_and_the_service_only() -> None:
+def test_the_watches_are_the_namespaces_and_the_source_keeps_its_service_only() -> None:
     source = make_http(parse_definition(definition(spec())), tools())
     assert isinstance(source, HttpSource)
-    assert [(w.path, dict(w.selectors)) for w in source.watches] == [
-        ("/api/v1/namespaces/shop/services", {"fieldSelector": "metadata.name=scheduler"}),
-        (
-            "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices",
-            {"labelSelector": "kubernetes.io/service-name=scheduler"},
-        ),
+    assert source.watches.paths == [
+        ("/api/v1/namespaces/shop/services", ""),
+        ("/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices", ""),
     ]
     assert source.targets() == 1
+    other = service()
+    other["metadata"]["name"] = "billing"
+    for sink, objects in (
+        (source.services, [service(), other]),
+        (source.slices, [endpoint_slice([]), endpoint_slice([], name="billing")]),
+    ):
+        sink.list_started()
+        for obj in objects:
+            sink.listed(obj)
+        sink.list_finished()
+    assert list(source.services.by_name) == ["scheduler"]
+    assert list(source.slices.by_name) == ["scheduler-abcde"]
+    # A slice relabelled to another Service leaves.
+    moved = endpoint_slice([])
+    moved["metadata"]["labels"]["kubernetes.io/service-name"] = "billing"
+    source.slices.event("MODIFIED", moved)
+    assert list(source.slices.by_name) == []
 
 
 async def test_the_value_comes_from_the_ready_endpoint_only(
-    servers: tuple[Server, Server],
+    servers: tuple[Server, Server], api: FakeKubeApiServer, group: WatchGroup
 ) -> None:
     ready_one, not_ready = servers
-    source = make_http(parse_definition(definition(spec())), tools())
-    feed(source.services, [service()])
-    feed(source.slices, slices(ready_one, not_ready))
-    for _ in range(3):
-        await source.refresh()
-        assert [v.value for v in source.values(source.clock())] == [42.0]
+    replace(api, SERVICES, [service()])
+    replace(api, SLICES, slices(ready_one, not_ready))
+    source = make_http(parse_definition(definition(spec())), tools(group=group))
+    async with source:
+        for _ in range(3):
+            await source.refresh()
+            assert [v.value for v in source.values(source.clock())] == [42.0]
     assert ready_one.connections == 3
     assert not_ready.connections == 0
     head = ready_one.heads[0]
@@ -118,26 +171,32 @@ async def test_the_value_comes_from_the_ready_endpoint_only(
     assert "authorization" not in head.lower()
 
 
-async def test_failures_are_the_sources_errors(servers: tuple[Server, Server]) -> None:
+async def test_failures_are_the_sources_errors(
+    servers: tuple[Server, Server], api: FakeKubeApiServer, group: WatchGroup
+) -> None:
     ready_one, not_ready = servers
-    source = make_http(parse_definition(definition(spec(path="/moved"))), tools())
-    feed(source.services, [])
-    feed(source.slices, slices(ready_one, not_ready))
-    with pytest.raises(SourceError, match="no Service scheduler in namespace shop"):
+    source = make_http(parse_definition(definition(spec(path="/moved"))), tools(group=group))
+    with pytest.raises(SourceError, match="not listed yet"):  # not entered: nothing watched
         await source.refresh()
-    feed(source.services, [service()])
-    with pytest.raises(SourceError, match="redirects are not followed"):
-        await source.refresh()
-    feed(source.slices, slices(ready_one, not_ready)[1:])
-    with pytest.raises(SourceError, match="no ready endpoint at port 'http'"):
-        await source.refresh()
-    assert source.values(source.clock()) == []
+    replace(api, SLICES, slices(ready_one, not_ready))
+    async with source:
+        with pytest.raises(SourceError, match="no Service scheduler in namespace shop"):
+            await source.refresh()
+        replace(api, SERVICES, [service()])
+        await eventually(lambda: "scheduler" in source.services.by_name)
+        with pytest.raises(SourceError, match="redirects are not followed"):
+            await source.refresh()
+        replace(api, SLICES, slices(ready_one, not_ready)[1:])
+        await eventually(lambda: len(source.slices.by_name) == 1)
+        with pytest.raises(SourceError, match="no ready endpoint at port 'http'"):
+            await source.refresh()
+        assert source.values(source.clock()) == []
     # Loopback endpoints are skipped unless the platform allows them (a single-host test).
-    strict = make_http(parse_definition(definition(spec())), tools(HttpSettings()))
-    feed(strict.services, [service()])
-    feed(strict.slices, slices(ready_one, not_ready))
-    with pytest.raises(SourceError, match="no ready endpoint"):
-        await strict.refresh()
+    replace(api, SLICES, slices(ready_one, not_ready))
+    strict = make_http(parse_definition(definition(spec())), tools(HttpSettings(), group))
+    async with strict:
+        with pytest.raises(SourceError, match="no ready endpoint"):
+            await strict.refresh()
     assert not_ready.connections == 0
 
 

@@ -5,16 +5,21 @@ real: tests/controlplane/test_metric_definitions_serving.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from custom_metrics_server.backends.definitions.pods_source import make_pods
 from custom_metrics_server.backends.definitions.source import SourceTools
 from custom_metrics_server.backends.definitions.spec import parse_definition
+from custom_metrics_server.backends.definitions.watched import watch_group
 from custom_metrics_server.backends.pod_metrics.exposition import Kept
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection
+from custom_metrics_server.kube.shared_watches import WatchGroup
 from tests.backends.definitions.test_spec import definition
+from tests.fakes.kube_apiserver import FakeKubeApiServer
 
 NOW = 1_765_000_000.0
 REPLICASETS = GroupResource("apps", "replicasets")
@@ -49,9 +54,11 @@ def source(served: dict[str, Any], kind: str = "gauge") -> Any:
             },
         },
     }
+    client = KubeClient(Connection(host="https://127.0.0.1:1"))
     tools = SourceTools(
-        client=KubeClient(Connection(host="https://127.0.0.1:1")),
+        client=client,
         external_value=lambda namespace, metric, now: None,
+        watches=WatchGroup(client),
     )
     return make_pods(parse_definition(definition(spec, namespace="a")), tools)
 
@@ -116,3 +123,55 @@ def test_an_object_definition_marks_its_workloads_pods() -> None:
     scrape(made, "stray", ({}, 7.0, False), at=NOW)
     owned = {v.pod: v.workloads for v in made.values(NOW)}
     assert owned == {"web-1": frozenset({(REPLICASETS, "web-rs")}), "stray": frozenset()}
+
+
+async def test_definitions_in_two_namespaces_share_the_group_but_never_each_others_pods() -> None:
+    """One `WatchGroup` for both (as the server has), real watches of the fake API server:
+    each definition's targets are its namespace's pods only, also after a new pod in each."""
+    with FakeKubeApiServer() as api:
+        api.apply_many("pods", [pod("a", "web-a"), pod("b", "web-b")])
+        client = KubeClient(api.connection())
+        group = WatchGroup(client)
+        tools = SourceTools(client=client, external_value=lambda *_: None, watches=group)
+        spec = {
+            "metricName": "inflight",
+            "servedAs": {"type": "Pods"},
+            "source": {
+                "type": "Pods",
+                "pods": {"selector": {}, "port": "metrics", "metric": "inflight"},
+            },
+        }
+        made = {
+            namespace: make_pods(parse_definition(definition(spec, namespace=namespace)), tools)
+            for namespace in ("a", "b")
+        }
+        try:
+            async with made["a"], made["b"]:
+                for source in made.values():
+                    assert await source.watches.wait_synced(10) is None
+                api.add("pods", pod("b", "web-b2"))
+                api.add("pods", pod("a", "web-a2"))
+                deadline = time.monotonic() + 10
+                while any(source.targets() < 2 for source in made.values()):
+                    assert time.monotonic() < deadline, "the new pods did not arrive"
+                    await asyncio.sleep(0.01)
+                assert group.paths() == [
+                    ("/api/v1/namespaces/a/pods", 1),
+                    ("/api/v1/namespaces/b/pods", 1),
+                ]
+        finally:
+            await group.aclose()
+            await client.aclose()
+    assert set(made["a"].pod_targets.pods()) == {("a", "web-a"), ("a", "web-a2")}
+    assert set(made["b"].pod_targets.pods()) == {("b", "web-b"), ("b", "web-b2")}
+
+
+async def test_the_backends_watch_group_has_a_pool_of_its_own() -> None:
+    """Watches hold their connections (HTTP/1.1): never the backend client's."""
+    client = KubeClient(Connection(host="https://127.0.0.1:1"))
+    group = watch_group(client, name="mdef-watches")
+    assert group.client is not client
+    assert isinstance(group.client, KubeClient)
+    assert group.client.connection is client.connection
+    await group.aclose()
+    await client.aclose()

@@ -1,7 +1,8 @@
 """The `prometheus` source plugged in (backends/definitions/prometheus_source.py), against a real
 Prometheus holding namespaces `a` and `b`: the query confined before it is sent (a query that
 cannot be is refused, never sent), External, Pods and Object values, the series cap, the
-platform's servers by name, and failures as reasons."""
+platform's servers by name, and failures as reasons. An Object definition's workload pods come
+through a real `WatchGroup` from the fake API server."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from custom_metrics_server.backends.definitions.spec import Definition, Refused,
 from custom_metrics_server.domain import GroupResource
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.kube.config import Connection
+from custom_metrics_server.kube.shared_watches import WatchGroup
 from custom_metrics_server.prometheus.rules import ServerConfig
 from tests.backends.definitions.test_spec import definition
+from tests.fakes.kube_apiserver import FakeKubeApiServer, pod
 from tests.prometheus.real_prometheus import Gauge, RealPrometheus, free_port
 from tests.tools import require
 
@@ -80,12 +83,16 @@ def parsed(made: Obj, namespace: str = "a") -> Definition:
     return parse_definition(definition(made, namespace=namespace))
 
 
-def tools(servers: PrometheusServers | None, *, series: int = 1000) -> SourceTools:
+def tools(
+    servers: PrometheusServers | None, *, series: int = 1000, group: WatchGroup | None = None
+) -> SourceTools:
+    client = KubeClient(Connection(host="https://127.0.0.1:1"))
     return SourceTools(
-        client=KubeClient(Connection(host="https://127.0.0.1:1")),
+        client=client,
         external_value=lambda *_: None,
         settings={} if servers is None else {"prometheus": servers},
         namespace_limits=lambda _: Limits(series_per_query=series),
+        watches=group or WatchGroup(client),
     )
 
 
@@ -154,25 +161,50 @@ async def test_object_values_are_the_workloads_pods(servers: PrometheusServers) 
         "describedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
         "podValues": "average",
     }
-    source = make_prometheus(parsed(spec("inflight", served)), tools(servers))
-    pods = source.pods
-    assert pods is not None
-    # What the namespace's watches deliver: web's pods through its ReplicaSet, and a stray.
+    # What the namespace's watches deliver: web's pods through its ReplicaSet, and a stray;
+    # in namespace b, a pod of a ReplicaSet of the same name (never a's).
     rs = {"kind": "ReplicaSet", "name": "web-7d9", "controller": True}
     deployment = {"kind": "Deployment", "name": "web", "controller": True}
-    pods.owners.list_started()
-    for name, owner in (("web-1", rs), ("web-2", rs), ("stray", None)):
-        pods.owners.listed(
-            {"metadata": {"name": name, "ownerReferences": [owner] if owner else []}}
-        )
-    pods.owners.list_finished()
-    pods.replicasets.list_started()
-    pods.replicasets.listed({"metadata": {"name": "web-7d9", "ownerReferences": [deployment]}})
-    pods.replicasets.list_finished()
-    await source.refresh()
+    with FakeKubeApiServer() as api:
+        for namespace, name, owner in (
+            ("a", "web-1", rs),
+            ("a", "web-2", rs),
+            ("a", "stray", None),
+            ("b", "web-3", rs),
+        ):
+            made = pod(namespace, name)
+            made["metadata"]["ownerReferences"] = [owner] if owner else []
+            api.add("pods", made)
+        for namespace in ("a", "b"):
+            api.add(
+                "replicasets.apps",
+                {
+                    "metadata": {
+                        "name": "web-7d9",
+                        "namespace": namespace,
+                        "ownerReferences": [deployment],
+                    }
+                },
+            )
+        client = KubeClient(api.connection())
+        group = WatchGroup(client)
+        source = make_prometheus(parsed(spec("inflight", served)), tools(servers, group=group))
+        assert source.watches is not None
+        assert [path for path, _ in source.watches.paths] == [
+            "/api/v1/namespaces/a/pods",
+            "/apis/apps/v1/namespaces/a/replicasets",
+        ]
+        try:
+            async with source:
+                await source.refresh()
+        finally:
+            await group.aclose()
+            await client.aclose()
     web = (GroupResource("apps", "deployments"), "web")
     owned = sorted(v.pod or "" for v in source.values(source.clock()) if web in v.workloads)
     assert owned == ["web-1", "web-2"]
+    assert source.pods is not None
+    assert "web-3" not in source.pods.members()
 
 
 async def test_an_answer_over_the_series_cap_is_refused_whole(servers: PrometheusServers) -> None:

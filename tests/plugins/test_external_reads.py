@@ -8,6 +8,7 @@ chain, a formula over a platform metric in the real server: the control-plane te
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -16,17 +17,20 @@ from custom_metrics_server.backends.definitions.backend import DefinitionsBacken
 from custom_metrics_server.backends.definitions.formula_source import PlatformInputs
 from custom_metrics_server.backends.definitions.policy import Platform
 from custom_metrics_server.backends.definitions.schedule import make_schedule
-from custom_metrics_server.backends.definitions.source import SourceTools
+from custom_metrics_server.backends.definitions.source import SourceError, SourceTools
 from custom_metrics_server.backends.memory import MemoryBackend, SnapshotBuilder
 from custom_metrics_server.cluster.in_memory import InMemoryCluster
 from custom_metrics_server.errors import BackendTimeout, BackendUnavailable
 from custom_metrics_server.kube.client import KubeClient
 from custom_metrics_server.plugins.builtin_definitions import MAKERS
-from custom_metrics_server.plugins.external_reads import external_reader
+from custom_metrics_server.plugins.config import parse_backends_file
+from custom_metrics_server.plugins.external_reads import connect, external_reader
+from custom_metrics_server.plugins.loader import load_backends
 from custom_metrics_server.query.engine import QueryEngine
 from custom_metrics_server.query.routes import Host
 from tests.backends.definitions.test_formula_source import formula_spec
 from tests.backends.definitions.test_serving import NOW, constant, external, obj
+from tests.fakes.cluster_process import write_kubeconfig
 from tests.query.test_engine import StubbornBackend
 
 
@@ -129,3 +133,41 @@ async def test_a_formula_over_platform_metrics_through_the_engine() -> None:
     assert "did not answer within 0.05s" in str(failing["lastError"])
     with pytest.raises(BackendUnavailable, match=r"input s \(slow\): the stubborn backend"):
         await external(made, "slowly")
+
+
+async def test_connect_gives_the_definitions_entry_of_a_backends_file_its_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real loader and factories: a fixture entry's External metric, read as the
+    `metric-definitions` entry's formulas read it once `connect` ran (LiveBackends runs it
+    before the start and at each reload). Nothing is started: no address is dialled."""
+    write_kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:1")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    text = """
+backends:
+  - name: platform
+    type: fixture
+    settings:
+      external:
+        - {metric: platform_queue, value: 40, namespace: shop}
+        - {metric: platform_queue, value: 2, namespace: shop}
+        - {metric: hidden_queue, value: 9, namespace: shop}
+  - name: metric-definitions
+    type: metric-definitions
+    settings: {formulaPlatformInputs: ["platform_.*"]}
+"""
+    loaded = load_backends(
+        parse_backends_file(text, source="test"), base_dir=tmp_path, default_timeout=5.0
+    )
+    (made,) = [
+        b.host.backend for b in loaded.built if isinstance(b.host.backend, DefinitionsBackend)
+    ]
+    platform_value = made.catalog.tools.platform_value
+    assert platform_value is not None
+    with pytest.raises(SourceError, match="not connected yet"):
+        await platform_value("shop", "platform_queue")
+    connect(QueryEngine(cluster=loaded.cluster, backends=loaded.hosts), loaded.built)
+    assert await platform_value("shop", "platform_queue") == 42.0
+    assert await platform_value("other", "platform_queue") is None
+    with pytest.raises(SourceError, match="formulaPlatformInputs"):
+        await platform_value("shop", "hidden_queue")

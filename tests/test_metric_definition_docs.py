@@ -78,6 +78,7 @@ def test_the_pages_hold_what_the_tests_below_check() -> None:
         "Prometheus",
         "Schedule",
         "HTTP",
+        "Formula",
     }
     assert len(blocks_of_kind("HorizontalPodAutoscaler")) >= 5
     assert [name for name, _ in backends_blocks()] == ["metric-definitions-platform.md"]
@@ -106,6 +107,7 @@ def test_every_backends_file_block_loads_through_the_real_loader(
     assert platform.limits.series_per_query == settings["limits"]["seriesPerQuery"]
     for namespace, limits in settings["namespaces"].items():
         assert platform.namespace_limits(namespace).definitions == limits["definitions"]
+    assert [p.pattern for p in platform.formula_inputs] == settings["formulaPlatformInputs"]
     servers = backend.catalog.tools.settings["prometheus"]
     assert set(servers.servers) == {s["name"] for s in settings["prometheus"]["servers"]}
 

@@ -25,7 +25,15 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +72,7 @@ from custom_metrics_server.sdk.backend import ClusterView, MetricsBackend
 __all__ = [
     "BuiltinSettings",
     "DemoBackendSettings",
+    "ExternalRead",
     "FixtureSettings",
     "KubernetesPluginSettings",
     "PrometheusPluginSettings",
@@ -75,6 +84,10 @@ __all__ = [
     "resolve_path",
 ]
 
+
+#: (namespace, metric) -> the server's answer for that External metric with no selector
+#: (`plugins.external_reads`).
+ExternalRead = Callable[[str, str], Awaitable[Sequence[ExternalSample]]]
 
 Seconds = Annotated[float, BeforeValidator(parse_seconds), Field(ge=0, allow_inf_nan=False)]
 
@@ -98,6 +111,9 @@ class Provision:
     #: It lists, watches and scrapes a cluster: one instance per worker process repeats all
     #: of that, which only the operator may accept (`--workers-replicate-watches`).
     watches: bool = False
+    #: Given the server's reader of External metrics through its engine, once the engine
+    #: exists and at every reload (`plugins.external_reads`; never answered by this backend).
+    reads_external: Callable[[ExternalRead], None] | None = None
 
 
 class BuiltinSettings(BaseModel):

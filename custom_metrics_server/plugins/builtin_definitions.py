@@ -15,22 +15,29 @@ served in their namespaces, with the platform's policy as its settings (docs/met
           prometheus:
             servers: [{name: main, url: "http://prometheus.monitoring.svc:9090"}]
           http: {timeout: 5s, maxBodyBytes: 1048576}
+          formulaPlatformInputs: [rabbitmq_queue_depth, "shop_.*"]
 
 It yields to every other backend (`registry`: `yields`), so the platform's routes and listings
 win over a team's definition of the same metric name; its listing is discovered at run time.
+A formula may read the platform's External metrics of its namespace that `formulaPlatformInputs`
+lists (through the server's engine: `Provision.reads_external`, `plugins.external_reads`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
-from custom_metrics_server.backends.definitions.formula_source import make_formula
+from custom_metrics_server.backends.definitions.formula_source import (
+    PlatformInputs,
+    make_formula,
+)
 from custom_metrics_server.backends.definitions.http_source import HttpSettings, make_http
 from custom_metrics_server.backends.definitions.pods_source import make_pods
 from custom_metrics_server.backends.definitions.policy import Limits, Platform
@@ -162,6 +169,10 @@ class DefinitionsSettings(BuiltinSettings):
         default_factory=lambda: PrometheusSourceSettings.model_validate({})
     )
     http: HttpSourceSettings = Field(default_factory=lambda: HttpSourceSettings.model_validate({}))
+    #: the platform's External metrics a formula may read in its namespace, each a regular
+    #: expression matched against the whole name (a plain name matches itself); none by
+    #: default: such a metric may hold more than the namespace's own data
+    formula_platform_inputs: tuple[str, ...] = Field((), alias="formulaPlatformInputs")
     #: write each definition's status and Events (off: the state shows in `?explain=1` only)
     write_status: bool = Field(True, alias="writeStatus")
     #: several replicas: only the holder of this Lease writes status (the Kubernetes
@@ -175,6 +186,16 @@ class DefinitionsSettings(BuiltinSettings):
         "custom-metrics-server", alias="leaderElectResourceName"
     )
 
+    @field_validator("formula_platform_inputs")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"formulaPlatformInputs: {pattern!r}: {err}") from err
+        return value
+
 
 @factory(settings=DefinitionsSettings)
 def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext) -> Provision:
@@ -186,6 +207,7 @@ def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext
         allowed=frozenset(settings.allowed_sources),
         limits=settings.limits.limits(),
         namespaces={name: limits.limits() for name, limits in settings.namespaces.items()},
+        formula_inputs=tuple(re.compile(p) for p in settings.formula_platform_inputs),
     )
     identity = socket.gethostname()
     elector = (
@@ -207,9 +229,12 @@ def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext
         write_status=settings.write_status,
         identity=identity,
     )
+    platform_inputs = PlatformInputs(platform.allows_formula_input)
     backend.catalog.tools = SourceTools(
         client=client,
         external_value=backend.external_value,
+        defines=lambda namespace, metric: (namespace, metric) in backend.catalog.serving,
+        platform_value=platform_inputs.value,
         settings={
             "podSource": settings.pod_source,
             "prometheus": settings.prometheus.servers_of(context.base_dir),
@@ -221,4 +246,8 @@ def metric_definitions(settings: DefinitionsSettings, *, context: BackendContext
         watches=watch_group(client, name=f"{context.name}-watches"),  # the backend closes it
     )
     allowed = ", ".join(sorted(platform.allowed))
-    return Provision(backend, what=f"MetricDefinitions of every namespace (sources: {allowed})")
+    return Provision(
+        backend,
+        what=f"MetricDefinitions of every namespace (sources: {allowed})",
+        reads_external=platform_inputs.connect,
+    )

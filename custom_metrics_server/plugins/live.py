@@ -45,6 +45,7 @@ from custom_metrics_server.plugins.config import (
     BackendsFile,
     read_backends_file,
 )
+from custom_metrics_server.plugins.external_reads import connect
 from custom_metrics_server.plugins.loader import Built, Loaded, load_backends
 from custom_metrics_server.plugins.replicas import not_replicable
 from custom_metrics_server.query.engine import QueryEngine
@@ -142,6 +143,8 @@ class LiveBackends:
     # -- start and stop -----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        if self.loaded is not None:
+            connect(self.engine, self.loaded.built)
         started = await self._start([host.backend for host in self.engine.router.hosts])
         self._running = started
         conflicts = self.engine.router.start()
@@ -266,6 +269,7 @@ class LiveBackends:
             )
         running = {id(backend) for backend in self._running}
         fresh = [b.host.backend for b in loaded.built if id(b.host.backend) not in running]
+        connect(self.engine, loaded.built)
         started = await self._start(fresh)
         router = Router(loaded.hosts)
         conflicts = router.start()

@@ -3,7 +3,9 @@ process watching a real kube-apiserver (docs/metric-definitions.md, "What is ser
 prometheus definition of namespace `a` answers from a real Prometheus that also holds namespace
 `b`'s series, and crafted PromQL never brings b's into the answer (refused or confined), also
 as Pods (by the `pod` label) and Object (a ReplicaSet's pods averaged) metrics; a formula over
-a schedule definition; an http definition reading a local server (at this host's
+a schedule definition, and over the platform's External metric of its namespace (a fixture
+backend's, read through the server's engine: only in the formula's own namespace, and refused
+when the platform's `formulaPlatformInputs` does not list it); an http definition reading a local server (at this host's
 address: the API server refuses loopback ones in EndpointSlices) that a real EndpointSlice of
 its Service names ready, while the endpoint a slice names not ready is never called (each
 server counts the requests it answered).
@@ -37,6 +39,7 @@ from tests.controlplane.test_metric_definitions_serving import (
     set_running,
     values,
 )
+from tests.controlplane.test_metric_definitions_status import conditions, written
 from tests.prometheus.real_prometheus import Gauge, RealPrometheus
 from tests.tools import require
 
@@ -91,6 +94,20 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
                         "settings": {"kubeconfig": str(control_plane.admin_kubeconfig)},
                     },
                     {
+                        # The platform's External metrics (`platform_` ones a formula may read).
+                        "name": "platform",
+                        "type": "fixture",
+                        "settings": {
+                            "external": [
+                                platform_series("platform_queue", 40, a, queue="orders"),
+                                platform_series("platform_queue", 2, a, queue="mails"),
+                                platform_series("platform_queue", 5000, b, queue="orders"),
+                                platform_series("platform_only_in_b", 7000, b),
+                                platform_series("cluster_secret_queue", 123, a),
+                            ]
+                        },
+                    },
+                    {
                         "name": "metric-definitions",
                         "type": "metric-definitions",
                         "settings": {
@@ -98,6 +115,7 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
                             "limits": {"minInterval": "5s"},
                             "prometheus": {"servers": [{"name": "main", "url": prometheus.url}]},
                             "http": {"timeout": "5s"},
+                            "formulaPlatformInputs": ["platform_.*"],
                         },
                     },
                 ]
@@ -112,6 +130,10 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
     yield Setup(process, a, b, prometheus)
     stop_server(process)
     prometheus.stop()
+
+
+def platform_series(metric: str, value: float, namespace: str, **labels: str) -> Obj:
+    return {"metric": metric, "value": value, "namespace": namespace, "labels": labels}
 
 
 def prometheus_source(query: str) -> Obj:
@@ -216,6 +238,80 @@ def test_a_formula_over_a_schedule_definition(control_plane: ControlPlane, setup
         ]
     )
     assert served(server, control_plane, a, "sources_doubled_load") == ["13"]
+
+
+def formula_over(metric: str, expression: str = "q / 2.0") -> Obj:
+    return {
+        "type": "Formula",
+        "formula": {"expression": expression, "inputs": [{"name": "q", "metricName": metric}]},
+    }
+
+
+def test_a_formula_over_the_platforms_external_metric(
+    control_plane: ControlPlane, setup: Setup
+) -> None:
+    """The platform's series of the formula's namespace summed, as the server serves that
+    External metric; the value in the definition's status."""
+    a, server = setup.a, setup.server
+    assert sorted(values(external(server, a, "platform_queue"))) == ["2", "40"]
+    control_plane.apply(
+        [
+            definition(
+                a,
+                "per-worker",
+                "sources_queue_per_worker",
+                formula_over("platform_queue"),
+                interval="5s",
+            )
+        ]
+    )
+    assert served(server, control_plane, a, "sources_queue_per_worker") == ["21"]
+    obj = written(control_plane, a, "per-worker", "True")
+    assert obj["status"]["lastValue"] == "21"
+    assert conditions(obj)["Valid"]["reason"] == "Accepted"
+
+
+def test_a_formula_never_reads_a_platform_metric_the_platform_did_not_allow(
+    control_plane: ControlPlane, setup: Setup
+) -> None:
+    a, server = setup.a, setup.server
+    assert values(external(server, a, "cluster_secret_queue")) == ["123"]  # served, not allowed
+    control_plane.apply(
+        [definition(a, "peek", "sources_peek", formula_over("cluster_secret_queue"), interval="5s")]
+    )
+    obj = written(control_plane, a, "peek", "False")
+    valid = conditions(obj)["Valid"]
+    assert (valid["status"], valid["reason"]) == ("False", "InputNotAllowed")
+    assert "input q (cluster_secret_queue)" in valid["message"]
+    assert "formulaPlatformInputs" in valid["message"]
+    assert "lastValue" not in obj["status"]
+    assert values(external(server, a, "sources_peek")) == []
+
+
+def test_a_formula_reads_the_platform_metric_of_its_own_namespace_only(
+    control_plane: ControlPlane, setup: Setup
+) -> None:
+    """`platform_only_in_b` has a series in b only: a formula of a has no value (its status
+    and the 503 of its metric say which input), the same formula in b has b's."""
+    a, b, server = setup.a, setup.b, setup.server
+    source = formula_over("platform_only_in_b", "q * 1.0")
+    control_plane.apply(
+        [
+            definition(a, "only-b", "sources_only_b", source, interval="5s"),
+            definition(b, "only-b", "sources_only_b", source, interval="5s"),
+        ]
+    )
+    assert served(server, control_plane, b, "sources_only_b") == ["7k"]
+    obj = written(control_plane, a, "only-b", "False")
+    status = obj["status"]
+    assert conditions(obj)["Ready"]["reason"] == "SourceFailing"
+    assert (
+        f"no value for the input(s) q (platform_only_in_b) in namespace {a}" in status["lastError"]
+    )
+    assert "lastValue" not in status
+    answer = external(server, a, "sources_only_b")  # the source's error, as for any source
+    assert answer.status_code == 503
+    assert "q (platform_only_in_b)" in answer.json()["message"]
 
 
 def host_address() -> str | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
 from custom_metrics_server.domain import ExternalMetricRequest
 from custom_metrics_server.machinery.labels import EVERYTHING
 from custom_metrics_server.plugins.config import read_backends_file
@@ -271,3 +272,30 @@ async def test_a_plugin_lists_nothing_before_it_is_started(
     assert "catalog unavailable" not in caplog.text  # its listing is not read before the start
     async with backends:
         assert "catalog unavailable" in caplog.text
+
+
+async def test_a_backend_reading_external_metrics_is_connected_at_start_and_reload(
+    tmp_path: Path,
+) -> None:
+    """`Provision.reads_external` (a MetricDefinitions formula's platform inputs) gets the
+    engine's reader when the backend is made by a reload too, over the routing in force."""
+    api = FakeKubeApiServer()
+    api.start()
+    try:
+        write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        definitions = (
+            "  - {name: definitions, type: metric-definitions, settings: "
+            f"{{kubeconfig: '{tmp_path / 'kubeconfig'}', formulaPlatformInputs: [my-.*]}}}}\n"
+        )
+        path = tmp_path / "backends.yaml"
+        backends, _ = live(path, BASE)
+        async with backends:
+            path.write_text(BASE + definitions)
+            assert await backends.reload() is True
+            made = backends.engine.router.hosts[1].backend
+            assert isinstance(made, DefinitionsBackend)
+            read = made.catalog.tools.platform_value
+            assert read is not None
+            assert await read("default", "my-external-metric") == 85.0  # 42 + 43
+    finally:
+        api.close()

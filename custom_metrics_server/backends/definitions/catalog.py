@@ -8,7 +8,8 @@ Per namespace, on every event in it (`_resolve`), oldest first (creationTimestam
 2. the valid ones past the namespace's `definitions` limit are refused `OverLimit`;
 3. of two valid definitions of one metric name, the older serves and the newer is
    `Shadowed` by it (`shadowed_by`); the formulas among those that serve whose inputs form a
-   cycle are refused `InvalidFormula` (`formula_source.formula_cycles`);
+   cycle are refused `InvalidFormula`, those with an input no definition of the namespace
+   serves and the platform does not allow `InputNotAllowed` (`formula_source.formula_refusals`);
 4. a serving `pods` source past the namespace's `scrape_targets` limit (its targets added to
    the older ones') is refused `OverLimit` by `check_targets`, run by the backend's tick.
 
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from custom_metrics_server.backends.definitions.formula_source import formula_cycles
+from custom_metrics_server.backends.definitions.formula_source import formula_refusals
 from custom_metrics_server.backends.definitions.policy import Platform
 from custom_metrics_server.backends.definitions.source import (
     Source,
@@ -248,10 +249,12 @@ class Catalog(KeyedSink[tuple[str, str]]):
                 self._retire(state)
                 continue
             winners[definition.metric] = state
-        cycles = formula_cycles(state.definition for state in winners.values())
+        refused = formula_refusals(
+            (state.definition for state in winners.values()), self.platform.allows_formula_input
+        )
         for metric, state in winners.items():
-            if metric in cycles:
-                self._refuse(state, "InvalidFormula", cycles[metric])
+            if metric in refused:
+                self._refuse(state, *refused[metric])
             elif state.source is None:
                 self._start(state)
         for metric in self._served.pop(namespace, ()):

@@ -7,12 +7,15 @@ A definition over a limit is refused whole, with the reason `OverLimit` (`Source
 for a type the platform did not allow), never half-served: `admit` checks one definition's own
 spec; `namespace_limits` is what the catalog checks over all the definitions of a namespace,
 oldest first (the older definitions keep their place; the newer one over the limit is refused).
+`formula_inputs` are the platform's own External metrics a `formula` may read (none unless the
+platform lists them: such a metric may hold more than the namespace's own data).
 
 PURE: no I/O. Cost: O(1) per check.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -48,6 +51,14 @@ class Platform:
     limits: Limits = Limits()
     #: namespace -> its own limits (instead of `limits`)
     namespaces: Mapping[str, Limits] = field(default_factory=dict)
+    #: the platform's External metrics a formula may read, each matched against the whole
+    #: name (`formulaPlatformInputs`); none by default
+    formula_inputs: tuple[re.Pattern[str], ...] = ()
+
+    def allows_formula_input(self, metric: str) -> bool:
+        """Whether a formula may read the platform's External metric `metric`.
+        O(patterns)."""
+        return any(pattern.fullmatch(metric) for pattern in self.formula_inputs)
 
     def namespace_limits(self, namespace: str) -> Limits:
         """The limits of `namespace`. O(1)."""

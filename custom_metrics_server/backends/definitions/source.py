@@ -29,7 +29,7 @@ PURE: no I/O (the protocol only).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
@@ -95,13 +95,20 @@ class Source(Protocol):
 class SourceTools:
     """What a maker may use besides the definition: the API server client (for sources that
     read objects of the definition's namespace) and the shared watches of the namespaces'
-    objects (for those that watch them), the values of other definitions of a namespace
-    (formulas), the platform's settings of the source types (by type: `prometheus`, the
-    configured servers; `http`, its caps) and the platform's limits of a namespace."""
+    objects (for those that watch them), the values of other definitions of a namespace and
+    the platform's External metrics there (formulas), the platform's settings of the source
+    types (by type: `prometheus`, the configured servers; `http`, its caps) and the
+    platform's limits of a namespace."""
 
     client: object
     #: (namespace, metric) -> that External metric's value now (the sum of its series), or None
     external_value: Callable[[str, str, float], float | None]
+    #: (namespace, metric) -> whether a definition of that namespace serves the metric; a
+    #: formula's input no definition serves is the platform's (`platform_value`)
+    defines: Callable[[str, str], bool] = lambda _namespace, _metric: True
+    #: (namespace, metric) -> the platform's External metric there, its series summed, or
+    #: None (read through the server's engine; `SourceError` with the engine's reason)
+    platform_value: Callable[[str, str], Awaitable[float | None]] | None = None
     settings: Mapping[str, object] = field(default_factory=dict)
     #: namespace -> the platform's limits there (`seriesPerQuery` for a prometheus source)
     namespace_limits: Callable[[str], Limits] = lambda _namespace: Limits()

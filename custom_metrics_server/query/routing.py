@@ -96,6 +96,8 @@ class Router:
         #: hints computed on the error path, until the listings change (bounded)
         self._hints: dict[object, Any] = {}
         self._discovery: tuple[list[MetricInfo], list[str]] | None = None
+        #: bumped when a listing of a backend that does not yield changed (`query.precedence`)
+        self.platform_generation = 0
         self.refresh(force=True)
 
     # -- decisions (the request path) ----------------------------------------------------------
@@ -240,12 +242,16 @@ class Router:
                 seen_custom, seen_external, infos = frozenset(), frozenset(), {}
             listing.raw_custom, listing.raw_external = custom, external
             listing.seen_custom, listing.seen_external = seen_custom, seen_external
+            moved = False
             if infos is not None:
-                changed = changed or infos.keys() != listing.custom.keys()
+                moved = infos.keys() != listing.custom.keys()
                 listing.custom = infos
             if seen_external != listing.external:
-                changed = True
+                moved = True
                 listing.external = seen_external
+            if moved and not host.yields:
+                self.platform_generation += 1
+            changed = changed or moved
         if changed:
             self._claim()
         return changed

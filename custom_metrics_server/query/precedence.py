@@ -2,9 +2,10 @@
 yield it gives a metric to, by a route or by a listing claim.
 
 Owns only that reading of the router's decisions; routing itself is `query.routing`'s. Cost:
-`winner` is one router decision (memoised there; a first one is one route match and one claim
-lookup); a yielding backend asks once per metric when `platform_generation` changed (a listing
-of a backend that does not yield changed), never per request.
+`winner` is one router decision over the listings as last read (memoised there; a first one is
+one route match and one claim lookup; never a refresh of the listings); a yielding backend
+asks once per metric when `platform_generation` changed (a listing of a backend that does not
+yield changed), and per definition event in that definition's namespace; never per request.
 
 PURE: no I/O.
 """
@@ -35,10 +36,12 @@ class RouterPrecedence:
         """The backend that does not yield and answers `metric` (of `resource`; None: the
         external metric), or None (nobody, or a yielding backend, answers it)."""
         router = self.router
+        # Never a refresh on a miss: the listings as last read are the answer, and a refresh
+        # per question would cost O(listed metrics) each while definitions are being listed.
         if resource is None:
-            decision = router.decide_external(metric)
+            decision = router.decide_external(metric, refresh=False)
         else:
-            decision = router.decide_custom(resource, metric)
+            decision = router.decide_custom(resource, metric, refresh=False)
         if decision is None or decision.host.yields:
             return None
         route = decision.route

@@ -112,15 +112,17 @@ class Router:
         decision = self.decide_external(metric)
         return None if decision is None else decision.host
 
-    def decide_custom(self, resource: GroupResource, metric: str) -> Decision | None:
+    def decide_custom(
+        self, resource: GroupResource, metric: str, *, refresh: bool = True
+    ) -> Decision | None:
         """The decision for `metric` of `resource` (see `Decision`), or None when no backend
-        answers it. O(1) once decided."""
+        answers it (with `refresh`, after reading the listings again). O(1) once decided."""
         key = (resource, metric)
         decision = self._memo_custom.get(key)
         if decision is not None:
             return decision
         decision = self._decide(CUSTOM, resource, metric)
-        if decision is None and self.refresh():
+        if decision is None and refresh and self.refresh():
             decision = self._decide(CUSTOM, resource, metric)
         if decision is not None:
             memo = self._memo_custom
@@ -129,13 +131,13 @@ class Router:
             memo[key] = decision
         return decision
 
-    def decide_external(self, metric: str) -> Decision | None:
-        """The decision for the external `metric`, or None. O(1) once decided."""
+    def decide_external(self, metric: str, *, refresh: bool = True) -> Decision | None:
+        """The decision for the external `metric`, or None (as `decide_custom`)."""
         decision = self._memo_external.get(metric)
         if decision is not None:
             return decision
         decision = self._decide(EXTERNAL, None, metric)
-        if decision is None and self.refresh():
+        if decision is None and refresh and self.refresh():
             decision = self._decide(EXTERNAL, None, metric)
         if decision is not None:
             memo = self._memo_external

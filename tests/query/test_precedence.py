@@ -77,3 +77,23 @@ def test_the_generation_moves_with_the_platforms_listings_only() -> None:
     assert router.refresh(force=True)
     assert precedence.platform_generation != moved
     assert precedence.winner(None, "queue_depth") == Winner("prometheus")
+
+
+def test_a_question_never_reads_the_listings_again() -> None:
+    """A miss on the request path re-reads the listings; a yielding backend's question never
+    does (it would cost O(listed metrics) for each definition of a list)."""
+    router, _, _ = routers()
+    refreshes: list[bool] = []
+    real = router.refresh
+
+    def counted(*, force: bool = False) -> bool:
+        refreshes.append(force)
+        return real(force=force)
+
+    router.refresh = counted  # type: ignore[method-assign]
+    precedence = RouterPrecedence(router)
+    assert precedence.winner(None, "nobody_lists_this") is None
+    assert precedence.winner(PODS, "nobody_lists_this") is None
+    assert refreshes == []
+    assert router.decide_external("nobody_lists_this") is None
+    assert refreshes == [False]

@@ -183,12 +183,14 @@ async def test_the_router_is_asked_once_per_platform_change_and_never_per_reques
     for index in range(20):
         made.catalog.event("ADDED", obj(constant(index, metricName=f"m{index}"), f"d{index}"))
     await made.tick()
+    generation = router.platform_generation
+    assert router.refresh(force=True)  # the definitions' own listing: read, yet no platform move
+    assert router.platform_generation == generation
     precedence.asked = 0
     for _ in range(3):
         await made.tick()
         assert await external(made, "m3") == [3.0]
     assert router.refresh(force=True) is False
-    await made.tick()
     assert precedence.asked == 0  # nothing moved: O(1) per tick, nothing per request
     prometheus.set([], ["other", "m3"])
     assert router.refresh(force=True)

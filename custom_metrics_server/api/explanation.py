@@ -90,6 +90,15 @@ def render_text(document: Mapping[str, Any]) -> str:  # noqa: PLR0915 - sections
             )
         elif route.get("backend"):
             lines.append(_line("failure policy", "none (errors and absences answered as such)"))
+        lines += [
+            _line(
+                "shadows",
+                f"MetricDefinition {definition['namespace']}/{definition['name']} "
+                f"({shadow['backend']}): {definition['reason']}",
+            )
+            for shadow in route.get("shadows", ())
+            for definition in shadow.get("definitions", ())
+        ]
         lines += _causes(route.get("causes", ()), "    ")
     objects = document.get("objects")
     if objects is not None:
@@ -234,7 +243,19 @@ def render_status_text(document: Mapping[str, Any]) -> str:
     if definitions:
         lines.append("")
         lines.append("MetricDefinitions:")
-        table = [("NAMESPACE", "NAME", "METRIC", "SOURCE", "READY", "REASON", "VALUE", "AGE")]
+        table = [
+            (
+                "NAMESPACE",
+                "NAME",
+                "METRIC",
+                "SOURCE",
+                "READY",
+                "REASON",
+                "SHADOWED BY",
+                "VALUE",
+                "AGE",
+            )
+        ]
         table += [
             (
                 str(row["namespace"]),
@@ -243,6 +264,7 @@ def render_status_text(document: Mapping[str, Any]) -> str:
                 str(row["source"]),
                 "True" if row["ready"] else "False",
                 str(row["reason"]),
+                str(row.get("shadowedBy") or "-"),
                 row["lastValue"] or "-",
                 row["lastValueAgo"] or "-",
             )

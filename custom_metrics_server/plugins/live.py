@@ -11,6 +11,9 @@ file changes, without dropping requests to the backends that did not change.
   a pod that does not start is seen at once, and during a rollout the old pods keep serving.
   A backend whose source is merely down at start-up should start and say so in `ready()`.
 * **refresh**: every `refresh_interval` seconds the routing table re-reads the listings.
+* **precedence**: each backend that yields (`sdk.precedence.Yielding`: the metric definitions)
+  is handed the router in force, at start and after each reload, to learn which of its
+  metrics another backend wins.
 * **reload** (with a file and a reload interval): the file is read every interval and compared
   by digest. A changed file is validated and made (the entries whose type, settings, threads
   and series bound did not change keep their running backend, with their new routes and
@@ -49,10 +52,12 @@ from custom_metrics_server.plugins.external_reads import connect
 from custom_metrics_server.plugins.loader import Built, Loaded, load_backends
 from custom_metrics_server.plugins.replicas import not_replicable
 from custom_metrics_server.query.engine import QueryEngine
+from custom_metrics_server.query.precedence import RouterPrecedence
 from custom_metrics_server.query.routing import Conflict, Router
 from custom_metrics_server.runtime.startup import REFUSED, StartupError
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk.backend import MetricsBackend
+from custom_metrics_server.sdk.precedence import Yielding
 
 __all__ = ["LiveBackends", "StartupFailure", "describe_conflicts"]
 
@@ -88,6 +93,16 @@ async def _stop(backend: MetricsBackend) -> None:
         await backend.__aexit__(None, None, None)
     except Exception:
         logger.exception("backend %s failed to stop", backend.name)
+
+
+def _yield_to(router: Router) -> None:
+    """Tell each backend that yields (`sdk.precedence.Yielding`) the router now in force, so it
+    can say which of its metrics another backend wins (docs/metric-definitions.md, "The
+    platform wins"). O(backends)."""
+    precedence = RouterPrecedence(router)
+    for host in router.hosts:
+        if host.yields and isinstance(host.backend, Yielding):
+            host.backend.yield_to(precedence)
 
 
 class LiveBackends:
@@ -152,6 +167,7 @@ class LiveBackends:
             await self._stop_all(started)
             self._running = []
             raise StartupFailure(describe_conflicts(conflicts))
+        _yield_to(self.engine.router)
         self._tasks.start(self._refresh_loop(), name="backends-refresh")
         if self.source is not None and self.loaded is not None and self.reload_interval > 0:
             self._tasks.start(self._reload_loop(), name="backends-reload")
@@ -279,6 +295,7 @@ class LiveBackends:
         in_use = {id(b.host.backend) for b in loaded.built}
         retired = [backend for backend in self._running if id(backend) not in in_use]
         self.engine.reconfigure(router)
+        _yield_to(router)
         for backend in retired:
             if self._removed is not None:
                 self._removed(backend)

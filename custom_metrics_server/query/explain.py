@@ -166,6 +166,9 @@ async def _explain_custom(  # noqa: PLR0915 - the steps in request order
             probe = await sections.probe(engine, decision, backend_request)
             if probe is not None:
                 document["backend"]["query"] = probe
+            shadows = await sections.shadowed(engine, decision, backend_request)
+            if shadows:
+                document["route"]["shadows"] = shadows
         if parsed.wildcard and objects and not samples:
             outcome_causes = engine.no_value_causes(
                 parsed, decision, backend_request or _empty_request(mapping, parsed)
@@ -236,17 +239,17 @@ async def _explain_external(
                 for sample in samples[: sections.FIRST]
             ],
         }
-        probe = await sections.probe(
-            engine,
-            decision,
-            ExternalBackendRequest(
-                metric=parsed.metric,
-                namespace=parsed.namespace,
-                metric_selector=parsed.metric_selector,
-            ),
+        backend_request = ExternalBackendRequest(
+            metric=parsed.metric,
+            namespace=parsed.namespace,
+            metric_selector=parsed.metric_selector,
         )
+        probe = await sections.probe(engine, decision, backend_request)
         if probe is not None:
             document["backend"]["query"] = probe
+        shadows = await sections.shadowed(engine, decision, backend_request)
+        if shadows:
+            document["route"]["shadows"] = shadows
         if not samples and "status" not in document["outcome"]:
             with_selector = (
                 f" matching labelSelector {document['request']['labelSelector']}"

@@ -34,7 +34,7 @@ from custom_metrics_server.query.decision import Decision
 from custom_metrics_server.query.engine import QueryEngine, selector_text
 from custom_metrics_server.query.hints import age, cause
 from custom_metrics_server.query.metric_status import MetricStats
-from custom_metrics_server.query.routes import CUSTOM
+from custom_metrics_server.query.routes import CUSTOM, Host
 from custom_metrics_server.sdk.backend import ClusterView
 
 __all__ = [
@@ -218,10 +218,32 @@ async def probe(
 ) -> dict[str, Any] | None:
     """What the backend says about the fetch (its optional `explain_fetch`), within its
     deadline; None when it cannot say."""
-    probe = getattr(decision.host.backend, "explain_fetch", None)
+    return await _probe(engine, decision.host, request)
+
+
+async def shadowed(
+    engine: QueryEngine, decision: Decision, request: BackendRequest | ExternalBackendRequest
+) -> list[dict[str, Any]]:
+    """What each backend that yields (the metric definitions) says of the metric that
+    `decision`'s backend wins over it: its definitions of the metric in the request's
+    namespace, each with why it does not serve (`ShadowedByPlatform`). O(yielding backends)."""
+    found = []
+    for host in engine.router.hosts:
+        if not host.yields or host is decision.host:
+            continue
+        details = await _probe(engine, host, request)
+        if details and details.get("definitions"):
+            found.append({"backend": host.name, **details})
+    return found
+
+
+async def _probe(
+    engine: QueryEngine, host: Host, request: BackendRequest | ExternalBackendRequest
+) -> dict[str, Any] | None:
+    probe = getattr(host.backend, "explain_fetch", None)
     if not callable(probe):
         return None
-    timeout = decision.host.timeout if decision.host.timeout is not None else engine.backend_timeout
+    timeout = host.timeout if host.timeout is not None else engine.backend_timeout
     try:
         async with asyncio.timeout(timeout):
             details = await probe(request)

@@ -96,6 +96,8 @@ class Router:
         #: hints computed on the error path, until the listings change (bounded)
         self._hints: dict[object, Any] = {}
         self._discovery: tuple[list[MetricInfo], list[str]] | None = None
+        #: bumped when a listing of a backend that does not yield changed (`query.precedence`)
+        self.platform_generation = 0
         self.refresh(force=True)
 
     # -- decisions (the request path) ----------------------------------------------------------
@@ -110,15 +112,17 @@ class Router:
         decision = self.decide_external(metric)
         return None if decision is None else decision.host
 
-    def decide_custom(self, resource: GroupResource, metric: str) -> Decision | None:
+    def decide_custom(
+        self, resource: GroupResource, metric: str, *, refresh: bool = True
+    ) -> Decision | None:
         """The decision for `metric` of `resource` (see `Decision`), or None when no backend
-        answers it. O(1) once decided."""
+        answers it (with `refresh`, after reading the listings again). O(1) once decided."""
         key = (resource, metric)
         decision = self._memo_custom.get(key)
         if decision is not None:
             return decision
         decision = self._decide(CUSTOM, resource, metric)
-        if decision is None and self.refresh():
+        if decision is None and refresh and self.refresh():
             decision = self._decide(CUSTOM, resource, metric)
         if decision is not None:
             memo = self._memo_custom
@@ -127,13 +131,13 @@ class Router:
             memo[key] = decision
         return decision
 
-    def decide_external(self, metric: str) -> Decision | None:
-        """The decision for the external `metric`, or None. O(1) once decided."""
+    def decide_external(self, metric: str, *, refresh: bool = True) -> Decision | None:
+        """The decision for the external `metric`, or None (as `decide_custom`)."""
         decision = self._memo_external.get(metric)
         if decision is not None:
             return decision
         decision = self._decide(EXTERNAL, None, metric)
-        if decision is None and self.refresh():
+        if decision is None and refresh and self.refresh():
             decision = self._decide(EXTERNAL, None, metric)
         if decision is not None:
             memo = self._memo_external
@@ -240,12 +244,16 @@ class Router:
                 seen_custom, seen_external, infos = frozenset(), frozenset(), {}
             listing.raw_custom, listing.raw_external = custom, external
             listing.seen_custom, listing.seen_external = seen_custom, seen_external
+            moved = False
             if infos is not None:
-                changed = changed or infos.keys() != listing.custom.keys()
+                moved = infos.keys() != listing.custom.keys()
                 listing.custom = infos
             if seen_external != listing.external:
-                changed = True
+                moved = True
                 listing.external = seen_external
+            if moved and not host.yields:
+                self.platform_generation += 1
+            changed = changed or moved
         if changed:
             self._claim()
         return changed

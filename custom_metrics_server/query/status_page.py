@@ -131,6 +131,7 @@ def _definitions(engine: QueryEngine, now: float) -> list[dict[str, Any]]:
                     "valid": state.get("valid"),
                     "ready": state.get("ready"),
                     "reason": state.get("reason"),
+                    "shadowedBy": state.get("shadowedBy"),
                     "lastValue": None if value is None else format_quantity(float(value)),
                     "lastValueAgo": _ago(float(at), now) if at else "",
                     "lastError": state.get("lastError"),

@@ -583,5 +583,6 @@ def test_the_servers_account_lists_watches_and_writes_status_but_never_the_spec(
     (row,) = [line.split() for line in table[1:] if line.startswith("served ")]
     assert row[:5] == ["served", "http_requests_per_second", "Pods", "True", "12500m"]
     wide = plane.kubectl("get", "mdef", "served", "-n", shop, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[-2:] == ["SERVED-AS", "REASON"]
+    assert wide[0].split()[-3:] == ["SERVED-AS", "REASON", "SHADOWED-BY"]
+    # SHADOWED-BY is blank: nothing answers for the name instead.
     assert wide[1].split()[-2:] == ["Pods", "Serving"]

@@ -187,7 +187,7 @@ def test_of_two_definitions_of_one_name_the_older_serves(
     assert query["servedBy"] == "first"
     assert [(d["name"], d["reason"], d["shadowedBy"]) for d in query["definitions"]] == [
         ("first", "Serving", None),
-        ("second", "Shadowed", f"{team}/first"),
+        ("second", "Shadowed", f"MetricDefinition {team}/first"),
     ]
     # The older one deleted, the newer serves, with no restart.
     delete(control_plane, team, "first")

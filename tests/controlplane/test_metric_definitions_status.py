@@ -7,6 +7,10 @@ kube-apiserver (docs/metric-definitions.md, "The status"), with exactly the serv
   written at once with the new generation;
 * a definition only the server can refuse (an unknown time zone): `Valid` False with the
   reason, `Ready` False, a Warning Event;
+* a definition of a name a platform backend lists (a plugin whose listing a test changes by
+  writing a file): `Ready` False `ShadowedByPlatform` naming the backend, `route.shadowedBy`,
+  a Warning Event, `kubectl get -o wide`'s columns and `?explain=1`; when the backend stops
+  listing the name, the definition serves by itself, with a Normal Event;
 * a resourceVersion conflict staged for real (the object changed between the writer's read
   and its write): read again and written, the other writer's change kept; a deleted object
   forgotten;
@@ -107,10 +111,18 @@ def replica_user(plane: ControlPlane, user: str, lease_namespace: str) -> Path:
 
 
 def start_replica(
-    plane: ControlPlane, workdir: Path, kubeconfig: Path, *, name: str, lease_namespace: str = ""
+    plane: ControlPlane,
+    workdir: Path,
+    kubeconfig: Path,
+    *,
+    name: str,
+    lease_namespace: str = "",
+    platform: Path | None = None,
 ) -> ServerProcess:
-    """The server with only the `metric-definitions` backend; with `lease_namespace`, leader
-    election on `LEASE` there, as replica `name` (its host name, its Lease identity)."""
+    """The server with the `metric-definitions` backend; with `lease_namespace`, leader
+    election on `LEASE` there, as replica `name` (its host name, its Lease identity); with
+    `platform`, a platform backend `platform` listing the external names written in that file
+    (`tests.fakes.plugins:listed_from_file`)."""
     settings: Obj = {"kubeconfig": str(kubeconfig), "limits": {"minInterval": "5s"}}
     if lease_namespace:
         settings |= {
@@ -119,20 +131,19 @@ def start_replica(
             "leaderElectResourceName": LEASE,
         }
     workdir.mkdir(parents=True, exist_ok=True)
-    backends = workdir / "backends.yaml"
-    backends.write_text(
-        yaml.safe_dump(
+    entries: list[Obj] = [
+        {"name": "metric-definitions", "type": "metric-definitions", "settings": settings}
+    ]
+    if platform is not None:
+        entries.append(
             {
-                "backends": [
-                    {
-                        "name": "metric-definitions",
-                        "type": "metric-definitions",
-                        "settings": settings,
-                    }
-                ]
+                "name": "platform",
+                "type": "tests.fakes.plugins:listed_from_file",
+                "settings": {"file": str(platform)},
             }
         )
-    )
+    backends = workdir / "backends.yaml"
+    backends.write_text(yaml.safe_dump({"backends": entries}))
     return start_server(
         workdir,
         "--backends-config",
@@ -150,13 +161,29 @@ def writer_ns(control_plane: ControlPlane) -> str:
 
 
 @pytest.fixture(scope="module")
+def platform_listing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The names the server's platform backend lists, one a line (none at first)."""
+    listing = tmp_path_factory.mktemp("platform") / "listed.txt"
+    listing.write_text("")
+    return listing
+
+
+@pytest.fixture(scope="module")
 def server(
-    control_plane: ControlPlane, writer_ns: str, tmp_path_factory: pytest.TempPathFactory
+    control_plane: ControlPlane,
+    writer_ns: str,
+    platform_listing: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServerProcess]:
-    """One replica (no leader election), with the server's RBAC."""
+    """One replica (no leader election), with the server's RBAC, and a platform backend
+    listing what `platform_listing` says."""
     kubeconfig = replica_user(control_plane, "mdef-status-single", writer_ns)
     process = start_replica(
-        control_plane, tmp_path_factory.mktemp("status"), kubeconfig, name="single"
+        control_plane,
+        tmp_path_factory.mktemp("status"),
+        kubeconfig,
+        name="single",
+        platform=platform_listing,
     )
     yield process
     stop_server(process)
@@ -245,6 +272,59 @@ def test_an_unknown_time_zone_is_not_valid_with_its_reason_and_a_warning(
     (event,) = plane.wait_until(lambda: events(plane, shop, "martian"), "the Warning event")
     assert (event["type"], event["reason"]) == ("Warning", "NotValid")
     assert "UnknownTimeZone" in event["note"]
+
+
+def test_a_name_the_platform_lists_shadows_the_definition_until_it_stops_listing_it(
+    control_plane: ControlPlane, server: ServerProcess, platform_listing: Path
+) -> None:
+    plane = control_plane
+    team = plane.create_namespace("mdef-status-platform")
+    metric = "st_platform_queue"
+    platform_listing.write_text(f"{metric}\n")
+    with server.client() as client:
+        url = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{team}/{metric}"
+
+        def answered(value: str) -> bool:
+            reply = client.get(url)
+            return reply.status_code == 200 and [i["value"] for i in reply.json()["items"]] == [
+                value
+            ]
+
+        plane.wait_until(lambda: answered("1"), "the platform backend answering the name")
+        plane.apply([definition(team, "queue", metric, constant(5))])
+        obj = written(plane, team, "queue", "False")
+        status = obj["status"]
+        found = conditions(obj)
+        assert (found["Valid"]["status"], found["Valid"]["reason"]) == ("True", "Accepted")
+        assert found["Ready"]["reason"] == "ShadowedByPlatform"
+        assert "backend platform (it lists the metric)" in found["Ready"]["message"]
+        assert status["route"] == {"api": "external", "shadowedBy": "backend platform"}
+        assert "lastValue" not in status
+        (warning,) = plane.wait_until(lambda: events(plane, team, "queue"), "the Warning event")
+        assert (warning["type"], warning["reason"]) == ("Warning", "ShadowedByPlatform")
+        assert "backend platform" in warning["note"]
+        table = plane.kubectl("get", "metricdefinitions", "-n", team, "-o", "wide").stdout
+        header, row = table.splitlines()
+        assert header.split()[-3:] == ["SERVED-AS", "REASON", "SHADOWED-BY"]
+        assert row.split()[-3:] == ["ShadowedByPlatform", "backend", "platform"]
+        assert answered("1")  # the platform answers, not the definition
+        explained = client.get(url, params={"explain": "1"}).json()
+        (shadow,) = explained["route"]["shadows"]
+        assert [(d["name"], d["reason"]) for d in shadow["definitions"]] == [
+            ("queue", "ShadowedByPlatform")
+        ]
+        # The platform stops listing the name: the definition serves by itself.
+        platform_listing.write_text("")
+        obj = written(plane, team, "queue", "True")
+        assert conditions(obj)["Ready"]["reason"] == "Serving"
+        assert obj["status"]["route"] == {"api": "external"}
+        assert obj["status"]["lastValue"] == "5"
+        plane.wait_until(lambda: answered("5"), "the definition answering the name")
+        normal = plane.wait_until(
+            lambda: [e for e in events(plane, team, "queue") if e["type"] == "Normal"],
+            "the Normal event",
+        )
+        assert normal[0]["reason"] == "Serving"
 
 
 async def test_a_conflict_staged_between_read_and_write_is_read_again_and_written(

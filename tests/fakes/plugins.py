@@ -315,3 +315,30 @@ class Growing:
 def growing(settings: Mapping[str, Any]) -> Growing:
     """A `Growing` backend."""
     return Growing()
+
+
+class ListedFromFile:
+    """Lists the external metric names written in a file (settings `file`: its path, one name a
+    line), read at every listing: a platform backend whose listing changes at run time, as a
+    Prometheus discovering series does. Answers 1 for each listed name."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def list_external_metrics(self) -> frozenset[str]:
+        try:
+            with open(self.path) as file:
+                text = file.read()
+        except OSError:
+            return frozenset()
+        return frozenset(line.strip() for line in text.splitlines() if line.strip())
+
+    async def fetch_external(self, request: sdk.ExternalBackendRequest) -> list[sdk.ExternalSample]:
+        if request.metric not in self.list_external_metrics():
+            return []
+        return [sdk.external_sample(request, 1)]
+
+
+def listed_from_file(settings: Mapping[str, Any]) -> ListedFromFile:
+    """A `ListedFromFile` backend."""
+    return ListedFromFile(str(settings["file"]))

@@ -11,11 +11,15 @@ from prometheus_client import CollectorRegistry
 
 from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
 from custom_metrics_server.domain import ExternalMetricRequest
+from custom_metrics_server.domain import ExternalMetricRequest, MetricInfo, Readiness
 from custom_metrics_server.machinery.labels import EVERYTHING
 from custom_metrics_server.plugins.config import read_backends_file
 from custom_metrics_server.plugins.live import LiveBackends, StartupFailure
 from custom_metrics_server.plugins.loader import load_backends
+from custom_metrics_server.plugins.registry import BUILTIN_TYPES, _Builtin
 from custom_metrics_server.query.engine import QueryEngine
+from custom_metrics_server.sdk import BackendContext
+from custom_metrics_server.sdk.precedence import Precedence, Winner
 from tests.conftest import CONTRACT_FIXTURE
 from tests.fakes.cluster_process import write_kubeconfig
 from tests.fakes.kube_apiserver import FakeKubeApiServer
@@ -299,3 +303,66 @@ async def test_a_backend_reading_external_metrics_is_connected_at_start_and_relo
             assert await read("default", "my-external-metric") == 85.0  # 42 + 43
     finally:
         api.close()
+class Yielder:
+    """A built-in-like backend that yields and records the precedence it is handed."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.handed: list[Precedence] = []
+
+    def yield_to(self, precedence: Precedence) -> None:
+        self.handed.append(precedence)
+
+    def list_metrics(self) -> frozenset[MetricInfo]:
+        return frozenset()
+
+    def list_external_metrics(self) -> frozenset[str]:
+        return frozenset({"queue_total", "mine"})
+
+    async def fetch(self, request: object) -> list[object]:
+        return []
+
+    async def fetch_external(self, request: object) -> list[object]:
+        return []
+
+    def ready(self) -> Readiness:
+        return Readiness(True)
+
+    async def __aenter__(self) -> Yielder:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def yielder(settings: object, *, context: BackendContext) -> Yielder:
+    return Yielder(context.name)
+
+
+async def test_each_yielding_backend_is_handed_the_router_in_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(
+        BUILTIN_TYPES, "yielder", _Builtin(f"{__name__}:yielder", dynamic=True, yields=True)
+    )
+    path = tmp_path / "backends.yaml"
+    backends, _ = live(path, BASE + "  - {name: teams, type: yielder}\n")
+    teams = backends.engine.router.hosts[1].backend
+    assert isinstance(teams, Yielder)
+    assert teams.handed == []  # not before it is started
+    async with backends:
+        (first,) = teams.handed
+        assert first.winner(None, "queue_total") is None  # only the yielding one lists it
+        # A reload adds a platform backend that lists the name: the new router is handed over,
+        # and it names the winner; the old one is not asked again.
+        path.write_text(
+            BASE
+            + "  - {name: teams, type: yielder}\n"
+            + f"  - {{name: queues, type: '{P}:instant', settings: {{prefix: queue}}}}\n"
+        )
+        assert await backends.reload()
+        kept = backends.engine.router.hosts[1].backend
+        assert kept is teams
+        assert len(teams.handed) == 2
+        assert teams.handed[1].winner(None, "queue_total") == Winner("queues")
+        assert teams.handed[1].winner(None, "mine") is None

@@ -52,13 +52,14 @@ def test_the_status_page_lists_definitions_with_their_state() -> None:
     text = get(app, STATUS).body.decode()
     assert "MetricDefinitions:" in text
     line = next(line for line in text.splitlines() if "office-hours" in line)
-    assert line.split()[:7] == [
+    assert line.split()[:8] == [
         "shop",
         "office-hours",
         "expected_load",
         "Schedule",
         "True",
         "Serving",
+        "-",
         "7",
     ]
     assert "UnknownTimeZone" in next(line for line in text.splitlines() if " night " in line)

@@ -19,7 +19,8 @@ in its own namespace from its source (docs/metric-definitions.md).
   (the default) a failing source is a 503 naming the definition.
 
 The router gives this backend the lowest precedence (`Host.yields`): a metric name that a
-platform backend routes or lists is the platform's, and a definition of it serves nothing.
+platform backend routes or lists is the platform's: a definition of it serves nothing and says
+so (`yield_to`, `Catalog.follow_platform` on the tick).
 Cost of a request: O(1) to find the definition, the source's `values` (O(series)) and
 O(objects) to answer from them.
 """
@@ -35,7 +36,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Self
 
-from custom_metrics_server.backends.definitions.catalog import PODS, Catalog, State
+from custom_metrics_server.backends.definitions.catalog import PODS, Catalog
 from custom_metrics_server.backends.definitions.policy import Platform
 from custom_metrics_server.backends.definitions.source import (
     SourceError,
@@ -43,6 +44,7 @@ from custom_metrics_server.backends.definitions.source import (
     SourceTools,
     Value,
 )
+from custom_metrics_server.backends.definitions.state import State
 from custom_metrics_server.backends.definitions.status_writer import StatusWriter
 from custom_metrics_server.domain import (
     BackendRequest,
@@ -58,6 +60,7 @@ from custom_metrics_server.kube.lease import LeaderElector
 from custom_metrics_server.kube.watcher import Reflector
 from custom_metrics_server.runtime.tasks import BackgroundTasks
 from custom_metrics_server.sdk import external_sample, sample
+from custom_metrics_server.sdk.precedence import Precedence
 
 __all__ = ["COLLECTION", "DefinitionsBackend"]
 
@@ -154,6 +157,11 @@ class DefinitionsBackend:
                 await close()
         await self.client.aclose()
 
+    def yield_to(self, precedence: Precedence) -> None:
+        """The router in force (`sdk.precedence.Yielding`), asked by the tick."""
+        self.catalog.precedence = precedence
+        self._wake()
+
     def ready(self) -> Readiness:
         """Ready once the definitions have been listed."""
         return self.watch.readiness()
@@ -171,6 +179,7 @@ class DefinitionsBackend:
     async def tick(self) -> None:
         """Close retired sources, enter new ones, refresh the due ones, check limits."""
         catalog = self.catalog
+        catalog.follow_platform()
         while catalog.retired:
             await self._close(catalog.retired.pop())
         now = self._clock()
@@ -380,20 +389,7 @@ class DefinitionsBackend:
         else:
             metric = request.metric.metric
             namespace = request.objects[0][0] if request.objects else ""
-        serving = self._serving(namespace, metric)
-        found = sorted(
-            (
-                state
-                for state in self.catalog.by_namespace.get(namespace, {}).values()
-                if state.definition.metric == metric
-            ),
-            key=lambda state: (state is not serving, state.definition.age_order),
-        )
-        return {
-            "namespace": namespace,
-            "servedBy": None if serving is None else serving.definition.name,
-            "definitions": [state.describe() for state in found],
-        }
+        return self.catalog.explain(namespace, metric)
 
     def definition_states(self) -> list[dict[str, object]]:
         """Every definition's state (explanations, the metric status page, tests)."""

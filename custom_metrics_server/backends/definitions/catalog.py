@@ -6,11 +6,14 @@ Per namespace, on every event in it (`_resolve`), oldest first (creationTimestam
 1. a definition the spec check refused (`spec.parse_definition`) or the platform's policy
    refuses (`policy.Platform.admit`: source type, shortest interval) is not valid;
 2. the valid ones past the namespace's `definitions` limit are refused `OverLimit`;
-3. of two valid definitions of one metric name, the older serves and the newer is
+3. a valid definition of a metric that the router gives to a platform backend (one that does
+   not yield: by a route or by its listing; `precedence.winner`) is `ShadowedByPlatform`
+   (`platform`), in every namespace;
+4. of two other valid definitions of one metric name, the older serves and the newer is
    `Shadowed` by it (`shadowed_by`); the formulas among those that serve whose inputs form a
    cycle are refused `InvalidFormula`, those with an input no definition of the namespace
    serves and the platform does not allow `InputNotAllowed` (`formula_source.formula_refusals`);
-4. a serving `pods` source past the namespace's `scrape_targets` limit (its targets added to
+5. a serving `pods` source past the namespace's `scrape_targets` limit (its targets added to
    the older ones') is refused `OverLimit` by `check_targets`, run by the backend's tick.
 
 A serving definition has a source (made here, at the event, so that a schedule serves at once;
@@ -18,98 +21,37 @@ the backend enters and exits sources, which needs the event loop). Deleting a de
 takes it out of `serving` in the event itself: its metric stops being served at once, and its
 source is left in `retired` for the backend to close.
 
+The platform's listings change at run time (Prometheus discovers series, a plugin's listing
+changes): `follow_platform`, run by the backend's tick, asks the router again for every valid
+definition when its `platform_generation` moved, and re-decides the namespaces where an answer
+changed, so a definition serves again by itself when the platform stops listing its name.
+
 PURE: no I/O. Cost: an event O(definitions of its namespace x log), plus O(formulas^2 x inputs)
-of its serving formulas for the cycle check; a lookup O(1).
+of its serving formulas for the cycle check, plus one router decision per valid definition of
+the namespace (memoised by the router); `follow_platform` O(1) while the platform's listings
+are unchanged, else O(valid definitions) router decisions; a lookup O(1).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from custom_metrics_server.backends.definitions import shadowing
 from custom_metrics_server.backends.definitions.formula_source import formula_refusals
 from custom_metrics_server.backends.definitions.policy import Platform
-from custom_metrics_server.backends.definitions.source import (
-    Source,
-    SourceMaker,
-    SourceTools,
-    Value,
-)
-from custom_metrics_server.backends.definitions.spec import Definition, Refused, parse_definition
-from custom_metrics_server.domain import GroupResource, MetricInfo
+from custom_metrics_server.backends.definitions.shadowing import PODS, winner_of
+from custom_metrics_server.backends.definitions.source import Source, SourceMaker, SourceTools
+from custom_metrics_server.backends.definitions.spec import Refused, parse_definition
+from custom_metrics_server.backends.definitions.state import State
+from custom_metrics_server.domain import MetricInfo
 from custom_metrics_server.kube.keyed_sink import KeyedSink
+from custom_metrics_server.sdk.precedence import Precedence, Winner
 
 __all__ = ["PODS", "Catalog", "State"]
 
 logger = logging.getLogger(__name__)
-
-PODS = GroupResource("", "pods")
-
-
-@dataclass(slots=True)
-class State:
-    """What the server knows of one definition (later written to its status)."""
-
-    definition: Definition
-    valid: bool = False
-    reason: str = "Pending"
-    message: str = ""
-    shadowed_by: str | None = None
-    #: (reason, message) of a refusal by its spec, the policy or its source's maker
-    own_refusal: tuple[str, str] | None = None
-    source: Source | None = None
-    entered: bool = False
-    last_value: float | None = None
-    last_value_time: float | None = None
-    value_count: int = 0
-    last_error: str | None = None
-    last_error_time: float | None = None
-    last_good: list[Value] = field(default_factory=list)
-    next_refresh: float = 0.0
-    #: whether the source had a value at the last tick (the status's Ready)
-    has_value: bool = False
-    #: the object's resourceVersion and status as last seen (watch, or a status write's answer)
-    resource_version: str = ""
-    observed_status: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def serving(self) -> bool:
-        """Valid, not shadowed, not over a limit: its source answers for the metric."""
-        return self.valid and self.shadowed_by is None and self.source is not None
-
-    def shown_value(self) -> float | None:
-        """The last value as the status shows it: External the sum of its series, Pods the
-        average over its pods, Object as `podValues` says (sum or average)."""
-        value = self.last_value
-        if value is None or self.value_count == 0:
-            return value
-        served = self.definition.served_as
-        if served.type == "Pods" or (served.type == "Object" and served.pod_values == "average"):
-            return value / self.value_count
-        return value
-
-    def describe(self) -> dict[str, Any]:
-        """The state as the metric status page and explanations show it."""
-        definition = self.definition
-        return {
-            "namespace": definition.namespace,
-            "name": definition.name,
-            "metric": definition.metric,
-            "servedAs": definition.served_as.type,
-            "source": definition.source_type,
-            "valid": self.valid,
-            "ready": self.serving and self.last_value is not None,
-            "reason": self.reason,
-            "message": self.message,
-            "shadowedBy": self.shadowed_by,
-            "lastValue": self.shown_value(),
-            "lastValueTime": self.last_value_time,
-            "valueCount": self.value_count,
-            "lastError": self.last_error,
-            "lastErrorTime": self.last_error_time,
-        }
 
 
 def _observe(state: State, obj: Mapping[str, Any]) -> None:
@@ -145,6 +87,9 @@ class Catalog(KeyedSink[tuple[str, str]]):
         self._listing: tuple[int, frozenset[MetricInfo], frozenset[str]] | None = None
         #: called after every change (the backend wakes its tick)
         self.changed: Callable[[], None] = lambda: None
+        #: the router in force (`yield_to`); None: nothing wins over definitions
+        self.precedence: Precedence | None = None
+        self._platform_seen: tuple[Precedence, int] | None = None
 
     # -- the WatchSink (`KeyedSink`) --
 
@@ -222,6 +167,7 @@ class Catalog(KeyedSink[tuple[str, str]]):
                 continue  # refused by its spec or the policy: shadows nothing
             state.valid, state.shadowed_by = True, None
             admitted += 1
+            state.platform = winner_of(self.precedence, definition)
             if admitted > limit:
                 self._refuse(
                     state,
@@ -229,6 +175,9 @@ class Catalog(KeyedSink[tuple[str, str]]):
                     f"namespace {namespace} has more than {limit} definitions, the platform's "
                     "limit (the oldest are served)",
                 )
+                continue
+            if state.platform is not None:
+                self._yield(state, state.platform)
                 continue
             first = winners.get(definition.metric)
             if first is not None:
@@ -266,6 +215,40 @@ class Catalog(KeyedSink[tuple[str, str]]):
             self._served[namespace] = served
         self.generation += 1
         self.changed()
+
+    def _yield(self, state: State, winner: Winner) -> None:
+        definition = state.definition
+        if state.reason != shadowing.REASON:
+            logger.info(
+                "metric definition %s/%s shadowed: %s is answered by %s",
+                *definition.key,
+                definition.metric,
+                winner,
+            )
+        state.reason, state.message = shadowing.REASON, shadowing.message(definition, winner)
+        self._retire(state)
+
+    def follow_platform(self) -> None:
+        """Re-decide the namespaces where the platform now wins, or no longer wins, a valid
+        definition's metric, when the router in force or its `platform_generation` changed
+        (see the module). O(1) when neither did."""
+        precedence = self.precedence
+        if precedence is None:
+            return
+        seen = (precedence, precedence.platform_generation)
+        last = self._platform_seen
+        if last is not None and last[0] is seen[0] and last[1] == seen[1]:
+            return
+        self._platform_seen = seen
+        moved = {
+            namespace
+            for namespace, states in self.by_namespace.items()
+            for state in states.values()
+            if state.own_refusal is None
+            and winner_of(precedence, state.definition) != state.platform
+        }
+        for namespace in sorted(moved):
+            self._resolve(namespace)
 
     def _start(self, state: State) -> None:
         definition = state.definition
@@ -318,6 +301,24 @@ class Catalog(KeyedSink[tuple[str, str]]):
             totals[namespace] = total
 
     # -- reads --
+
+    def explain(self, namespace: str, metric: str) -> dict[str, object]:
+        """The definitions of `metric` in `namespace`, the serving one first, each with its
+        state (`?explain=1`). O(the namespace's definitions)."""
+        serving = self.serving.get((namespace, metric))
+        found = sorted(
+            (
+                state
+                for state in self.by_namespace.get(namespace, {}).values()
+                if state.definition.metric == metric
+            ),
+            key=lambda state: (state is not serving, state.definition.age_order),
+        )
+        return {
+            "namespace": namespace,
+            "servedBy": None if serving is None else serving.definition.name,
+            "definitions": [state.describe() for state in found],
+        }
 
     def listing(self) -> tuple[frozenset[MetricInfo], frozenset[str]]:
         """(custom metrics, external names) of the serving definitions; the same frozensets

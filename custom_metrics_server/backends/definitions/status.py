@@ -21,7 +21,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any, Final
 
-from custom_metrics_server.backends.definitions.catalog import State
+from custom_metrics_server.backends.definitions.shadowing import REASON
+from custom_metrics_server.backends.definitions.state import State
 from custom_metrics_server.machinery.quantity import format_quantity
 
 __all__ = [
@@ -68,6 +69,8 @@ def _ready_kind(state: State) -> tuple[str, str]:
     """`Ready`'s (status, reason), without its message (the writer's cheap comparison)."""
     if not state.valid:
         return "False", "NotValid"
+    if state.platform is not None:
+        return "False", REASON
     if state.shadowed_by is not None:
         return "False", "Shadowed"
     if state.source is None:
@@ -84,7 +87,7 @@ def _ready(state: State) -> tuple[str, str, str]:
     status, reason = _ready_kind(state)
     if reason == "NotValid":
         message = f"not served: {state.reason}: {state.message}"
-    elif reason == "Shadowed":
+    elif reason in ("Shadowed", REASON):
         message = state.message
     elif reason == "Pending":
         message = "the server has not started its source yet"
@@ -157,8 +160,9 @@ def _route(state: State) -> dict[str, Any]:
         route["resource"] = (
             f"{resource.resource}.{resource.group}" if resource.group else resource.resource
         )
-    if state.shadowed_by is not None:
-        route["shadowedBy"] = f"MetricDefinition {state.shadowed_by}"
+    shadow = state.shadow()
+    if shadow is not None:
+        route["shadowedBy"] = shadow
     return route
 
 

@@ -43,7 +43,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from custom_metrics_server.backends.definitions.catalog import Catalog, State
+from custom_metrics_server.backends.definitions.catalog import Catalog
+from custom_metrics_server.backends.definitions.state import State
 from custom_metrics_server.backends.definitions.status import (
     GROUP_VERSION,
     desired,

@@ -119,7 +119,7 @@ async def test_of_two_definitions_of_one_metric_the_older_serves() -> None:
     assert await external(made, "expected_load") == [1.0]
     states = {state["name"]: state for state in made.definition_states()}
     assert states["newer"]["reason"] == "Shadowed"
-    assert states["newer"]["shadowedBy"] == "shop/older"
+    assert states["newer"]["shadowedBy"] == "MetricDefinition shop/older"
     assert states["older"]["reason"] == "Serving"
     # The older one leaves: the newer serves, with no restart.
     made.catalog.event("DELETED", obj(constant(1), "older"))

@@ -10,7 +10,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
-from custom_metrics_server.domain import ExternalMetricRequest
 from custom_metrics_server.domain import ExternalMetricRequest, MetricInfo, Readiness
 from custom_metrics_server.machinery.labels import EVERYTHING
 from custom_metrics_server.plugins.config import read_backends_file

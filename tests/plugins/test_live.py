@@ -302,6 +302,8 @@ async def test_a_backend_reading_external_metrics_is_connected_at_start_and_relo
             assert await read("default", "my-external-metric") == 85.0  # 42 + 43
     finally:
         api.close()
+
+
 class Yielder:
     """A built-in-like backend that yields and records the precedence it is handed."""
 

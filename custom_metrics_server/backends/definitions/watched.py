@@ -7,12 +7,13 @@ EndpointSlices (an `http` definition) shares one list+watch of each, however man
 there are. What a source keeps of them (its selector's pods, its Service) is its sink's choice,
 matched on the client.
 
-The group has a pool of connections of its own (`watch_group`): over HTTP/1.1 a watch holds its
-connection for its life (5-10 minutes, then the next), so watches sharing the backend's pool
-(100 connections) would take every one once 100 ran, and the backend's own calls (the
-definitions' list and watch, status writes, Events) would wait and fail ("no free connection").
-Its bound, `WATCH_CONNECTIONS`, is one connection per (namespace, collection) watched plus the
-lists in flight, far past any namespace count a process can hold file descriptors for.
+The group has a pool of connections of its own (`watch_group`), so that the lists of thousands
+of namespaces' collections (at start-up, after a 410) queue behind each other, not in front of
+the backend's own calls (the definitions' list and watch, status writes, Events). Its watches,
+each holding its connection for its life over HTTP/1.1 (5-10 minutes, then the next), are
+held streams, outside the pool's limit (`http_client.http11`), so however many namespaces are
+watched, none waits for a connection; the limit, `LIST_CONNECTIONS`, bounds the lists in
+flight.
 
 Cost: none of its own (the group's: kube/shared_watches.py).
 """
@@ -30,13 +31,13 @@ __all__ = [
     "REPLICASETS",
     "RUNNING_PODS",
     "SERVICES",
-    "WATCH_CONNECTIONS",
+    "LIST_CONNECTIONS",
     "subscriptions",
     "watch_group",
 ]
 
-#: The watch group's pool: one connection a watch, none kept from the backend's calls.
-WATCH_CONNECTIONS: Final = 100_000
+#: The watch group's lists in flight at once (its watches are outside the limit).
+LIST_CONNECTIONS: Final = 100
 
 #: Running pods only: a pod that stops running leaves as a DELETED event.
 RUNNING_PODS: Final = Collection("/api/v1", "pods", "status.phase=Running")
@@ -50,7 +51,7 @@ def watch_group(client: KubeClient, *, name: str) -> WatchGroup:
     with the group (a stand-in that is no `KubeClient`, a test's, is used as it is)."""
     if not isinstance(client, KubeClient):
         return WatchGroup(client, name=name)
-    own = KubeClient(client.connection, max_connections=WATCH_CONNECTIONS)
+    own = KubeClient(client.connection, max_connections=LIST_CONNECTIONS)
     return WatchGroup(own, name=name, owns_client=True)
 
 

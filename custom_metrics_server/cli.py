@@ -39,6 +39,7 @@ from custom_metrics_server.plugins.loader import load_backends
 from custom_metrics_server.prometheus.rules import ConfigError
 from custom_metrics_server.runtime.asgi import ASGIApp
 from custom_metrics_server.runtime.heap import tune_gc
+from custom_metrics_server.runtime.limits import raise_open_files_limit
 from custom_metrics_server.runtime.logs import configure_logging
 from custom_metrics_server.runtime.serving import TLS_HANDSHAKE_TIMEOUT, TlsServer
 from custom_metrics_server.runtime.startup import (
@@ -262,6 +263,7 @@ def serve(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM; a start-up failure is one line (exit 2 or 3)."""
     configure_logging(args.verbosity)
     tune_gc()
+    raise_open_files_limit()
     try:
         _serve(args)
     except StartupError as err:

@@ -11,9 +11,8 @@ kube-apiserver (docs/metric-definitions.md, "The status"), with exactly the serv
   writing a file): `Ready` False `ShadowedByPlatform` naming the backend, `route.shadowedBy`,
   a Warning Event, `kubectl get -o wide`'s columns and `?explain=1`; when the backend stops
   listing the name, the definition serves by itself, with a Normal Event;
-* a resourceVersion conflict staged for real (the object changed between the writer's read
-  and its write): read again and written, the other writer's change kept; a deleted object
-  forgotten;
+* a resourceVersion conflict staged for real: tests/controlplane/test_metric_definitions_conflict.py
+  (a module of its own: this module's replica would write the status first);
 * two replicas: tests/controlplane/test_metric_definitions_replicas.py (a module of its own,
   so that this module's replica is not running beside them).
 
@@ -32,12 +31,6 @@ from typing import Any
 import pytest
 import yaml
 
-from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
-from custom_metrics_server.backends.definitions.policy import Platform
-from custom_metrics_server.backends.definitions.schedule import make_schedule
-from custom_metrics_server.backends.definitions.status_writer import StatusWriter
-from custom_metrics_server.kube.client import KubeClient
-from custom_metrics_server.kube.config import load_connection
 from custom_metrics_server.testing.server_process import ServerProcess, start_server, stop_server
 from tests.controlplane.cluster import ControlPlane
 from tests.controlplane.deployment import ROOT, kustomize
@@ -325,39 +318,3 @@ def test_a_name_the_platform_lists_shadows_the_definition_until_it_stops_listing
             "the Normal event",
         )
         assert normal[0]["reason"] == "Serving"
-
-
-async def test_a_conflict_staged_between_read_and_write_is_read_again_and_written(
-    control_plane: ControlPlane, writer_ns: str
-) -> None:
-    """The writer in process, on a real API server: its copy of the object is older than the
-    object (a label added after it was read), so its first write is refused 409."""
-    plane = control_plane
-    team = plane.create_namespace("mdef-conflict")
-    plane.apply(
-        [
-            definition(team, "seen", "st_seen_load", constant(4)),
-            definition(team, "gone", "st_gone_load", constant(5)),
-        ]
-    )
-    client = KubeClient(load_connection(str(plane.admin_kubeconfig)))
-    made = DefinitionsBackend(
-        client, makers={"Schedule": make_schedule}, platform=Platform(), write_status=False
-    )
-    writer = StatusWriter(client, made.catalog, identity="in-process")
-    made.catalog.list_started()
-    for name in ("seen", "gone"):
-        made.catalog.listed(plane.get_json(path(team, name)))  # the writer's read
-    made.catalog.list_finished()
-    await made.tick()
-    plane.kubectl("label", "-n", team, f"metricdefinitions.{GROUP}", "seen", "changed=after")
-    plane.kubectl("delete", "-n", team, f"metricdefinitions.{GROUP}", "gone", "--wait=true")
-    try:
-        assert await writer.round() == 1
-    finally:
-        await client.aclose()
-    assert writer.conflicts == 1
-    obj = plane.get_json(path(team, "seen"))
-    assert obj["metadata"]["labels"] == {"changed": "after"}  # the other writer's change kept
-    assert conditions(obj)["Ready"]["status"] == "True"
-    assert obj["status"]["lastValue"] == "4"

@@ -4,9 +4,8 @@ Parses flags, sets up logging and TLS, loads the backends (`plugins`: the backen
 one the backend flags describe), builds the app and runs uvicorn (httptools, uvloop, no access
 log, no proxy headers: see docs/performance.md). No request logic lives here.
 
-Start-up failures end the process with one line (`runtime.startup`): `serve` turns what its
-own steps raise into a `StartupError` (`_startup_error`) and reports it last, exit status 2
-for flags and files that cannot work, 3 for a dependency that refused at start-up.
+A start-up failure is one line, last (`runtime.startup`; `_startup_error`): exit status 2 for
+flags and files that cannot work, 3 for a dependency that refused at start-up.
 """
 
 from __future__ import annotations

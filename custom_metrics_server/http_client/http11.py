@@ -37,6 +37,10 @@ to the proxy. The pool decides once, when it is made. It
 must not know any API: its callers (`prometheus.client`, `backends.passthrough`,
 `backends.pod_metrics`, `scraping.kubelet_client`, `kube.client`) build requests and read answers.
 
+One piece (over 400 lines): the pool's slots, waiters, idle list and held connections are one
+state machine (every acquire, release and drop reads and changes all four); split, each half
+would reach into the other's counters.
+
 Cost per call on a kept-alive connection: O(request + answer) bytes, one transport write, one
 timer and one future; a new connection adds a TCP connect (and a TLS handshake).
 """

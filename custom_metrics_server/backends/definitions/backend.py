@@ -4,17 +4,11 @@ in its own namespace from its source (docs/metric-definitions.md).
 * **Watch**: one list+watch (`kube.watcher.Reflector`) of
   `/apis/metrics.custom-metrics-server.io/v1alpha1/metricdefinitions` into the `Catalog`, which
   decides per namespace what serves (conflicts, limits) on each event.
-* **Tick**: every second, and `COALESCE` after a change (a burst of watch events gives one
-  tick): close retired sources, enter the sources the catalog started (`Catalog.started`), pop
-  from a heap of (time, state) the definitions due a refresh (once per `interval`,
-  `CONCURRENCY` at a time) or due to be read again without one (`Source.next_change`: a
-  schedule's window edge, a polled read going stale; the oldest value passing `maxAge`; every
-  tick for a source that does not say, such as `pods`), refresh the due ones, check the
-  scrape-target limits of the namespaces that changed or were read, and record those
-  definitions' last value and error (`has_value`: the status's Ready). Cost of a tick:
-  O(k log n) for the k definitions entered, refreshed or read again of the n serving, plus the
-  changed namespaces' definitions, never O(n): the heap's entries of retired or replaced
-  definitions are skipped when they come up (lazy deletion).
+* **Tick** (`tick.Ticker`): every second, and `COALESCE` after a change (a burst of watch
+  events gives one tick): close retired sources, enter started ones, refresh the due ones,
+  check the scrape-target limits of the namespaces that changed, and record the last value and
+  error of the definitions refreshed or whose values may have changed (`maxAge`, a schedule's
+  window edge). O(k log n) for the k definitions started or due of the n serving, never O(n).
 * **Status**: `status_writer.StatusWriter` writes each `.status` and an Event on each `Ready`
   transition, paced and rate-limited; with an `elector`, only while this replica leads.
 * **Serving**, from memory (`Source.values`), in the request's namespace only:
@@ -36,8 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import logging
 import math
 import time
@@ -47,14 +39,9 @@ from typing import Final, Self
 
 from custom_metrics_server.backends.definitions.catalog import PODS, Catalog, State
 from custom_metrics_server.backends.definitions.policy import Platform
-from custom_metrics_server.backends.definitions.source import (
-    SourceError,
-    SourceMaker,
-    SourceTools,
-    Value,
-    changes_at,
-)
+from custom_metrics_server.backends.definitions.source import SourceMaker, SourceTools, Value
 from custom_metrics_server.backends.definitions.status_writer import StatusWriter
+from custom_metrics_server.backends.definitions.tick import COALESCE, TICK, Ticker
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -75,14 +62,6 @@ __all__ = ["COLLECTION", "DefinitionsBackend"]
 logger = logging.getLogger(__name__)
 
 COLLECTION: Final = "/apis/metrics.custom-metrics-server.io/v1alpha1/metricdefinitions"
-#: Source refreshes in flight at once.
-CONCURRENCY: Final = 16
-#: Seconds between ticks when nothing changed.
-TICK: Final = 1.0
-#: Seconds a tick waits after a change, for the rest of a burst of watch events.
-COALESCE: Final = 0.1
-#: Sources entered or definitions recorded between two yields to the event loop.
-SLICE: Final = 1_000
 
 
 class DefinitionsBackend:
@@ -129,12 +108,7 @@ class DefinitionsBackend:
         self._stack = contextlib.AsyncExitStack()
         self._tasks = BackgroundTasks()
         self._woken = asyncio.Event()
-        self._limit = asyncio.Semaphore(CONCURRENCY)
-        #: (when, sequence, state): when each entered serving definition is next looked at
-        self._schedule: list[tuple[float, int, State]] = []
-        self._sequence = itertools.count()
-        #: definitions looked at by the ticks so far (tests count the work by it)
-        self.visited = 0
+        self.ticker = Ticker(self.catalog, self._values, clock)
 
     def _wake(self) -> None:
         self._woken.set()
@@ -165,7 +139,7 @@ class DefinitionsBackend:
             if state.entered and state.source is not None
         ]
         for source in sources:
-            await self._close(source)
+            await self.ticker.close(source)
         await self._stack.aclose()
         # The clients sources share (the Prometheus servers'), made by the platform's settings.
         for shared in self.catalog.tools.settings.values():
@@ -192,120 +166,9 @@ class DefinitionsBackend:
                 # does, so that a burst of events is one tick.
                 await asyncio.sleep(COALESCE)
 
-    def _current(self, state: State) -> bool:
-        """Still the serving definition of its metric, with its source (not retired,
-        replaced, refused or deleted since it was queued)."""
-        key = (state.definition.namespace, state.definition.metric)
-        return state.source is not None and self.catalog.serving.get(key) is state
-
-    def _plan(self, state: State, when: float) -> None:
-        """Look at `state` again at `when` (its older entry, if any, goes stale). O(log n)."""
-        sequence = next(self._sequence)
-        state.wake = sequence
-        heapq.heappush(self._schedule, (when, sequence, state))
-
     async def tick(self) -> None:
-        """Close retired sources, enter the started ones, refresh the due ones, check the
-        limits of the namespaces touched, record what was looked at (see the module).
-        O(k log n) for the k definitions started or due of the n serving."""
-        catalog = self.catalog
-        while catalog.retired:
-            await self._close(catalog.retired.pop())
-        now = self._clock()
-        looked: dict[int, State] = {}
-        failed: set[int] = set()
-        started, catalog.started = catalog.started, []
-        for index, state in enumerate(started):
-            if index % SLICE == SLICE - 1:
-                await asyncio.sleep(0)
-            source = state.source
-            if source is None or state.entered or not self._current(state):
-                continue
-            state.entered = True
-            looked[id(state)] = state
-            try:
-                await source.__aenter__()
-            except Exception as err:
-                # Refreshed from the next tick on (`next_refresh` is still 0).
-                self._failed(state, f"starting the source: {err}", now)
-                failed.add(id(state))
-        schedule = self._schedule
-        while schedule and schedule[0][0] <= now:
-            _, sequence, state = heapq.heappop(schedule)
-            if sequence == state.wake and state.entered and self._current(state):
-                looked.setdefault(id(state), state)
-        due = []
-        for key, state in looked.items():
-            if state.next_refresh <= now and key not in failed:
-                state.next_refresh = now + state.definition.interval
-                due.append(state)
-        if due:
-            await asyncio.gather(*(self._refresh(state) for state in due))
-        catalog.check_targets(state.definition.namespace for state in looked.values())
-        now = self._clock()
-        for index, state in enumerate(looked.values()):
-            if index % SLICE == SLICE - 1:
-                await asyncio.sleep(0)
-            if not self._current(state):
-                continue  # refused (targets) or gone meanwhile: its next start plans it again
-            self.visited += 1
-            upcoming = self._record(state, now)
-            self._plan(state, min(state.next_refresh, upcoming))
-
-    async def _refresh(self, state: State) -> None:
-        source = state.source
-        if source is None:
-            return
-        async with self._limit:
-            try:
-                await source.refresh()
-            except SourceError as err:
-                self._failed(state, str(err), self._clock())
-            except Exception as err:
-                logger.exception(
-                    "metric definition %s/%s: the source raised", *state.definition.key
-                )
-                self._failed(state, f"{type(err).__name__}: {err}", self._clock())
-            else:
-                state.last_error = None
-
-    def _failed(self, state: State, message: str, now: float) -> None:
-        if state.last_error is None:
-            logger.info(
-                "metric definition %s/%s: source failing: %s", *state.definition.key, message
-            )
-        state.last_error, state.last_error_time = message, now
-
-    async def _close(self, source: object) -> None:
-        exit_ = getattr(source, "__aexit__", None)
-        if exit_ is None:
-            return
-        try:
-            await exit_(None, None, None)
-        except Exception:
-            logger.exception("metric definitions: closing a source raised")
-
-    def _record(self, state: State, now: float) -> float:
-        """Keep the definition's values now (last value, count, time, `has_value`); returns
-        when they may next differ without a refresh: the source's `next_change`, or the oldest
-        value's passing `maxAge`. O(values)."""
-        source = state.source
-        upcoming = math.inf if source is None else changes_at(source, now)
-        try:
-            values = self._values(state, now)
-        except BackendUnavailable:
-            state.has_value = False
-            return upcoming
-        state.has_value = bool(values)
-        if values:
-            state.last_good = values
-            state.last_value = math.fsum(value.value for value in values)
-            state.last_value_time = max(value.timestamp for value in values)
-            state.value_count = len(values)
-            max_age = state.definition.max_age
-            if max_age is not None:
-                upcoming = min(upcoming, min(value.timestamp for value in values) + max_age)
-        return upcoming
+        """One tick (`tick.Ticker.tick`): O(what changed or is due)."""
+        await self.ticker.tick()
 
     # -- values --
 

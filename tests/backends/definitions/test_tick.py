@@ -1,8 +1,8 @@
-"""The backend's tick does work proportional to what changed or is due, not to the number of
-definitions: a tick after one event looks at that definition only, steady state reads each
-source once per interval, a value passing `maxAge` and a schedule's window edge still flip
-Ready within a tick, a burst of watch events is one tick, and on random event sequences the
-batched tick leaves every definition as the simple loop over all of them does."""
+"""The tick (`backends/definitions/tick.py`) does work proportional to what changed or is due,
+not to the number of definitions: a tick after one event looks at that definition only, steady
+state reads each source once per interval, a value passing `maxAge` and a schedule's window
+edge still flip Ready within a tick, a burst of watch events is one tick, and on random event
+sequences the batched tick leaves every definition as the simple loop over all of them does."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from custom_metrics_server.backends.definitions.backend import COALESCE, DefinitionsBackend
+from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
 from custom_metrics_server.backends.definitions.catalog import State
 from custom_metrics_server.backends.definitions.policy import Limits, Platform
 from custom_metrics_server.backends.definitions.polled import Polled
@@ -31,6 +31,7 @@ from custom_metrics_server.backends.definitions.schedule import (
 from custom_metrics_server.backends.definitions.source import SourceError, SourceTools, Value
 from custom_metrics_server.backends.definitions.spec import Definition, ScheduleSpec, Window
 from custom_metrics_server.backends.definitions.status import _ready_kind
+from custom_metrics_server.backends.definitions.tick import COALESCE
 from custom_metrics_server.errors import BackendUnavailable
 from custom_metrics_server.kube.client import KubeClient
 from tests.backends.definitions.test_serving import NOW, constant, obj
@@ -103,14 +104,14 @@ async def test_a_tick_after_one_event_looks_at_that_definition_only() -> None:
             "ADDED", obj(constant(index, metricName=f"m{index}"), f"d{index}", f"ns{index % 30}")
         )
     await made.tick()
-    assert (counts["refresh"], counts["values"], made.visited) == (300, 300, 300)
+    assert (counts["refresh"], counts["values"], made.ticker.visited) == (300, 300, 300)
     assert counts["targets"] == 300  # each namespace's limit checked once
     # Nothing due (a 1m interval, a constant schedule): a tick a second later looks at none.
     before = dict(counts)
     clock.now += 1
     await made.tick()
     assert counts == before
-    assert made.visited == 300
+    assert made.ticker.visited == 300
     # One definition added: that one entered, refreshed, read; its namespace's 10 checked.
     made.catalog.event("ADDED", obj(constant(7, metricName="new"), "new", "ns3"))
     clock.now += 1
@@ -118,7 +119,7 @@ async def test_a_tick_after_one_event_looks_at_that_definition_only() -> None:
     assert counts["refresh"] - before["refresh"] == 1
     assert counts["values"] - before["values"] == 1
     assert counts["targets"] - before["targets"] == 11
-    assert made.visited == 301
+    assert made.ticker.visited == 301
     state = made.catalog.states[("ns3", "new")]
     assert (state.entered, state.has_value, state.last_value) == (True, True, 7.0)
     # One deleted: nothing to read; the metric stopped serving at the event.
@@ -126,7 +127,7 @@ async def test_a_tick_after_one_event_looks_at_that_definition_only() -> None:
     assert made.external_value("ns3", "new", clock.now) is None
     clock.now += 1
     await made.tick()
-    assert made.visited == 301
+    assert made.ticker.visited == 301
 
 
 async def test_in_steady_state_each_source_is_read_once_per_interval() -> None:
@@ -378,7 +379,7 @@ async def simple_tick(made: DefinitionsBackend) -> None:
     """The tick as a loop over every serving definition (the reference)."""
     catalog = made.catalog
     while catalog.retired:
-        await made._close(catalog.retired.pop())
+        await made.ticker.close(catalog.retired.pop())
     catalog.started.clear()
     now = made._clock()
     due = []
@@ -391,17 +392,17 @@ async def simple_tick(made: DefinitionsBackend) -> None:
             try:
                 await source.__aenter__()
             except Exception as err:
-                made._failed(state, f"starting the source: {err}", now)
+                made.ticker.failed(state, f"starting the source: {err}", now)
                 continue
         if state.next_refresh <= now:
             state.next_refresh = now + state.definition.interval
             due.append(state)
     if due:
-        await asyncio.gather(*(made._refresh(state) for state in due))
+        await asyncio.gather(*(made.ticker.refresh(state) for state in due))
     catalog.check_targets(list(catalog.by_namespace))
     now = made._clock()
     for state in catalog.serving.values():
-        made._record(state, now)
+        made.ticker.record(state, now)
 
 
 def _seen(made: DefinitionsBackend) -> dict[object, object]:
@@ -510,8 +511,8 @@ def test_a_looked_at_state_is_planned_once() -> None:
             await made.tick()
             clock.now += 61
         state: State = made.catalog.states[("shop", "one")]
-        live = [entry for entry in made._schedule if entry[1] == state.wake]
+        live = [entry for entry in made.ticker.schedule if entry[1] == state.wake]
         assert len(live) == 1
-        assert len(made._schedule) <= 2
+        assert len(made.ticker.schedule) <= 2
 
     asyncio.run(run())

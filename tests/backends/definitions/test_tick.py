@@ -434,7 +434,7 @@ def _seen(made: DefinitionsBackend) -> dict[object, object]:
 
 
 def _spec(draw: st.DrawFn) -> dict[str, Any]:
-    times = ["05:40", "05:47", "05:50", "05:55", "06:00", "06:10"]
+    times = ["05:40", "05:47", "05:48", "05:49", "05:51", "05:54"]  # NOW is 05:46:40 UTC
     start = draw(st.sampled_from(times[:-1]))
     end = draw(st.sampled_from([t for t in times if t > start]))
     spec = windowed(
@@ -456,7 +456,7 @@ def histories(draw: st.DrawFn) -> list[tuple[str, Any]]:
     for _ in range(draw(st.integers(min_value=5, max_value=30))):
         kind = draw(st.sampled_from(["add", "add", "delete", "tick", "tick", "tick", "advance"]))
         if kind == "add":
-            name = draw(st.sampled_from(["p", "p", "w", "s"])) + str(draw(st.integers(0, 3)))
+            name = draw(st.sampled_from(["p", "p", "w", "s", "s"])) + str(draw(st.integers(0, 3)))
             namespace = draw(st.sampled_from(["a", "b"]))
             made = obj(
                 _spec(draw), name, namespace, draw(st.sampled_from(["", "2026-11-01T00:00:00Z"]))
@@ -471,7 +471,7 @@ def histories(draw: st.DrawFn) -> list[tuple[str, Any]]:
         elif kind == "advance":
             steps.append(("advance", draw(st.sampled_from([0.05, 0.5, 1.0, 7.0, 30.0, 61.0]))))
         else:
-            steps.append(("tick", draw(st.sampled_from([0.05, 1.0, 1.0, 5.0, 13.0, 31.0]))))
+            steps.append(("tick", draw(st.sampled_from([0.05, 1.0, 5.0, 13.0, 13.0, 31.0]))))
     return steps
 
 

@@ -258,7 +258,11 @@ def watch_phase(
         result["watch_lag_after_last_post_s"] = round(served - took, 2)
         result["watch_ingest_server_cpu_s"] = round(cpu1 - cpu0, 2)
         result["watch_rss_mib"] = round(rss, 1)
-        print(f"watch: every definition Ready {served:.1f} s after the first POST", flush=True)
+        print(
+            f"watch: every definition Ready {served:.1f} s after the first POST; "
+            f"server CPU {cpu1 - cpu0:.1f} s",
+            flush=True,
+        )
     finally:
         stop_server(watching)
     return rss_empty

@@ -4,9 +4,11 @@ in its own namespace from its source (docs/metric-definitions.md).
 * **Watch**: one list+watch (`kube.watcher.Reflector`) of
   `/apis/metrics.custom-metrics-server.io/v1alpha1/metricdefinitions` into the `Catalog`, which
   decides per namespace what serves (conflicts, limits) on each event.
-* **Tick**: every second (at once after a change): enter new serving definitions' sources,
-  close retired ones, refresh each due source (once per `interval`, `CONCURRENCY` at a time),
-  record each definition's last value and error, check the scrape-target limits.
+* **Tick** (`tick.Ticker`): every second, and `COALESCE` after a change (a burst of watch
+  events gives one tick): close retired sources, enter started ones, refresh the due ones,
+  check the scrape-target limits of the namespaces that changed, and record the last value and
+  error of the definitions refreshed or whose values may have changed (`maxAge`, a schedule's
+  window edge). O(k log n) for the k definitions started or due of the n serving, never O(n).
 * **Status**: `status_writer.StatusWriter` writes each `.status` and an Event on each `Ready`
   transition, paced and rate-limited; with an `elector`, only while this replica leads.
 * **Serving**, from memory (`Source.values`), in the request's namespace only:
@@ -38,14 +40,10 @@ from typing import Final, Self
 
 from custom_metrics_server.backends.definitions.catalog import PODS, Catalog
 from custom_metrics_server.backends.definitions.policy import Platform
-from custom_metrics_server.backends.definitions.source import (
-    SourceError,
-    SourceMaker,
-    SourceTools,
-    Value,
-)
+from custom_metrics_server.backends.definitions.source import SourceMaker, SourceTools, Value
 from custom_metrics_server.backends.definitions.state import State
 from custom_metrics_server.backends.definitions.status_writer import StatusWriter
+from custom_metrics_server.backends.definitions.tick import COALESCE, TICK, Ticker
 from custom_metrics_server.domain import (
     BackendRequest,
     ExternalBackendRequest,
@@ -67,10 +65,6 @@ __all__ = ["COLLECTION", "DefinitionsBackend"]
 logger = logging.getLogger(__name__)
 
 COLLECTION: Final = "/apis/metrics.custom-metrics-server.io/v1alpha1/metricdefinitions"
-#: Source refreshes in flight at once.
-CONCURRENCY: Final = 16
-#: Seconds between ticks when nothing changed.
-TICK: Final = 1.0
 
 
 class DefinitionsBackend:
@@ -117,7 +111,7 @@ class DefinitionsBackend:
         self._stack = contextlib.AsyncExitStack()
         self._tasks = BackgroundTasks()
         self._woken = asyncio.Event()
-        self._limit = asyncio.Semaphore(CONCURRENCY)
+        self.ticker = Ticker(self.catalog, self._values, clock)
 
     def _wake(self) -> None:
         self._woken.set()
@@ -148,7 +142,7 @@ class DefinitionsBackend:
             if state.entered and state.source is not None
         ]
         for source in sources:
-            await self._close(source)
+            await self.ticker.close(source)
         await self._stack.aclose()
         # What sources share (the watch group, the Prometheus servers' clients), made with them.
         for shared in (self.catalog.tools.watches, *self.catalog.tools.settings.values()):
@@ -175,81 +169,16 @@ class DefinitionsBackend:
             self._woken.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), TICK)
+            if self._woken.is_set():
+                # Serving does not wait (the catalog made the source at the event); the tick
+                # does, so that a burst of events is one tick.
+                await asyncio.sleep(COALESCE)
 
     async def tick(self) -> None:
-        """Close retired sources, enter new ones, refresh the due ones, check limits."""
-        catalog = self.catalog
-        catalog.follow_platform()
-        while catalog.retired:
-            await self._close(catalog.retired.pop())
-        now = self._clock()
-        due = []
-        for state in list(catalog.serving.values()):
-            source = state.source
-            if source is None:
-                continue
-            if not state.entered:
-                state.entered = True
-                try:
-                    await source.__aenter__()
-                except Exception as err:
-                    self._failed(state, f"starting the source: {err}", now)
-                    continue
-            if state.next_refresh <= now:
-                state.next_refresh = now + state.definition.interval
-                due.append(state)
-        if due:
-            await asyncio.gather(*(self._refresh(state) for state in due))
-        catalog.check_targets()
-        now = self._clock()
-        for state in catalog.serving.values():
-            self._record(state, now)
-
-    async def _refresh(self, state: State) -> None:
-        source = state.source
-        if source is None:
-            return
-        async with self._limit:
-            try:
-                await source.refresh()
-            except SourceError as err:
-                self._failed(state, str(err), self._clock())
-            except Exception as err:
-                logger.exception(
-                    "metric definition %s/%s: the source raised", *state.definition.key
-                )
-                self._failed(state, f"{type(err).__name__}: {err}", self._clock())
-            else:
-                state.last_error = None
-
-    def _failed(self, state: State, message: str, now: float) -> None:
-        if state.last_error is None:
-            logger.info(
-                "metric definition %s/%s: source failing: %s", *state.definition.key, message
-            )
-        state.last_error, state.last_error_time = message, now
-
-    async def _close(self, source: object) -> None:
-        exit_ = getattr(source, "__aexit__", None)
-        if exit_ is None:
-            return
-        try:
-            await exit_(None, None, None)
-        except Exception:
-            logger.exception("metric definitions: closing a source raised")
-
-    def _record(self, state: State, now: float) -> None:
-        try:
-            values = self._values(state, now)
-        except BackendUnavailable:
-            state.has_value = False
-            return
-        state.has_value = bool(values)
-        if values:
-            state.last_good = values
-            state.last_value = math.fsum(value.value for value in values)
-            state.last_value_time = max(value.timestamp for value in values)
-            state.value_count = len(values)
+        """One tick (`tick.Ticker.tick`): O(what changed or is due), after the platform's
+        listings are followed (`Catalog.follow_platform`: O(1) while they are unchanged)."""
+        self.catalog.follow_platform()
+        await self.ticker.tick()
 
     # -- values --
 

@@ -14,12 +14,14 @@ Per namespace, on every event in it (`_resolve`), oldest first (creationTimestam
    cycle are refused `InvalidFormula`, those with an input no definition of the namespace
    serves and the platform does not allow `InputNotAllowed` (`formula_source.formula_refusals`);
 5. a serving `pods` source past the namespace's `scrape_targets` limit (its targets added to
-   the older ones') is refused `OverLimit` by `check_targets`, run by the backend's tick.
+   the older ones') is refused `OverLimit` by `check_targets`, run by the backend's tick over
+   the namespaces that changed since (`_touched`) and those it names.
 
-A serving definition has a source (made here, at the event, so that a schedule serves at once;
-the backend enters and exits sources, which needs the event loop). Deleting a definition
-takes it out of `serving` in the event itself: its metric stops being served at once, and its
-source is left in `retired` for the backend to close.
+A serving definition has a source (made here, at the event, so that a schedule serves at once,
+and queued in `started` for the backend's tick to enter: it enters and exits sources, which
+needs the event loop). Deleting a definition takes it out of `serving` in the event itself:
+its metric stops being served at once, and its source is left in `retired` for the backend to
+close.
 
 The platform's listings change at run time (Prometheus discovers series, a plugin's listing
 changes): `follow_platform`, run by the backend's tick, asks the router again for every valid
@@ -29,7 +31,8 @@ changed, so a definition serves again by itself when the platform stops listing 
 PURE: no I/O. Cost: an event O(definitions of its namespace x log), plus O(formulas^2 x inputs)
 of its serving formulas for the cycle check, plus one router decision per valid definition of
 the namespace (memoised by the router); `follow_platform` O(1) while the platform's listings
-are unchanged, else O(valid definitions) router decisions; a lookup O(1).
+are unchanged, else O(valid definitions) router decisions; a lookup O(1); `check_targets`
+O(serving definitions of the namespaces checked x log).
 """
 
 from __future__ import annotations
@@ -83,6 +86,10 @@ class Catalog(KeyedSink[tuple[str, str]]):
         self.serving: dict[tuple[str, str], State] = {}
         #: sources of definitions that changed or left, for the backend to close
         self.retired: list[Source] = []
+        #: states whose source was made since the backend's last tick, for it to enter
+        self.started: list[State] = []
+        #: namespaces decided again since the last `check_targets`
+        self._touched: set[str] = set()
         self.generation = 0
         self._listing: tuple[int, frozenset[MetricInfo], frozenset[str]] | None = None
         #: called after every change (the backend wakes its tick)
@@ -213,6 +220,7 @@ class Catalog(KeyedSink[tuple[str, str]]):
             self.serving[(namespace, metric)] = winners[metric]
         if served:
             self._served[namespace] = served
+        self._touched.add(namespace)
         self.generation += 1
         self.changed()
 
@@ -262,6 +270,7 @@ class Catalog(KeyedSink[tuple[str, str]]):
             )
             return
         state.reason, state.message = "Serving", ""
+        self.started.append(state)
         logger.info(
             "metric definition %s/%s serves %s %s from its %s source",
             definition.namespace,
@@ -275,19 +284,33 @@ class Catalog(KeyedSink[tuple[str, str]]):
         state.valid, state.reason, state.message = False, reason, message
         self._retire(state)
 
-    def check_targets(self) -> None:
+    def check_targets(self, also: Iterable[str] = ()) -> None:
         """Refuse the serving definitions whose scrape targets take their namespace past its
-        limit, oldest keeping their place. O(serving definitions)."""
-        totals: dict[str, int] = {}
-        for (namespace, _), state in sorted(
-            self.serving.items(), key=lambda item: item[1].definition.age_order
-        ):
-            source = state.source
-            if source is None:
+        limit, oldest keeping their place, in the namespaces decided again since the last
+        check and in `also` (the caller's: those whose sources' targets may have changed).
+        O(serving definitions of those namespaces x log), nothing for the others: their
+        definitions and targets did not change since they were last checked."""
+        namespaces = self._touched
+        self._touched = set()
+        namespaces.update(also)
+        for namespace in namespaces:
+            served = self._served.get(namespace)
+            if not served:
                 continue
-            total = totals.get(namespace, 0) + source.targets()
+            states = sorted(
+                (self.serving[(namespace, metric)] for metric in served),
+                key=lambda state: state.definition.age_order,
+            )
             limit = self.platform.namespace_limits(namespace).scrape_targets
-            if total > limit:
+            total = 0
+            for state in states:
+                source = state.source
+                if source is None:
+                    continue
+                count = source.targets()
+                if total + count <= limit:
+                    total += count
+                    continue
                 self._refuse(
                     state,
                     "OverLimit",
@@ -295,10 +318,8 @@ class Catalog(KeyedSink[tuple[str, str]]):
                     "scrape targets",
                 )
                 del self.serving[(namespace, state.definition.metric)]
-                self._served[namespace].discard(state.definition.metric)
+                served.discard(state.definition.metric)
                 self.generation += 1
-                continue
-            totals[namespace] = total
 
     # -- reads --
 

@@ -156,6 +156,11 @@ class PodsSource:
             )
         return found
 
+    def next_change(self, now: float) -> float:
+        """`now`: the scraper's reads land on their own cadence, unannounced, so the backend
+        reads the values again at every tick (as for any source without `next_change`)."""
+        return now
+
     def targets(self) -> int:
         """Endpoints scraped now (the platform's limit on scrape targets counts them)."""
         return len(self.pod_targets.targets)

@@ -7,13 +7,15 @@ over a limit, a formula without an input: never half-served). The kept values ar
 `values(now)` while the last good read is at most `STALE_INTERVALS` intervals old, as the
 `pods` source's series go stale after three scrape intervals; then they are absent (the
 definition's `absent` and `failure` decide). A value's timestamp is the reader's: the
-evaluation time Prometheus gives, or the read's own.
+evaluation time Prometheus gives, or the read's own. Between reads they change only when they go
+stale (`next_change`).
 
 PURE: no I/O (the subclasses do theirs in `read`). Cost: `values` O(values kept).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -66,6 +68,15 @@ class Polled:
         if read_at is None or now - read_at > STALE_INTERVALS * self.interval:
             return []
         return list(self._values)
+
+    def next_change(self, now: float) -> float:
+        """When the kept values go stale (the next read, due before, replaces them anyway);
+        `math.inf` once stale or without a read. O(1)."""
+        read_at = self._read_at
+        if read_at is None:
+            return math.inf
+        stale = read_at + STALE_INTERVALS * self.interval
+        return stale if stale >= now else math.inf
 
     def targets(self) -> int:
         """None by default (see `Source.targets`)."""

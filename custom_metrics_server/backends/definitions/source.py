@@ -17,7 +17,13 @@ definition changes or is deleted the backend exits it, if it entered it.
 * `refresh()` raises `SourceError` with a message for the status's `lastError`; any other
   exception is a bug, logged with its traceback and counted as a failure the same way.
 * `targets()`: how many endpoints or series the source reads now, for the platform's
-  per-namespace limits (a definition over a limit is refused, its source closed).
+  per-namespace limits (a definition over a limit is refused, its source closed). It may
+  change only at a refresh or at a `next_change`.
+* `next_change(now)`, optional: the first instant (at or after `now`) at which `values` may
+  answer differently without a `refresh` (a schedule's next window edge, a polled read going
+  stale), `math.inf` for never. The backend's tick reads a source's values again only after
+  a refresh or at that instant (`changes_at`); a source without it, or whose values change on
+  their own unannounced (the `pods` source's scraper), is read again at every tick.
 
 A new source type plugs in as one module of this room: its class implementing `Source`, a
 `SourceMaker` that reads `Definition.source_spec` (the CRD's member for the type, as written)
@@ -38,7 +44,7 @@ from custom_metrics_server.backends.definitions.policy import Limits
 from custom_metrics_server.backends.definitions.spec import Definition
 from custom_metrics_server.domain import GroupResource
 
-__all__ = ["Source", "SourceError", "SourceMaker", "SourceTools", "Value"]
+__all__ = ["Source", "SourceError", "SourceMaker", "SourceTools", "Value", "changes_at"]
 
 
 class SourceError(Exception):
@@ -89,6 +95,12 @@ class Source(Protocol):
         """Endpoints read now, counted against the namespace's `scrapeTargets` (a query's
         series are capped per query instead: `seriesPerQuery`)."""
         ...
+
+
+def changes_at(source: object, now: float) -> float:
+    """The source's `next_change(now)` (see the module), or `now` (every tick) without one."""
+    found: Callable[[float], float] | None = getattr(source, "next_change", None)
+    return now if found is None else found(now)
 
 
 @dataclass(frozen=True, slots=True)

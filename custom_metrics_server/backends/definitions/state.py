@@ -42,6 +42,8 @@ class State:
     last_error_time: float | None = None
     last_good: list[Value] = field(default_factory=list)
     next_refresh: float = 0.0
+    #: the sequence number of its live entry in the tick's schedule (older ones are stale)
+    wake: int = -1
     #: whether the source had a value at the last tick (the status's Ready)
     has_value: bool = False
     #: the object's resourceVersion and status as last seen (watch, or a status write's answer)

@@ -40,8 +40,8 @@ from collections.abc import Callable
 from typing import Final
 
 from custom_metrics_server.backends.definitions.catalog import Catalog
-from custom_metrics_server.backends.definitions.state import State
 from custom_metrics_server.backends.definitions.source import SourceError, Value, changes_at
+from custom_metrics_server.backends.definitions.state import State
 from custom_metrics_server.errors import BackendUnavailable
 
 __all__ = ["COALESCE", "CONCURRENCY", "SLICE", "TICK", "Ticker"]

@@ -28,10 +28,10 @@ from custom_metrics_server.kube.shared_watches import Collection, Subscriptions,
 
 __all__ = [
     "ENDPOINTSLICES",
+    "LIST_CONNECTIONS",
     "REPLICASETS",
     "RUNNING_PODS",
     "SERVICES",
-    "LIST_CONNECTIONS",
     "subscriptions",
     "watch_group",
 ]

@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from custom_metrics_server.backends.definitions.backend import DefinitionsBackend
-from custom_metrics_server.backends.definitions.state import State
 from custom_metrics_server.backends.definitions.policy import Limits, Platform
 from custom_metrics_server.backends.definitions.polled import Polled
 from custom_metrics_server.backends.definitions.schedule import (
@@ -30,6 +29,7 @@ from custom_metrics_server.backends.definitions.schedule import (
 )
 from custom_metrics_server.backends.definitions.source import SourceError, SourceTools, Value
 from custom_metrics_server.backends.definitions.spec import Definition, ScheduleSpec, Window
+from custom_metrics_server.backends.definitions.state import State
 from custom_metrics_server.backends.definitions.status import _ready_kind
 from custom_metrics_server.backends.definitions.tick import COALESCE
 from custom_metrics_server.errors import BackendUnavailable

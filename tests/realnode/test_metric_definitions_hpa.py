@@ -46,6 +46,7 @@ import base64
 import contextlib
 import json
 import math
+import re
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -442,7 +443,14 @@ def printed(team: Team, name: str) -> dict[str, str]:
     result = team.kubectl("get", "metricdefinitions", name, "-n", team.ns, "-o", "wide")
     assert result.returncode == 0, result.stderr
     header, row = result.stdout.splitlines()
-    return dict(zip(header.split(), row.split(), strict=True))
+    # By the header's column starts (kubectl aligns every cell under its header): a column
+    # with no value (SHADOWED-BY of a serving definition) prints nothing, not a placeholder.
+    starts = [match.start() for match in re.finditer(r"\S+", header)]
+    ends = [*starts[1:], None]
+    return {
+        header[start:end].strip(): row[start:end].strip()
+        for start, end in zip(starts, ends, strict=True)
+    }
 
 
 @pytest.fixture

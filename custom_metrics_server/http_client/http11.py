@@ -267,12 +267,19 @@ class Http11Pool:
             (method, b" ", self._absolute, line, b"\r\n", self.proxy.authorization, headers)
         )
 
-    async def _acquire(self, *, fresh: bool = False) -> Http11Connection:
+    def _idle_connection(self) -> Http11Connection | None:
+        """The most recently idle connection still open, or None."""
         idle = self._idle
-        while idle and not fresh:
+        while idle:
             connection = idle.pop()
             if not connection.closed:
                 return connection
+        return None
+
+    async def _acquire(self, *, fresh: bool = False) -> Http11Connection:
+        connection = None if fresh else self._idle_connection()
+        if connection is not None:
+            return connection
         while len(self._open) - len(self._held) + self._connecting >= self.max_connections:
             waiter: asyncio.Future[Http11Connection | None] = self.loop.create_future()
             self._waiters.append(waiter)
@@ -303,13 +310,7 @@ class Http11Pool:
     async def _acquire_held(self, *, fresh: bool = False) -> Http11Connection:
         """A connection for a held stream: an idle one, else a new one whatever the limit. The
         connection counts outside `max_connections` until `_release_held`."""
-        idle = self._idle
-        connection = None
-        while idle and not fresh:
-            candidate = idle.pop()
-            if not candidate.closed:
-                connection = candidate
-                break
+        connection = None if fresh else self._idle_connection()
         if connection is None:
             connection = await self._connect()
         self._held.add(connection)
